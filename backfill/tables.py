@@ -1,0 +1,110 @@
+"""Facts about a user's table, read from the catalogue, with the one-line
+errors that bad input deserves. Shared by every job type's ``validate``."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
+
+from framework.jobtype import InvalidParams
+
+INTEGER_TYPES = {"smallint", "integer", "bigint"}
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    qualified: str  # quoted, e.g. "public"."items"
+    display: str  # as users write it, e.g. public.items
+    key: str  # unquoted key column name
+    columns: dict[str, str]  # column name -> formatted type
+
+    @property
+    def key_sql(self) -> str:
+        return quote(self.key)
+
+
+def quote(identifier: str) -> str:
+    return '"' + identifier.replace('"', '""') + '"'
+
+
+def check_identifier(name: str, what: str) -> str:
+    if not _IDENT.match(name or ""):
+        raise InvalidParams(
+            f"{what} {name!r} is not a plain column name; use letters, digits and underscores"
+        )
+    return name
+
+
+def inspect_table(conn: Connection, name: str) -> TableInfo:
+    if not name:
+        raise InvalidParams("no table given; pass --table SCHEMA.TABLE")
+    row = conn.execute(
+        text("""
+            SELECT c.oid, n.nspname, c.relname, c.relkind
+            FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+            WHERE c.oid = to_regclass(:name)"""),
+        {"name": name},
+    ).first()
+    if row is None or row.relkind not in ("r", "p"):
+        raise InvalidParams(
+            f"table {name!r} does not exist; check the name (e.g. --table public.items)"
+        )
+    columns = dict(conn.execute(
+        text("""
+            SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute
+            WHERE attrelid = :oid AND attnum > 0 AND NOT attisdropped ORDER BY attnum"""),
+        {"oid": row.oid},
+    ).all())
+    pk = conn.execute(
+        text("""
+            SELECT array_agg(a.attname ORDER BY a.attnum)
+            FROM pg_index i JOIN pg_attribute a
+              ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
+            WHERE i.indrelid = :oid AND i.indisprimary"""),
+        {"oid": row.oid},
+    ).scalar()
+    display = f"{row.nspname}.{row.relname}"
+    if not pk or len(pk) != 1 or columns[pk[0]] not in INTEGER_TYPES:
+        found = "no primary key" if not pk else f"primary key ({', '.join(pk)})"
+        raise InvalidParams(
+            f"table {display} has {found}; reorg needs a single-column integer primary key "
+            "(smallint, integer or bigint) to split the table into ranges"
+        )
+    return TableInfo(f"{quote(row.nspname)}.{quote(row.relname)}", display, pk[0], columns)
+
+
+def parse_assignment(value: str) -> tuple[str, str]:
+    column, sep, expr = (value or "").partition("=")
+    if not sep or not expr.strip():
+        raise InvalidParams(f"--set {value!r} is not COLUMN=EXPRESSION, e.g. --set c=md5(b)")
+    return check_identifier(column.strip(), "column"), expr.strip()
+
+
+def parse_column_spec(value: str) -> tuple[str, str]:
+    column, sep, type_ = (value or "").partition(":")
+    if not sep or not type_.strip():
+        raise InvalidParams(f"--add-column {value!r} is not COLUMN:TYPE, e.g. --add-column c:text")
+    return check_identifier(column.strip(), "column"), type_.strip()
+
+
+_TYPE = re.compile(r"^[A-Za-z_][A-Za-z0-9_ ]*(\(\s*\d+(\s*,\s*\d+)?\s*\))?(\[\])?$")
+
+
+def resolve_type(conn: Connection, type_name: str) -> str:
+    """Check a column type as written by the user (typmod included, e.g.
+    numeric(10,2)); returns it for use in DDL, or raises a clear error."""
+    bad = InvalidParams(
+        f"type {type_name!r} is not a PostgreSQL type; e.g. text, bigint, numeric(10,2)"
+    )
+    if not _TYPE.match(type_name):
+        raise bad
+    try:
+        with conn.begin_nested():
+            conn.execute(text(f"SELECT CAST(NULL AS {type_name}) WHERE :one = 1"), {"one": 1})
+    except Exception:
+        raise bad from None
+    return type_name

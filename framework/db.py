@@ -1,0 +1,127 @@
+"""Engines, session settings and the schema-revision check.
+
+Every SQL statement of the framework is a ``text()`` template with ``{s}``
+standing for the quoted system schema; ``Database.sql`` formats and caches it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import lru_cache
+from urllib.parse import urlsplit
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from framework.config import ConfigError, Settings
+
+
+class DatabaseUnreachable(RuntimeError):
+    pass
+
+
+class SchemaBehind(RuntimeError):
+    pass
+
+
+def sqlalchemy_url(url: str) -> str:
+    """Map a user's ``postgresql://`` URL onto SQLAlchemy's psycopg 3 dialect."""
+    scheme = urlsplit(url).scheme
+    if scheme in ("postgresql", "postgres"):
+        return "postgresql+psycopg://" + url.split("://", 1)[1]
+    if scheme == "postgresql+psycopg":
+        return url
+    raise ConfigError(
+        f"database URL must start with postgresql://, got {scheme or 'no scheme'}://...; "
+        "e.g. --db postgresql://user@host:5432/dbname"
+    )
+
+
+def describe_url(url: str) -> str:
+    """host:port/db of a URL, without credentials, for error messages."""
+    parts = urlsplit(url)
+    return f"{parts.hostname or 'localhost'}:{parts.port or 5432}{parts.path}"
+
+
+def session_options(settings: Settings, role: str) -> str:
+    """libpq ``options`` for a process's sessions.
+
+    Workers keep every timeout below the lease length: a paused worker can sit
+    in an open transaction holding row locks, and its successor must not wait
+    for it longer than the lease it is taking over (DESIGN invariant 3).
+    """
+    ms = int(settings.lease_seconds * 1000)
+    opts = {"application_name": f"reorg-{role}", "timezone": "UTC"}
+    if role == "worker":
+        opts |= {
+            "idle_in_transaction_session_timeout": str(ms // 3),
+            "lock_timeout": str(ms // 3),
+            "statement_timeout": str(ms // 2),
+        }
+    else:
+        opts |= {"lock_timeout": "5000", "idle_in_transaction_session_timeout": "60000"}
+    return " ".join(f"-c {k}={v}" for k, v in opts.items())
+
+
+class Database:
+    """The system tables of one reorg installation (one URL, one schema)."""
+
+    def __init__(self, settings: Settings, role: str = "cli", pool_size: int = 5) -> None:
+        self.settings = settings
+        self.schema = settings.schema
+        self.engine: Engine = sa.create_engine(
+            sqlalchemy_url(settings.database_url),
+            pool_size=pool_size,
+            max_overflow=pool_size,
+            pool_pre_ping=True,
+            connect_args={"options": session_options(settings, role), "connect_timeout": 5},
+        )
+
+    def sql(self, template: str) -> sa.TextClause:
+        return _compiled(template, self.schema)
+
+    @contextmanager
+    def begin(self) -> Iterator[Connection]:
+        """A transaction; translates 'cannot connect' into DatabaseUnreachable."""
+        try:
+            conn = self.engine.connect()
+        except sa.exc.OperationalError as exc:
+            raise DatabaseUnreachable(
+                f"cannot reach PostgreSQL at {describe_url(self.settings.database_url)}: "
+                f"{_first_line(exc.orig)}; start it or pass --db / REORG_DATABASE_URL"
+            ) from exc
+        with conn, conn.begin():
+            yield conn
+
+    def schema_revision(self) -> str | None:
+        with self.begin() as conn:
+            exists = conn.execute(
+                sa.text("SELECT to_regclass(:t)"), {"t": f'"{self.schema}".alembic_version'}
+            ).scalar()
+            if exists is None:
+                return None
+            return conn.execute(self.sql("SELECT version_num FROM {s}.alembic_version")).scalar()
+
+    def check_schema_current(self) -> None:
+        from framework.migrate import head_revision
+
+        current, head = self.schema_revision(), head_revision()
+        if current != head:
+            where = f"at revision {current}" if current else "not installed"
+            raise SchemaBehind(
+                f"reorg's system tables in schema {self.schema!r} are {where}, this version "
+                f"needs {head}: run `reorg db upgrade`"
+            )
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+@lru_cache(maxsize=512)
+def _compiled(template: str, schema: str) -> sa.TextClause:
+    return sa.text(template.replace("{s}", f'"{schema}"'))
+
+
+def _first_line(exc: BaseException | None) -> str:
+    return str(exc).strip().splitlines()[0] if exc and str(exc).strip() else "no answer"

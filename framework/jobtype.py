@@ -1,0 +1,203 @@
+"""The job-type extension point, and the registry job types join from outside.
+
+A job type is one object with six small duties, called in this order::
+
+    validate(conn, params)          CLI, at submit: check and normalise params,
+                                    name the target table and its key column.
+                                    Raise InvalidParams; change nothing.
+    prepare(conn, job)              owner, before the split: schema step (e.g.
+                                    ADD COLUMN). Runs inside the owner's fenced
+                                    transaction together with the subtask insert.
+    [split]                         owner, done by the framework: the key space
+                                    of (table, key) into equal-row ranges.
+    run_subtask(ctx)                worker: batch by batch from ctx.curr_key;
+                                    each batch's write and ctx.checkpoint(...)
+                                    commit in one transaction (exactly once).
+    advance(conn, job)              owner, when every subtask succeeded: final
+                                    schema step, in the fenced transaction that
+                                    marks the job succeeded.
+    rollback(conn, job)             owner, after failure or cancel: restore the
+                                    table to its pre-job contents, in the fenced
+                                    transaction that marks the job reverted.
+
+Job types register from outside ``framework`` through the ``reorg.job_types``
+entry point (a callable that calls ``register``) or by calling ``register``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any, Protocol
+
+from sqlalchemy.engine import Connection
+
+
+class InvalidParams(ValueError):
+    """Bad user input: the message is one line saying what is wrong and how to fix it."""
+
+
+class RetryableError(RuntimeError):
+    """A transient failure: the subtask is retried with backoff."""
+
+
+class LeaseLost(RuntimeError):
+    """The worker no longer holds the subtask: roll back and stop."""
+
+
+class Stopped(RuntimeError):
+    """The subtask was asked to stop (pause, cancel, drain): release it."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """What ``validate`` found: where the job writes and how its keys run."""
+
+    table: str  # schema-qualified and quoted, e.g. "public"."items"
+    key_column: str  # quoted, e.g. "id"
+    params: dict[str, Any]  # normalised parameters, stored on the job row
+
+
+@dataclass(frozen=True)
+class Job:
+    id: int
+    type: str
+    state: str
+    step: int
+    params: dict[str, Any]
+    target_table: str
+    key_column: str
+    batch_rows: int
+    max_rows_per_sec: int | None
+    row_estimate: int | None
+    concurrency: int = 1
+
+
+LEASE_LOST = "lease lost"
+
+
+@dataclass
+class SubtaskContext:
+    """What a worker hands a job type to run one subtask.
+
+    ``checkpoint(conn, new_curr_key, rows, meta=None)`` must be called inside
+    the transaction that writes a batch, after the write: it advances
+    ``curr_key`` (and stores ``meta``) fenced on the lease, and raises
+    LeaseLost when the worker no longer holds it, so the batch rolls back.
+    """
+
+    job: Job
+    subtask_id: int
+    start_key: int
+    end_key: int
+    curr_key: int
+    epoch: int
+    meta: dict[str, Any]
+    checkpoint: Callable[..., None]
+    stop_event: threading.Event
+    # Reason the subtask must stop ('lease lost', 'job pausing', ...); set with stop_event.
+    stop_reason: list[str] = field(default_factory=list)
+    _on_stop: list[Callable[[], None]] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _hard: bool = False
+
+    def should_stop(self) -> bool:
+        return self.stop_event.is_set()
+
+    def raise_if_stopped(self) -> None:
+        if self.stop_event.is_set():
+            reason = self.stop_reason[0] if self.stop_reason else "stopped"
+            raise LeaseLost(reason) if reason == LEASE_LOST else Stopped(reason)
+
+    def throttle(self, rows: int, took_seconds: float) -> None:
+        """Pace batches so the job stays under ``max_rows_per_sec``. Each
+        subtask takes an equal share of the limit (the job runs at most
+        ``concurrency`` subtasks at once), so the job's total stays below it.
+        Wakes early when the subtask must stop."""
+        limit = self.job.max_rows_per_sec
+        if limit and rows:
+            wait = rows * max(self.job.concurrency, 1) / limit - took_seconds
+            if wait > 0:
+                self.stop_event.wait(wait)
+
+    def on_stop(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Run ``callback`` (from another thread) the moment the subtask must stop
+        hard, e.g. to cancel a running query or Spark job group. Returns an
+        unregister function."""
+        with self._lock:
+            already = self._hard
+            self._on_stop.append(callback)
+        if already:
+            callback()
+
+        def unregister() -> None:
+            with self._lock:
+                if callback in self._on_stop:
+                    self._on_stop.remove(callback)
+
+        return unregister
+
+    def stop(self, reason: str, *, hard: bool) -> None:
+        """Ask the subtask to stop. A soft stop (pause, drain) lets the current
+        batch commit; a hard stop (lease lost, cancel, job failed) also runs the
+        ``on_stop`` callbacks so the open batch is abandoned at once."""
+        with self._lock:
+            if not self.stop_event.is_set():
+                self.stop_reason.append(reason)
+                self.stop_event.set()
+            if not hard or self._hard:
+                return
+            self._hard = True
+            callbacks = list(self._on_stop)
+        for callback in callbacks:
+            # A failing canceller must not hide the stop itself.
+            with contextlib.suppress(Exception):
+                callback()
+
+
+class JobType(Protocol):
+    name: str
+
+    def validate(self, conn: Connection, params: dict[str, Any]) -> Target: ...
+
+    def prepare(self, conn: Connection, job: Job) -> None: ...
+
+    def run_subtask(self, ctx: SubtaskContext, engine: Any) -> None: ...
+
+    def advance(self, conn: Connection, job: Job) -> None: ...
+
+    def rollback(self, conn: Connection, job: Job) -> None: ...
+
+
+_registry: dict[str, JobType] = {}
+_entry_points_loaded = False
+
+
+def register(job_type: JobType) -> None:
+    _registry[job_type.name] = job_type
+
+
+def get(name: str) -> JobType:
+    _load_entry_points()
+    try:
+        return _registry[name]
+    except KeyError:
+        known = ", ".join(sorted(_registry)) or "none installed"
+        raise InvalidParams(f"unknown job type {name!r}; choose one of: {known}") from None
+
+
+def names() -> list[str]:
+    _load_entry_points()
+    return sorted(_registry)
+
+
+def _load_entry_points() -> None:
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    for ep in entry_points(group="reorg.job_types"):
+        ep.load()()

@@ -1,0 +1,37 @@
+"""LISTEN/NOTIFY wake-ups, so an idle node reacts to new work or a job state
+change in well under a second; the pollers remain as a fallback when a
+notification is missed (e.g. while the listener reconnects)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+import psycopg
+
+from framework.errors import one_line
+
+log = logging.getLogger("reorg.listener")
+
+
+class Listener(threading.Thread):
+    def __init__(self, url: str, channel: str, on_notify: Callable[[], None]) -> None:
+        super().__init__(name="listener", daemon=True)
+        self.url, self.channel, self.on_notify = url, channel, on_notify
+        self._stop = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(self.url, autocommit=True, connect_timeout=5) as conn:
+                    conn.execute(f'LISTEN "{self.channel}"')
+                    while not self._stop.is_set():
+                        for _ in conn.notifies(timeout=1.0, stop_after=1):
+                            self.on_notify()
+            except Exception as exc:
+                log.warning("listener reconnecting: %s", one_line(exc))
+                self._stop.wait(1.0)
+
+    def stop(self) -> None:
+        self._stop.set()

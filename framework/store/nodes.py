@@ -1,0 +1,75 @@
+"""The nodes table: one row per running worker process."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from framework.db import Database
+
+
+def register(
+    db: Database, conn: Connection, *, node_id: str, host: str, pid: int, version: str, slots: int
+) -> None:
+    conn.execute(
+        db.sql("""
+            INSERT INTO {s}.nodes (node_id, host, pid, version, slots, state, started_at,
+                                   heartbeat_at)
+            VALUES (:node_id, :host, :pid, :version, :slots, 'active', clock_timestamp(),
+                    clock_timestamp())
+            ON CONFLICT (node_id) DO UPDATE SET
+                host = EXCLUDED.host, pid = EXCLUDED.pid, version = EXCLUDED.version,
+                slots = EXCLUDED.slots, state = 'active', started_at = EXCLUDED.started_at,
+                heartbeat_at = EXCLUDED.heartbeat_at"""),
+        {"node_id": node_id, "host": host, "pid": pid, "version": version, "slots": slots},
+    )
+
+
+def heartbeat(db: Database, conn: Connection, node_id: str) -> bool:
+    """Returns False if the row is gone (someone deregistered us)."""
+    return conn.execute(
+        db.sql("""
+            UPDATE {s}.nodes SET heartbeat_at = clock_timestamp(),
+                state = CASE WHEN state = 'dead' THEN 'active' ELSE state END
+            WHERE node_id = :node_id"""),
+        {"node_id": node_id},
+    ).rowcount == 1
+
+
+def set_draining(db: Database, conn: Connection, node_id: str) -> None:
+    conn.execute(
+        db.sql("UPDATE {s}.nodes SET state = 'draining' WHERE node_id = :node_id"),
+        {"node_id": node_id},
+    )
+
+
+def deregister(db: Database, conn: Connection, node_id: str) -> None:
+    conn.execute(db.sql("DELETE FROM {s}.nodes WHERE node_id = :node_id"), {"node_id": node_id})
+
+
+def mark_dead(db: Database, conn: Connection, older_than_seconds: float) -> list[str]:
+    return list(conn.execute(
+        db.sql("""
+            UPDATE {s}.nodes SET state = 'dead'
+            WHERE state <> 'dead'
+              AND heartbeat_at < clock_timestamp() - make_interval(secs => :secs)
+            RETURNING node_id"""),
+        {"secs": older_than_seconds},
+    ).scalars())
+
+
+def list_all(db: Database, conn: Connection) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        db.sql("""
+            SELECT n.node_id, n.host, n.pid, n.version, n.slots, n.state, n.started_at,
+                   n.heartbeat_at,
+                   extract(epoch FROM clock_timestamp() - n.heartbeat_at) AS heartbeat_age,
+                   (SELECT count(*) FROM {s}.background_subtask st
+                    WHERE st.exec_id = n.node_id AND st.state = 'running'
+                      AND st.exec_expired > clock_timestamp()) AS running,
+                   (SELECT owner_id = n.node_id AND expires_at > clock_timestamp()
+                    FROM {s}.owner_lease WHERE id = 1) AS is_owner
+            FROM {s}.nodes n ORDER BY n.node_id""")
+    ).mappings()
+    return [dict(r) for r in rows]

@@ -1,0 +1,94 @@
+"""The single owner lease row: campaign, renew, resign, and the owner fence.
+
+The term of an owner is ``(owner_id, revision)``. The revision increases on
+every change of owner, so a deposed owner (paused, partitioned) can be told
+apart from its successor even if it comes back with the same id::
+
+    node A  ──campaign──► rev 7 ──renew──renew──X (paused)
+    node B                          ...lease expires... ──campaign──► rev 8
+    node A  (wakes) write fenced on rev 7 ──► 0 rows
+
+Every owner write embeds ``FENCE``, which takes a share lock on the lease row:
+a new term cannot begin while a fenced write of the old one is in flight, and
+once it has begun every write of the old term finds no row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy.engine import Connection
+
+from framework.db import Database
+
+FENCE = """EXISTS (
+    SELECT 1 FROM {s}.owner_lease ol
+    WHERE ol.id = 1 AND ol.owner_id = :owner_id AND ol.revision = :owner_revision
+      AND ol.expires_at > clock_timestamp()
+    FOR SHARE)"""
+
+
+@dataclass(frozen=True)
+class OwnerTerm:
+    owner_id: str
+    revision: int
+
+    def params(self) -> dict[str, object]:
+        return {"owner_id": self.owner_id, "owner_revision": self.revision}
+
+
+def campaign(db: Database, conn: Connection, node_id: str) -> OwnerTerm | None:
+    """Take the lease if it is free or expired; a new term gets a new revision."""
+    revision = conn.execute(
+        db.sql("""
+            UPDATE {s}.owner_lease
+            SET owner_id = :node_id, revision = revision + 1, elected_at = clock_timestamp(),
+                expires_at = clock_timestamp() + make_interval(secs => :ttl)
+            WHERE id = 1 AND expires_at <= clock_timestamp()
+            RETURNING revision"""),
+        {"node_id": node_id, "ttl": db.settings.owner_lease_seconds},
+    ).scalar()
+    return OwnerTerm(node_id, revision) if revision is not None else None
+
+
+def renew(db: Database, conn: Connection, term: OwnerTerm) -> bool:
+    """Extend the current term; False means it is over (expired or taken)."""
+    row = conn.execute(
+        db.sql("""
+            UPDATE {s}.owner_lease
+            SET expires_at = clock_timestamp() + make_interval(secs => :ttl)
+            WHERE id = 1 AND owner_id = :owner_id AND revision = :owner_revision
+              AND expires_at > clock_timestamp()
+            RETURNING revision"""),
+        {**term.params(), "ttl": db.settings.owner_lease_seconds},
+    ).first()
+    return row is not None
+
+
+def resign(db: Database, conn: Connection, term: OwnerTerm) -> bool:
+    """End the term now so another node can take over without waiting."""
+    row = conn.execute(
+        db.sql("""
+            UPDATE {s}.owner_lease SET expires_at = '-infinity'
+            WHERE id = 1 AND owner_id = :owner_id AND revision = :owner_revision
+            RETURNING revision"""),
+        term.params(),
+    ).first()
+    return row is not None
+
+
+def hold(db: Database, conn: Connection, term: OwnerTerm) -> bool:
+    """Check the term at the start of a multi-statement owner transaction and
+    keep the lease row share-locked until it commits: no new term can begin
+    while this transaction's DDL and writes are in flight."""
+    return conn.execute(db.sql(f"SELECT {FENCE}"), term.params()).scalar() is True
+
+
+def current(db: Database, conn: Connection) -> dict[str, object]:
+    row = conn.execute(
+        db.sql("""
+            SELECT owner_id, revision, elected_at, expires_at,
+                   expires_at > clock_timestamp() AS live
+            FROM {s}.owner_lease WHERE id = 1""")
+    ).mappings().one()
+    return dict(row)

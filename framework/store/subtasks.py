@@ -1,0 +1,269 @@
+"""Live subtask rows: the owner inserts ranges; workers claim, renew,
+checkpoint and finish them under a lease.
+
+Worker writes are fenced on ``(id, exec_id, epoch)``; those that commit data
+(checkpoint, finish) also require the lease to be unexpired by the database
+clock. A write that hits 0 rows means the worker lost the subtask.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from framework.db import Database
+from framework.store.owner_lease import FENCE, OwnerTerm
+
+_HELD = "id = :id AND exec_id = :exec_id AND epoch = :epoch AND state = 'running'"
+_LEASE_LIVE = "exec_expired > clock_timestamp()"
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: int
+    job_id: int
+    start_key: int
+    end_key: int
+    curr_key: int
+    epoch: int
+    attempts: int
+    meta: dict[str, Any]
+    exec_id: str
+
+    def fence(self) -> dict[str, object]:
+        return {"id": self.id, "exec_id": self.exec_id, "epoch": self.epoch}
+
+
+# --- owner side -------------------------------------------------------------
+
+def insert_ranges(
+    db: Database, conn: Connection, term: OwnerTerm, job_id: int, step: int,
+    ranges: list[tuple[int, int]],
+) -> int:
+    return conn.execute(
+        db.sql(f"""
+            INSERT INTO {{s}}.background_subtask
+                (job_id, step, ordinal, state, start_key, end_key, curr_key)
+            SELECT :job_id, :step, r.ordinal - 1, 'pending', r.lo, r.hi, r.lo
+            FROM unnest(CAST(:los AS bigint[]), CAST(:his AS bigint[]))
+                 WITH ORDINALITY AS r(lo, hi, ordinal)
+            WHERE {FENCE}"""),
+        {"job_id": job_id, "step": step, "los": [lo for lo, _ in ranges],
+         "his": [hi for _, hi in ranges], **term.params()},
+    ).rowcount
+
+
+@dataclass(frozen=True)
+class StepSnapshot:
+    """Counts of one job step's subtasks, read in one statement (one snapshot)."""
+
+    pending: int = 0
+    running: int = 0
+    live_leases: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    cancelled: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.pending + self.running + self.succeeded + self.failed + self.cancelled
+
+    @property
+    def all_succeeded(self) -> bool:
+        return self.total > 0 and self.succeeded == self.total
+
+
+def step_snapshot(db: Database, conn: Connection, job_id: int, step: int) -> StepSnapshot:
+    row = conn.execute(
+        db.sql(f"""
+            SELECT count(*) FILTER (WHERE state = 'pending') AS pending,
+                   count(*) FILTER (WHERE state = 'running') AS running,
+                   count(*) FILTER (WHERE state = 'running' AND {_LEASE_LIVE}) AS live_leases,
+                   count(*) FILTER (WHERE state = 'succeeded') AS succeeded,
+                   count(*) FILTER (WHERE state = 'failed') AS failed,
+                   count(*) FILTER (WHERE state = 'cancelled') AS cancelled
+            FROM {{s}}.background_subtask WHERE job_id = :job_id AND step = :step"""),
+        {"job_id": job_id, "step": step},
+    ).mappings().one()
+    return StepSnapshot(**row)
+
+
+def fail_exhausted(
+    db: Database, conn: Connection, term: OwnerTerm, job_id: int, max_attempts: int
+) -> int:
+    """Fail subtasks whose lease expired on their last allowed attempt."""
+    return conn.execute(
+        db.sql(f"""
+            UPDATE {{s}}.background_subtask SET
+                state = 'failed', finished_at = clock_timestamp(), updated_at = clock_timestamp(),
+                error = coalesce(error, '') || 'lease expired on attempt ' || attempts
+                        || ' of ' || :max_attempts
+            WHERE job_id = :job_id AND state = 'running' AND exec_expired <= clock_timestamp()
+              AND attempts >= :max_attempts AND {FENCE}"""),
+        {"job_id": job_id, "max_attempts": max_attempts, **term.params()},
+    ).rowcount
+
+
+def cancel_unleased(db: Database, conn: Connection, term: OwnerTerm, job_id: int) -> int:
+    """Cancel every unfinished subtask no worker holds a live lease on."""
+    return conn.execute(
+        db.sql(f"""
+            UPDATE {{s}}.background_subtask SET
+                state = 'cancelled', finished_at = clock_timestamp(),
+                updated_at = clock_timestamp()
+            WHERE job_id = :job_id
+              AND (state = 'pending'
+                   OR (state = 'running' AND (exec_expired IS NULL
+                                              OR exec_expired <= clock_timestamp())))
+              AND {FENCE}"""),
+        {"job_id": job_id, **term.params()},
+    ).rowcount
+
+
+# --- worker side ------------------------------------------------------------
+
+def claim(db: Database, conn: Connection, exec_id: str) -> Claim | None:
+    """Claim one pending subtask, or a running one whose lease has expired.
+
+    SKIP LOCKED lets many workers claim at once without queueing on each other;
+    the epoch increment fences out whoever held the subtask before.
+    """
+    row = conn.execute(
+        db.sql("""
+            WITH candidate AS (
+                SELECT st.id
+                FROM {s}.background_subtask st
+                JOIN {s}.jobs j ON j.id = st.job_id
+                WHERE j.state = 'running' AND st.step = j.step
+                  AND (j.run_on_node IS NULL OR j.run_on_node = :exec_id)
+                  AND (st.state = 'pending'
+                       OR (st.state = 'running' AND st.exec_expired <= clock_timestamp()))
+                  AND (st.not_before IS NULL OR st.not_before <= clock_timestamp())
+                  AND st.attempts < :max_attempts
+                  AND (SELECT count(*) FROM {s}.background_subtask r
+                       WHERE r.job_id = j.id AND r.state = 'running'
+                         AND r.exec_expired > clock_timestamp()) < j.concurrency
+                ORDER BY j.priority DESC, j.id, st.ordinal
+                LIMIT 1
+                FOR UPDATE OF st SKIP LOCKED)
+            UPDATE {s}.background_subtask st SET
+                state = 'running', exec_id = :exec_id,
+                exec_expired = clock_timestamp() + make_interval(secs => :ttl),
+                epoch = st.epoch + 1, attempts = st.attempts + 1,
+                started_at = coalesce(st.started_at, clock_timestamp()),
+                updated_at = clock_timestamp()
+            FROM candidate WHERE st.id = candidate.id
+            RETURNING st.id, st.job_id, st.start_key, st.end_key, st.curr_key, st.epoch,
+                      st.attempts, st.meta"""),
+        {"exec_id": exec_id, "ttl": db.settings.lease_seconds,
+         "max_attempts": db.settings.max_attempts},
+    ).mappings().first()
+    return Claim(**row, exec_id=exec_id) if row else None
+
+
+def renew(db: Database, conn: Connection, claims: list[Claim]) -> dict[int, dict[str, Any]]:
+    """Renew many leases in one statement. Returns, for each lease still held,
+    its job's state and knobs (so ``reorg alter`` reaches running subtasks);
+    a claim missing from the result is lost."""
+    if not claims:
+        return {}
+    rows = conn.execute(
+        db.sql(f"""
+            UPDATE {{s}}.background_subtask st SET
+                exec_expired = clock_timestamp() + make_interval(secs => :ttl)
+            FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS held(id, epoch),
+                 {{s}}.jobs j
+            WHERE st.id = held.id AND st.epoch = held.epoch AND st.exec_id = :exec_id
+              AND st.state = 'running' AND st.{_LEASE_LIVE} AND j.id = st.job_id
+            RETURNING st.id, j.state AS job_state, j.batch_rows, j.max_rows_per_sec,
+                      j.concurrency"""),
+        {"ids": [c.id for c in claims], "epochs": [c.epoch for c in claims],
+         "exec_id": claims[0].exec_id, "ttl": db.settings.lease_seconds},
+    ).mappings()
+    return {r["id"]: dict(r) for r in rows}
+
+
+def checkpoint(
+    db: Database, conn: Connection, claim: Claim, curr_key: int, rows: int,
+    meta: dict[str, Any] | None = None,
+) -> bool:
+    """Advance curr_key inside the transaction that wrote the batch (DESIGN 3).
+
+    ``curr_key`` never moves backward (DESIGN 6): the statement refuses it.
+    """
+    return conn.execute(
+        db.sql(f"""
+            UPDATE {{s}}.background_subtask SET
+                curr_key = :curr_key, row_count = row_count + :rows,
+                meta = coalesce(CAST(:meta AS jsonb), meta), updated_at = clock_timestamp()
+            WHERE {_HELD} AND {_LEASE_LIVE} AND curr_key <= :curr_key AND :curr_key <= end_key"""),
+        {**claim.fence(), "curr_key": curr_key, "rows": rows,
+         "meta": json.dumps(meta) if meta is not None else None},
+    ).rowcount == 1
+
+
+def finish(db: Database, conn: Connection, claim: Claim) -> bool:
+    """Mark the subtask succeeded; only a fully covered range can succeed."""
+    return conn.execute(
+        db.sql(f"""
+            UPDATE {{s}}.background_subtask SET
+                state = 'succeeded', finished_at = clock_timestamp(),
+                updated_at = clock_timestamp(), error = NULL
+            WHERE {_HELD} AND {_LEASE_LIVE} AND curr_key = end_key"""),
+        claim.fence(),
+    ).rowcount == 1
+
+
+def release(db: Database, conn: Connection, claim: Claim) -> bool:
+    """Hand the subtask back at once (pause, cancel, drain) so another worker
+    can continue without waiting for the lease to expire. A voluntary release
+    does not use up an attempt."""
+    return conn.execute(
+        db.sql(f"""
+            UPDATE {{s}}.background_subtask SET
+                state = 'pending', exec_id = NULL, exec_expired = NULL,
+                attempts = greatest(attempts - 1, 0), updated_at = clock_timestamp()
+            WHERE {_HELD}"""),
+        claim.fence(),
+    ).rowcount == 1
+
+
+def retry_later(
+    db: Database, conn: Connection, claim: Claim, error: str, backoff_seconds: float
+) -> bool:
+    return conn.execute(
+        db.sql(f"""
+            UPDATE {{s}}.background_subtask SET
+                state = 'pending', exec_id = NULL, exec_expired = NULL, error = :error,
+                not_before = clock_timestamp() + make_interval(secs => :backoff),
+                updated_at = clock_timestamp()
+            WHERE {_HELD}"""),
+        {**claim.fence(), "error": error, "backoff": backoff_seconds},
+    ).rowcount == 1
+
+
+def fail(db: Database, conn: Connection, claim: Claim, error: str) -> bool:
+    return conn.execute(
+        db.sql(f"""
+            UPDATE {{s}}.background_subtask SET
+                state = 'failed', error = :error, finished_at = clock_timestamp(),
+                updated_at = clock_timestamp()
+            WHERE {_HELD}"""),
+        {**claim.fence(), "error": error},
+    ).rowcount == 1
+
+
+def release_all_of(db: Database, conn: Connection, exec_id: str) -> int:
+    """A node restarting with the same id hands back what its previous
+    incarnation held; clearing exec_id fences that incarnation out."""
+    return conn.execute(
+        db.sql("""
+            UPDATE {s}.background_subtask SET
+                state = 'pending', exec_id = NULL, exec_expired = NULL,
+                updated_at = clock_timestamp()
+            WHERE exec_id = :exec_id AND state = 'running'"""),
+        {"exec_id": exec_id},
+    ).rowcount
