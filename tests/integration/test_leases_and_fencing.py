@@ -1,0 +1,162 @@
+"""Leases and fences on a real PostgreSQL (DESIGN invariants 1, 2, 4, 6)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import sqlalchemy as sa
+from framework_fixtures import make_items
+
+from framework.jobtype import Job
+from framework.states import JobState
+from framework.store import history, jobs, owner_lease, subtasks
+from framework.submit import SubmitRequest, submit
+
+
+def _expire_owner(db) -> None:
+    with db.begin() as conn:
+        conn.execute(db.sql("UPDATE {s}.owner_lease SET expires_at = clock_timestamp() - interval '1s'"))
+
+
+def _expire_leases(db) -> None:
+    with db.begin() as conn:
+        conn.execute(db.sql(
+            "UPDATE {s}.background_subtask SET exec_expired = clock_timestamp() - interval '1s' "
+            "WHERE state = 'running'"))
+
+
+def _job_with_ranges(db, n_ranges: int = 3) -> tuple[int, owner_lease.OwnerTerm]:
+    make_items(db, 30)
+    job_id = submit(db, SubmitRequest("sql-update", {"table": "items", "set": "c=md5(b)"})).job_id
+    with db.begin() as conn:
+        term = owner_lease.campaign(db, conn, "owner-a")
+        subtasks.insert_ranges(db, conn, term, job_id, 1,
+                               [(1 + 10 * i, 11 + 10 * i) for i in range(n_ranges)])
+        jobs.transition(db, conn, job_id, JobState.QUEUED, JobState.RUNNING, actor="t",
+                        term=term, step=1)
+    return job_id, term
+
+
+def test_each_owner_term_has_a_higher_revision_and_deposed_writes_hit_nothing(db):
+    job_id, term_a = _job_with_ranges(db)
+    with db.begin() as conn:
+        assert owner_lease.campaign(db, conn, "owner-b") is None  # A's term is live
+    _expire_owner(db)  # A is paused past its lease
+    with db.begin() as conn:
+        term_b = owner_lease.campaign(db, conn, "owner-b")
+    assert term_b is not None and term_b.revision == term_a.revision + 1
+    with db.begin() as conn:
+        assert not owner_lease.renew(db, conn, term_a)
+        assert not owner_lease.hold(db, conn, term_a)
+        assert jobs.transition(db, conn, job_id, JobState.RUNNING, JobState.FAILED,
+                               actor="a", term=term_a) is None
+        assert subtasks.insert_ranges(db, conn, term_a, job_id, 1, [(100, 200)]) == 0
+        assert subtasks.cancel_unleased(db, conn, term_a, job_id) == 0
+        assert history.move_finished(db, conn, term_a, job_id, 100) == 0
+    with db.begin() as conn:
+        assert jobs.state(db, conn, job_id) is JobState.RUNNING
+        # The new owner's writes go through.
+        assert jobs.transition(db, conn, job_id, JobState.RUNNING, JobState.PAUSING,
+                               actor="b", term=term_b) is JobState.RUNNING
+
+
+def test_same_node_reelected_after_expiry_gets_a_new_revision(db):
+    with db.begin() as conn:
+        first = owner_lease.campaign(db, conn, "n1")
+    _expire_owner(db)
+    with db.begin() as conn:
+        again = owner_lease.campaign(db, conn, "n1")
+        assert again.revision == first.revision + 1
+        assert not owner_lease.hold(db, conn, first)
+
+
+def test_claims_fence_out_the_previous_holder(db):
+    job_id, _ = _job_with_ranges(db, 1)
+    with db.begin() as conn:
+        first = subtasks.claim(db, conn, "w1")
+    assert first.epoch == 1 and first.attempts == 1
+    with db.begin() as conn:  # a live lease is not claimable
+        assert subtasks.claim(db, conn, "w2") is None
+    _expire_leases(db)
+    with db.begin() as conn:
+        second = subtasks.claim(db, conn, "w2")
+    assert second.id == first.id and second.epoch == 2 and second.attempts == 2
+    with db.begin() as conn:
+        assert subtasks.renew(db, conn, [first]) == {}
+        assert not subtasks.checkpoint(db, conn, first, 5, 4)
+        assert not subtasks.finish(db, conn, first)
+        assert not subtasks.release(db, conn, first)
+        assert not subtasks.fail(db, conn, first, "zombie")
+        assert subtasks.checkpoint(db, conn, second, 5, 4)
+
+
+def test_expired_lease_cannot_checkpoint_even_before_anyone_reclaims(db):
+    _job_with_ranges(db, 1)
+    with db.begin() as conn:
+        claim = subtasks.claim(db, conn, "w1")
+    _expire_leases(db)
+    with db.begin() as conn:
+        assert not subtasks.checkpoint(db, conn, claim, 5, 4)
+
+
+def test_curr_key_never_moves_backward_and_finish_needs_the_whole_range(db):
+    _job_with_ranges(db, 1)
+    with db.begin() as conn:
+        claim = subtasks.claim(db, conn, "w1")
+        assert subtasks.checkpoint(db, conn, claim, 6, 5)
+        assert not subtasks.checkpoint(db, conn, claim, 4, 1)  # backward
+        assert not subtasks.checkpoint(db, conn, claim, 99, 1)  # past the range
+        assert not subtasks.finish(db, conn, claim)  # range not done
+        assert subtasks.checkpoint(db, conn, claim, 11, 5)
+        assert subtasks.finish(db, conn, claim)
+        row = conn.execute(db.sql("SELECT curr_key, row_count, state FROM {s}.background_subtask")).one()
+    assert tuple(row) == (11, 10, "succeeded")
+
+
+def test_lease_times_come_from_the_database_clock(db, monkeypatch):
+    _job_with_ranges(db, 1)
+    # A worker whose own clock is wildly wrong still gets a lease of exactly
+    # ttl on the database clock.
+    monkeypatch.setattr(time, "time", lambda: 0.0)
+    with db.begin() as conn:
+        subtasks.claim(db, conn, "w1")
+        ahead = conn.execute(db.sql(
+            "SELECT extract(epoch FROM exec_expired - clock_timestamp()) "
+            "FROM {s}.background_subtask")).scalar()
+        owner_lease.campaign(db, conn, "o")
+        owner_ahead = conn.execute(db.sql(
+            "SELECT extract(epoch FROM expires_at - clock_timestamp()) FROM {s}.owner_lease")).scalar()
+    assert db.settings.lease_seconds - 1 < float(ahead) <= db.settings.lease_seconds
+    assert db.settings.owner_lease_seconds - 1 < float(owner_ahead) <= db.settings.owner_lease_seconds
+
+
+def test_a_paused_zombie_in_an_open_transaction_is_cut_off_by_the_session_timeout(settings):
+    """A worker session that idles in a transaction (SIGSTOP mid-batch) is
+    killed before its lease length passes, releasing its row locks."""
+    from framework.db import Database
+
+    worker_db = Database(settings, role="worker")
+    with worker_db.engine.connect() as conn:
+        timeout = conn.execute(sa.text("SHOW idle_in_transaction_session_timeout")).scalar()
+        lock_timeout = conn.execute(sa.text("SHOW lock_timeout")).scalar()
+    worker_db.dispose()
+    assert timeout == "1s" and lock_timeout == "1s"  # lease 3 s -> a third of it
+
+
+def test_job_key_makes_submit_idempotent_and_one_active_job_per_table(db):
+    make_items(db, 10)
+    req = SubmitRequest("sql-update", {"table": "items", "set": "c=md5(b)"}, job_key="k1")
+    first, again = submit(db, req), submit(db, req)
+    assert first.created and not again.created and first.job_id == again.job_id
+    with pytest.raises(jobs.ActiveJobExists):
+        submit(db, SubmitRequest("sql-update", {"table": "public.items", "set": "c=b"}))
+
+
+def test_job_row_round_trips_into_the_job_type_view(db):
+    job_id, _ = _job_with_ranges(db, 1)
+    with db.begin() as conn:
+        job = jobs.get(db, conn, job_id)
+    assert isinstance(job, Job)
+    assert job.target_table == '"public"."items"' and job.key_column == '"id"'
+    assert job.params["column"] == "c" and job.params["work_schema"] == "reorg"
