@@ -1,0 +1,100 @@
+"""Shared fixtures: one PostgreSQL server per test session, one empty database per test.
+
+Server: a testcontainers ``postgres:15`` when a Docker engine answers, otherwise a
+throwaway cluster from local binaries (framework.pgcluster.LocalPostgres).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers import create_database, drop_database
+
+from framework.pgcluster import LocalPostgres
+
+# Framework fixtures (migrated database, settings, in-process nodes).
+pytest_plugins = ["framework_fixtures"]
+
+
+def _docker_available() -> bool:
+    """True when a Docker engine answers quickly; any failure means "no"."""
+    try:
+        import docker
+
+        docker.from_env(timeout=3).ping()
+        return True
+    except Exception:
+        return False
+
+
+@pytest.fixture
+def scratch_dir() -> Iterator[Path]:
+    """An empty directory the PostgreSQL server user can use.
+
+    pytest's tmp_path lives under a root-only (0700) directory when we run as root,
+    so the unprivileged server user could not reach it; mkdtemp under /tmp can be
+    handed over (LocalPostgres chowns the directory itself).
+    """
+    path = Path(tempfile.mkdtemp(prefix="reorg-test-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+# -- the server -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[str]:
+    """Admin URL (superuser, database ``postgres``) of the session's server."""
+    if _docker_available():
+        try:
+            from testcontainers.community.postgres import PostgresContainer
+        except ImportError:  # testcontainers < 4.10
+            from testcontainers.postgres import PostgresContainer
+
+        container = PostgresContainer(
+            "postgres:15", username="postgres", password="postgres", dbname="postgres", driver=None
+        ).with_command("postgres -c max_connections=300 -c fsync=off")  # as LocalPostgres
+        with container:
+            yield container.get_connection_url()
+        return
+
+    data_dir = Path(tempfile.mkdtemp(prefix="reorg-pg-", dir="/tmp"))  # see scratch_dir
+    server = LocalPostgres(data_dir, durable=False)
+    try:
+        server.init()
+        server.start()
+        yield server.url()
+    finally:
+        server.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+# -- databases ------------------------------------------------------------------
+# To give tests a migrated schema, add a session fixture that creates a template
+# database once (create_database + run migrations into it) and a function fixture
+# that calls create_database(pg_server, name, template=<that template>) exactly as
+# fresh_db does below; copying a template is much faster than migrating per test.
+
+
+def _unique_db_name(request: pytest.FixtureRequest) -> str:
+    # Test name in the database name makes leftovers easy to trace; max 63 bytes.
+    slug = re.sub(r"[^a-z0-9]+", "_", request.node.name.lower())[:40]
+    return f"t_{slug}_{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def fresh_db(pg_server: str, request: pytest.FixtureRequest) -> Iterator[str]:
+    """URL of a new, empty database of its own; dropped after the test."""
+    name = _unique_db_name(request)
+    url = create_database(pg_server, name)
+    try:
+        yield url
+    finally:
+        drop_database(pg_server, name)
