@@ -47,18 +47,23 @@ def describe_url(url: str) -> str:
 def session_options(settings: Settings, role: str) -> str:
     """libpq ``options`` for a process's sessions.
 
-    Workers keep every timeout below the lease length: a paused worker can sit
-    in an open transaction holding row locks, and its successor must not wait
-    for it longer than the lease it is taking over (DESIGN invariant 3).
+    Workers and the owner keep their timeouts below their lease length: a
+    paused process can sit in an open transaction holding row locks (or the
+    owner lease row), and its successor must not wait for it longer than the
+    lease it is taking over (DESIGN invariants 3 and 4).
     """
-    ms = int(settings.lease_seconds * 1000)
     opts = {"application_name": f"reorg-{role}", "timezone": "UTC"}
     if role == "worker":
+        ms = int(settings.lease_seconds * 1000)
         opts |= {
             "idle_in_transaction_session_timeout": str(ms // 3),
             "lock_timeout": str(ms // 3),
             "statement_timeout": str(ms // 2),
         }
+    elif role == "owner":
+        # No statement timeout: the split scans a whole key column.
+        ms = int(settings.owner_lease_seconds * 1000)
+        opts |= {"idle_in_transaction_session_timeout": str(ms // 3), "lock_timeout": str(ms // 3)}
     else:
         opts |= {"lock_timeout": "5000", "idle_in_transaction_session_timeout": "60000"}
     return " ".join(f"-c {k}={v}" for k, v in opts.items())
