@@ -187,19 +187,22 @@ class WorkerPool:
         reason = ctx.stop_reason[0] if ctx.stop_reason else None
         if isinstance(exc, LeaseLost) or reason == LEASE_LOST:
             return SlotResult(claim.id, "lost", one_line(exc))
+        error = one_line(exc)
         with self.db.begin() as conn:
             if isinstance(exc, Stopped) or reason is not None:
-                subtasks.release(self.db, conn, claim)
-                return SlotResult(claim.id, "released", reason or one_line(exc))
-            error = one_line(exc)
-            if is_retryable(exc) and claim.attempts < self.db.settings.max_attempts:
+                outcome, held = "released", subtasks.release(self.db, conn, claim)
+                error = reason or error
+            elif is_retryable(exc) and claim.attempts < self.db.settings.max_attempts:
                 backoff = leases.retry_backoff(
                     claim.attempts, self.db.settings.retry_backoff_seconds)
-                subtasks.retry_later(self.db, conn, claim, error, backoff)
-                return SlotResult(claim.id, "retry", error)
-            log.error("subtask %s failed: %s", claim.id, error, exc_info=exc)
-            subtasks.fail(self.db, conn, claim, f"attempt {claim.attempts}: {error}")
-            return SlotResult(claim.id, "failed", error)
+                outcome, held = "retry", subtasks.retry_later(self.db, conn, claim, error, backoff)
+            else:
+                log.error("subtask %s failed: %s", claim.id, error, exc_info=exc)
+                outcome = "failed"
+                held = subtasks.fail(self.db, conn, claim, f"attempt {claim.attempts}: {error}")
+        # Every one of those writes is fenced: 0 rows means another worker has
+        # the subtask now, and whatever this one was doing is void.
+        return SlotResult(claim.id, outcome if held else "lost", error)
 
     def _checkpoint(self, ctx: SubtaskContext, claim: Claim, conn: Connection, key: int,
                     rows: int, meta: dict | None) -> None:
