@@ -69,6 +69,20 @@ def session_options(settings: Settings, role: str) -> str:
     return " ".join(f"-c {k}={v}" for k, v in opts.items())
 
 
+def socket_options(settings: Settings) -> dict[str, int]:
+    """libpq socket settings so a partitioned connection fails instead of
+    hanging: a blackholed socket otherwise blocks a worker for hours."""
+    lease_ms = int(min(settings.lease_seconds, settings.owner_lease_seconds) * 1000)
+    return {
+        "connect_timeout": 5,
+        "keepalives": 1,
+        "keepalives_idle": 5,
+        "keepalives_interval": 2,
+        "keepalives_count": 3,
+        "tcp_user_timeout": max(lease_ms, 1000),
+    }
+
+
 class Database:
     """The system tables of one reorg installation (one URL, one schema)."""
 
@@ -80,7 +94,7 @@ class Database:
             pool_size=pool_size,
             max_overflow=pool_size,
             pool_pre_ping=True,
-            connect_args={"options": session_options(settings, role), "connect_timeout": 5},
+            connect_args={"options": session_options(settings, role), **socket_options(settings)},
         )
 
     def sql(self, template: str) -> sa.TextClause:

@@ -131,7 +131,7 @@ class SubtaskContext:
             already = self._hard
             self._on_stop.append(callback)
         if already:
-            callback()
+            _run_all([callback])
 
         def unregister() -> None:
             with self._lock:
@@ -152,10 +152,17 @@ class SubtaskContext:
                 return
             self._hard = True
             callbacks = list(self._on_stop)
-        for callback in callbacks:
-            # A failing canceller must not hide the stop itself.
-            with contextlib.suppress(Exception):
-                callback()
+        # Cancellers run on a thread of their own: cancelling a query needs the
+        # network, which may be the very thing that is broken (a partition).
+        threading.Thread(target=_run_all, args=(callbacks,), name="stop-subtask",
+                         daemon=True).start()
+
+
+def _run_all(callbacks: list[Callable[[], None]]) -> None:
+    for callback in callbacks:
+        # A failing canceller must not keep the others from running.
+        with contextlib.suppress(Exception):
+            callback()
 
 
 class JobType(Protocol):

@@ -74,6 +74,8 @@ class Node:
         self.scheduler.add_job(self.pool.renew_leases, "interval", id="renew",
                                seconds=leases.renew_interval(self.settings.lease_seconds),
                                **every)
+        self.scheduler.add_job(self.pool.expire_untrusted, "interval", id="watchdog",
+                               seconds=min(1.0, self.settings.lease_seconds / 6), **every)
         self.scheduler.start()
         self.listener.start()
         self.pool.start()

@@ -105,10 +105,7 @@ class WorkerPool:
                 alive = subtasks.renew(self.db, conn, [h.claim for h in held])
         except Exception as exc:
             log.warning("lease renewal failed: %s", one_line(exc))
-            for h in held:
-                ttl = self.db.settings.lease_seconds
-                if not leases.still_trusted(h.renewed_at, self.clock(), ttl):
-                    h.ctx.stop(LEASE_LOST, hard=True)
+            self.expire_untrusted()
             return
         for h in held:
             info = alive.get(h.claim.id)
@@ -126,6 +123,17 @@ class WorkerPool:
                 h.ctx.stop(f"job {state}", hard=True)
             elif state in _SOFT_STOP_STATES:
                 h.ctx.stop(f"job {state}", hard=False)
+
+    def expire_untrusted(self) -> None:
+        """Watchdog, run often and never touching the database: a renewal can
+        hang (partition), so the pool must notice on its own clock that a lease
+        is no longer trusted and abandon the work before others may claim it."""
+        ttl = self.db.settings.lease_seconds
+        with self._lock:
+            held = list(self._held.values())
+        for h in held:
+            if not leases.still_trusted(h.renewed_at, self.clock(), ttl):
+                h.ctx.stop(LEASE_LOST, hard=True)
 
     # --- slots ----------------------------------------------------------
 

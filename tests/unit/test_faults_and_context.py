@@ -3,6 +3,7 @@
 import threading
 
 import pytest
+from helpers import wait_until
 
 from framework import faults
 from framework.jobtype import LEASE_LOST, Job, LeaseLost, Stopped, SubtaskContext
@@ -38,6 +39,7 @@ def test_soft_stop_keeps_the_batch_and_hard_stop_runs_cancellers_once():
         ctx.raise_if_stopped()
     ctx.stop("job cancelling", hard=True)
     ctx.stop("job cancelling", hard=True)
+    wait_until(lambda: calls, 5, "canceller to run")
     assert calls == ["cancel"]
 
 
