@@ -1,0 +1,82 @@
+"""Owner housekeeping and wake-ups: history retention, dead nodes, NOTIFY."""
+
+from __future__ import annotations
+
+import time
+
+from framework_fixtures import make_items
+from helpers import wait_until
+
+from framework import control
+from framework.config import Settings
+from framework.db import Database
+from framework.owner import Owner
+from framework.store import nodes
+from framework.submit import SubmitRequest, submit
+
+
+def test_history_older_than_retention_is_deleted_and_newer_kept(db):
+    with db.begin() as conn:
+        conn.execute(db.sql("""
+            INSERT INTO {s}.jobs (id, type, params, target_table, key_column, state)
+            OVERRIDING SYSTEM VALUE VALUES (900, 't', '{}', 'x', 'id', 'succeeded')"""))
+        conn.execute(db.sql("""
+            INSERT INTO {s}.background_subtask_history
+                (id, job_id, step, ordinal, state, start_key, end_key, curr_key, moved_at)
+            SELECT g, 900, 1, g, 'succeeded', g * 10, g * 10 + 10, g * 10 + 10,
+                   clock_timestamp() - make_interval(days => CASE WHEN g <= 5 THEN 40 ELSE 1 END)
+            FROM generate_series(1, 8) g"""))
+    result = Owner(db, "o").tick()
+    assert "deleted 5 history rows past retention" in result.actions
+    with db.begin() as conn:
+        left = conn.execute(db.sql("SELECT id FROM {s}.background_subtask_history ORDER BY id")).scalars()
+        assert list(left) == [6, 7, 8]
+
+
+def test_nodes_whose_heartbeat_stopped_are_marked_dead(settings):
+    db = Database(Settings(**{**settings.__dict__, "node_dead_after_seconds": 1}))
+    with db.begin() as conn:
+        nodes.register(db, conn, node_id="gone", host="h", pid=1, version="v", slots=1)
+        nodes.register(db, conn, node_id="alive", host="h", pid=2, version="v", slots=1)
+        conn.execute(db.sql("UPDATE {s}.nodes SET heartbeat_at = clock_timestamp() - interval '5s' "
+                            "WHERE node_id = 'gone'"))
+    result = Owner(db, "o").tick()
+    assert "node gone marked dead" in result.actions
+    with db.begin() as conn:
+        states = dict((n["node_id"], n["state"]) for n in nodes.list_all(db, conn))
+    assert states == {"gone": "dead", "alive": "active"}
+    db.dispose()
+
+
+def test_idle_workers_wake_on_notify_long_before_their_poll_interval(db, start_node):
+    make_items(db, 500)
+    node = start_node("n1", poll_seconds=60)
+    wait_until(lambda: node.owner.term is not None, 10, "n1 to be elected")
+    submitted = time.monotonic()
+    job_id = submit(db, SubmitRequest("sql-update", {"table": "items", "set": "c=md5(b)"})).job_id
+    wait_until(lambda: control.status(db, job_id)[0]["state"] == "succeeded", 20,
+               "job to succeed without waiting for a 60 s poll")
+    assert time.monotonic() - submitted < 20
+
+
+def test_status_reads_history_through_its_index_with_100k_rows(db):
+    """With 100,000 finished subtasks in history, a job's status reads its
+    rows through the history index, not a sequential scan."""
+    with db.begin() as conn:
+        conn.execute(db.sql("""
+            INSERT INTO {s}.jobs (id, type, params, target_table, key_column, state)
+            OVERRIDING SYSTEM VALUE SELECT g, 't', '{}', 'x' || g, 'id', 'succeeded'
+            FROM generate_series(1, 100) g"""))
+        conn.execute(db.sql("""
+            INSERT INTO {s}.background_subtask_history
+                (id, job_id, step, ordinal, state, start_key, end_key, curr_key)
+            SELECT g, 1 + g % 100, 1, g, 'succeeded', g * 10, g * 10 + 10, g * 10 + 10
+            FROM generate_series(1, 100000) g"""))
+        conn.execute(db.sql("ANALYZE {s}.background_subtask_history"))
+        conn.execute(db.sql("ANALYZE {s}.jobs"))
+        plan = "\n".join(conn.execute(db.sql(
+            "EXPLAIN SELECT sum(row_count) FROM {s}.background_subtask_history WHERE job_id = 42"
+        )).scalars())
+    assert "history_job" in plan and "Seq Scan" not in plan
+    status = control.status(db, 42)
+    assert status[0]["succeeded"] == 1000
