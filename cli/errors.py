@@ -1,0 +1,98 @@
+"""The one place that turns an exception into what the user sees.
+
+Every failure prints exactly one line ``error: ...`` on stderr and exits
+non-zero, never a traceback (unless ``--debug`` / ``REORG_DEBUG=1``):
+
+    exit 2  bad input: usage errors, invalid parameters or settings, a refused
+            request (second active job on a table, cancel of a finished job)
+    exit 1  operational failure: database unreachable or behind, no PostgreSQL
+            binaries, database errors, and anything unexpected
+    other   a CliFailure carries its own code (``reorg wait`` uses 3 for timeout)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+import typer
+
+from framework.config import ConfigError
+from framework.db import DatabaseUnreachable, SchemaBehind
+from framework.jobtype import InvalidParams
+from framework.pgcluster import PostgresError, PostgresNotFound
+from framework.store.jobs import ActiveJobExists
+
+BAD_INPUT = 2
+OPERATIONAL = 1
+INTERRUPTED = 130
+DEBUG_HINT = "rerun with --debug or REORG_DEBUG=1 to see the traceback"
+
+
+class CliFailure(Exception):
+    """A failure the CLI itself detects; printed as its message alone."""
+
+    def __init__(self, message: str, exit_code: int = OPERATIONAL) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def debug_requested(args: Sequence[str]) -> bool:
+    # Read from argv/env directly: the error may come from parsing itself,
+    # before the global options callback has run.
+    env = os.environ.get("REORG_DEBUG", "").strip().lower()
+    return "--debug" in args or env in ("1", "true", "yes", "on", "y", "t")
+
+
+def handle(exc: BaseException, *, debug: bool) -> int:
+    """Print the one line for ``exc`` (and the traceback when debugging);
+    return the exit code."""
+    message, code, hint = classify(exc)
+    if debug and code != 0 and not isinstance(exc, typer.TyperException):
+        traceback.print_exception(exc, file=sys.stderr)
+    if message:
+        line = f"error: {message}" + (f" ({hint})" if hint and not debug else "")
+        print(line, file=sys.stderr, flush=True)
+    return code
+
+
+def classify(exc: BaseException) -> tuple[str, int, str | None]:
+    """(one-line message, exit code, hint) for an exception."""
+    if isinstance(exc, CliFailure):
+        return one_line(str(exc)), exc.exit_code, None
+    if isinstance(exc, typer.TyperException):  # click usage errors, vendored by typer
+        return _usage_error(exc)
+    if isinstance(exc, KeyboardInterrupt | typer.Abort):
+        return "interrupted", INTERRUPTED, None
+    if isinstance(exc, InvalidParams | ConfigError | ActiveJobExists):
+        return one_line(str(exc)), BAD_INPUT, None
+    if isinstance(exc, DatabaseUnreachable | SchemaBehind | PostgresNotFound | PostgresError):
+        return one_line(str(exc)), OPERATIONAL, None
+    if isinstance(exc, sa.exc.DBAPIError):
+        return f"database error: {one_line(str(exc.orig or exc))}", OPERATIONAL, DEBUG_HINT
+    return f"unexpected {type(exc).__name__}: {one_line(str(exc))}", OPERATIONAL, DEBUG_HINT
+
+
+def _usage_error(exc: typer.TyperException) -> tuple[str, int, str | None]:
+    ctx = getattr(exc, "ctx", None)
+    code = int(getattr(exc, "exit_code", BAD_INPUT))
+    # Matched by name: click's class lives in typer's private vendored copy.
+    # Its message is the help text; typer's rich formatter has already printed
+    # it while building that message and left the message empty.
+    if type(exc).__name__ == "NoArgsIsHelpError":
+        if exc.format_message().strip():
+            print(exc.format_message())
+        return "", BAD_INPUT, None
+    hint = f"see `{ctx.command_path} --help`" if ctx is not None else None
+    return one_line(exc.format_message()), code, hint
+
+
+def one_line(text: str) -> str:
+    """The first non-empty line, so multi-line driver errors stay one line."""
+    for line in text.strip().splitlines():
+        if line.strip():
+            return line.strip()
+    return "no details"

@@ -1,0 +1,66 @@
+"""``reorg history``: finished subtasks, read from ``background_subtask_history``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from cli.context import cli_state
+from cli.output import console, count, print_json
+from framework.db import Database
+from framework.jobtype import InvalidParams
+from framework.store import jobs
+
+app = typer.Typer()
+
+
+def finished_subtasks(db: Database, job_id: int | None, limit: int) -> list[dict[str, Any]]:
+    """Newest finished subtasks, or all of one job in range order.
+
+    Proposed for ``framework/store/history.py`` (as ``list_finished``): SQL
+    belongs in the stores; it lives here until that module grows a reader.
+    Both orders follow an index (history_job, history_moved_at)."""
+    with db.begin() as conn:
+        if job_id is not None and jobs.state(db, conn, job_id) is None:
+            raise InvalidParams(f"job {job_id} does not exist; `reorg status` lists jobs")
+        order = "step, ordinal" if job_id is not None else "moved_at DESC, id DESC"
+        rows = conn.execute(
+            db.sql(f"""
+                SELECT id, job_id, step, ordinal, state, start_key, end_key, curr_key,
+                       row_count, attempts, exec_id, error, started_at, finished_at, moved_at
+                FROM {{s}}.background_subtask_history
+                WHERE CAST(:job_id AS bigint) IS NULL OR job_id = :job_id
+                ORDER BY {order} LIMIT :limit"""),
+            {"job_id": job_id, "limit": limit},
+        ).mappings()
+        return [dict(r) for r in rows]
+
+
+@app.command()
+def history(
+    ctx: typer.Context,
+    job_id: Annotated[int | None, typer.Option("--job", metavar="JOB",
+                                               help="Only this job's subtasks.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")] = False,
+    limit: Annotated[int, typer.Option(min=1, help="Show at most N subtasks.")] = 100,
+) -> None:
+    """Finished subtasks: their range, rows, attempts and error."""
+    rows = finished_subtasks(cli_state(ctx).database(), job_id, limit)
+    if as_json:
+        print_json(rows)
+        return
+    if not rows:
+        console.print("no finished subtasks yet")
+        return
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for name in ("ID", "JOB", "ORDINAL", "STATE", "RANGE", "ROWS", "ATTEMPTS", "ERROR"):
+        table.add_column(name, overflow="fold",
+                         justify="right" if name in ("ID", "JOB", "ORDINAL", "ROWS",
+                                                     "ATTEMPTS") else "left")
+    for r in rows:
+        table.add_row(str(r["id"]), str(r["job_id"]), str(r["ordinal"]), r["state"],
+                      f"[{r['start_key']}, {r['end_key']})", count(r["row_count"]),
+                      str(r["attempts"]), r["error"] or "")
+    console.print(table)

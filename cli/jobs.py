@@ -1,0 +1,116 @@
+"""Commands on submitted jobs: status, wait, cancel, pause, resume, alter, events."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from cli import progress
+from cli.context import cli_state
+from cli.errors import CliFailure
+from cli.output import console, count, duration, print_json
+from framework import control
+
+app = typer.Typer()
+
+JobArg = Annotated[int, typer.Argument(metavar="JOB", help="Job id, as printed by `reorg submit`.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+
+WAIT_TIMEOUT_EXIT = 3
+
+
+@app.command()
+def status(
+    ctx: typer.Context,
+    job_id: Annotated[int | None, typer.Argument(metavar="[JOB]", help="Show only this job.")] = None,
+    watch: Annotated[bool, typer.Option("--watch", "-w",
+                                        help="Redraw live progress until every shown job ends.")] = False,
+    as_json: JsonOpt = False,
+    limit: Annotated[int, typer.Option(min=1, help="Show the newest N jobs.")] = 20,
+) -> None:
+    """Progress of jobs: state, percent, rows, rows/s, ETA, subtasks, nodes."""
+    db = cli_state(ctx).database()
+    if watch and not as_json:
+        with contextlib.suppress(KeyboardInterrupt):  # leaving a watch is not an error
+            progress.watch(db, job_id, limit)
+        return
+    jobs = control.status(db, job_id, limit)
+    if as_json:
+        print_json([progress.for_json(j) for j in jobs])
+    elif not jobs:
+        console.print("no jobs; submit one with `reorg submit`")
+    else:
+        console.print(progress.status_table(jobs))
+
+
+@app.command()
+def wait(
+    ctx: typer.Context,
+    job_id: JobArg,
+    timeout: Annotated[float | None, typer.Option(min=0, help="Give up after S seconds (exit 3).")] = None,
+) -> None:
+    """Wait until a job ends: exit 0 when it succeeded, 1 when it was
+    cancelled or reverted, 3 on timeout."""
+    job = progress.wait_terminal(cli_state(ctx).database(), job_id, timeout)
+    if job is None:
+        raise CliFailure(f"job {job_id} has not finished after {timeout:g}s; "
+                         "`reorg status` shows where it is", WAIT_TIMEOUT_EXIT)
+    if job["state"] != "succeeded":
+        raise CliFailure(f"job {job_id} {job['state']}: {job['error'] or 'no error recorded'}")
+    print(f"job {job_id} succeeded: {count(job['rows_done'])} rows in "
+          f"{duration(job['elapsed_seconds'])}")
+
+
+@app.command()
+def cancel(ctx: typer.Context, job_id: JobArg) -> None:
+    """Cancel a job; the owner rolls back whatever it already changed."""
+    print(control.cancel(cli_state(ctx).database(), job_id))
+
+
+@app.command()
+def pause(ctx: typer.Context, job_id: JobArg) -> None:
+    """Pause a running job: workers finish their batch, checkpoint and release."""
+    print(control.pause(cli_state(ctx).database(), job_id))
+
+
+@app.command()
+def resume(ctx: typer.Context, job_id: JobArg) -> None:
+    """Resume a paused job from where it stopped."""
+    print(control.resume(cli_state(ctx).database(), job_id))
+
+
+@app.command()
+def alter(
+    ctx: typer.Context,
+    job_id: JobArg,
+    batch_rows: Annotated[int | None, typer.Option(help="Rows per batch.")] = None,
+    max_rows_per_sec: Annotated[int | None, typer.Option(help="Rows/s limit; 0 removes it.")] = None,
+    concurrency: Annotated[int | None, typer.Option(help="Subtasks running at once.")] = None,
+) -> None:
+    """Change a live job's knobs; workers pick them up at their next batch."""
+    control.alter(cli_state(ctx).database(), job_id, batch_rows=batch_rows,
+                  max_rows_per_sec=max_rows_per_sec, concurrency=concurrency)
+    changed = {"batch_rows": batch_rows, "max_rows_per_sec": max_rows_per_sec,
+               "concurrency": concurrency}
+    print(f"job {job_id} altered: "
+          + ", ".join(f"{k}={v}" for k, v in changed.items() if v is not None))
+
+
+@app.command()
+def events(ctx: typer.Context, job_id: JobArg, as_json: JsonOpt = False) -> None:
+    """The audit log of a job: every state change, who made it and why."""
+    rows = control.events(cli_state(ctx).database(), job_id)
+    if as_json:
+        print_json(rows)
+        return
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for name in ("AT", "ACTOR", "FROM", "TO", "DETAIL"):
+        table.add_column(name, overflow="fold")
+    for e in rows:
+        table.add_row(e["at"].isoformat(timespec="seconds"), e["actor"],
+                      e["from_state"] or "-", e["to_state"], e["detail"] or "")
+    console.print(table)
+

@@ -1,0 +1,83 @@
+"""The ``reorg`` command: global options, the command groups, and ``main``."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Annotated, NoReturn
+
+import typer
+
+from cli import db, demo, history, jobs, nodes, submit, worker
+from cli.context import CliState, GlobalOptions
+from cli.errors import debug_requested, handle
+from framework.config import Settings
+
+app = typer.Typer(
+    name="reorg",
+    help="Distributed online backfill and reorg jobs on large PostgreSQL tables.",
+    no_args_is_help=True,
+    add_completion=False,
+    # Our own handler prints one line per error (cli.errors), never a traceback.
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(submit.app, name="submit")
+app.add_typer(jobs.app)
+app.add_typer(history.app)
+app.add_typer(nodes.app)
+app.add_typer(worker.app)
+app.add_typer(db.app, name="db")
+app.add_typer(demo.app)
+
+_PANEL = "Global options"
+_DEFAULT = Settings("")
+
+
+@app.callback()
+def global_options(
+    ctx: typer.Context,
+    db_url: Annotated[str | None, typer.Option(
+        "--db", envvar="REORG_DATABASE_URL", rich_help_panel=_PANEL, show_default=False,
+        help="postgresql:// URL of the database holding the system tables "
+             "(default: the embedded database, started on demand).")] = None,
+    schema: Annotated[str, typer.Option(
+        envvar="REORG_SCHEMA", rich_help_panel=_PANEL,
+        help="PostgreSQL schema of the system tables.")] = _DEFAULT.schema,
+    lease_seconds: Annotated[float, typer.Option(
+        envvar="REORG_LEASE_SECONDS", rich_help_panel=_PANEL,
+        help="How long a worker's claim on a subtask lasts without renewal.")] = (
+        _DEFAULT.lease_seconds),
+    owner_lease_seconds: Annotated[float, typer.Option(
+        envvar="REORG_OWNER_LEASE_SECONDS", rich_help_panel=_PANEL,
+        help="How long the owner's term lasts without renewal.")] = _DEFAULT.owner_lease_seconds,
+    max_attempts: Annotated[int, typer.Option(
+        envvar="REORG_MAX_ATTEMPTS", rich_help_panel=_PANEL,
+        help="Attempts per subtask before it fails for good.")] = _DEFAULT.max_attempts,
+    debug: Annotated[bool, typer.Option(
+        "--debug", envvar="REORG_DEBUG", rich_help_panel=_PANEL,
+        help="Show tracebacks and debug logs.")] = False,
+) -> None:
+    state = CliState(GlobalOptions(db_url, schema, lease_seconds, owner_lease_seconds,
+                                   max_attempts, debug))
+    ctx.obj = state
+    ctx.call_on_close(state.close)
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Run ``reorg`` with ``argv``; returns the exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        # standalone_mode=False: errors reach our handler instead of click's.
+        code = app(args=args, prog_name="reorg", standalone_mode=False)
+    except (Exception, KeyboardInterrupt) as exc:
+        return handle(exc, debug=debug_requested(args))
+    return code if isinstance(code, int) else 0
+
+
+def main() -> NoReturn:
+    sys.exit(run())
+
+
+if __name__ == "__main__":
+    main()

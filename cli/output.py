@@ -1,0 +1,60 @@
+"""Output helpers shared by every command: JSON for scripts, compact numbers
+and durations for people."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from rich.console import Console
+
+# Piped output is read by people in logs and pagers, not cut to a terminal:
+# rich would otherwise wrap every table at 80 columns.
+_PIPE_WIDTH = None if sys.stdout.isatty() or "COLUMNS" in os.environ else 200
+console = Console(highlight=False, width=_PIPE_WIDTH)
+
+_QUOTED_NAME = re.compile(r'"((?:[^"]|"")*)"')
+
+
+def print_json(value: Any) -> None:
+    print(json.dumps(value, default=_json_default, indent=2))
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, Decimal):
+        return float(value)
+    return str(value)
+
+
+def table_name(quoted: str) -> str:
+    """``"public"."items"`` as users write it: ``public.items``."""
+    parts = _QUOTED_NAME.findall(quoted)
+    return ".".join(p.replace('""', '"') for p in parts) if parts else quoted
+
+
+def count(n: int | float | Decimal | None) -> str:
+    return "-" if n is None else f"{int(n):,}"
+
+
+def rate(per_sec: float | None) -> str:
+    return "-" if not per_sec else f"{per_sec:,.0f}"
+
+
+def duration(seconds: float | Decimal | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(round(float(seconds)))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"

@@ -1,0 +1,124 @@
+"""How jobs look: the status table, live progress bars, and waiting for a
+job to finish. Shared by ``status``, ``wait`` and ``demo``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.live import Live
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from cli.output import console, count, duration, rate, table_name
+from framework import control
+from framework.db import Database
+from framework.states import JOB_TERMINAL
+
+POLL_SECONDS = 0.5
+
+# Called between polls; may raise to stop waiting (the demo checks its workers).
+Tick = Callable[[], None]
+
+_STATE_STYLE = {
+    "succeeded": "green", "running": "cyan", "queued": "dim", "failed": "red",
+    "reverting": "red", "reverted": "red", "cancelling": "yellow", "cancelled": "yellow",
+    "pausing": "yellow", "paused": "yellow", "resuming": "cyan",
+}
+
+
+def is_terminal(job: dict[str, Any]) -> bool:
+    return job["state"] in JOB_TERMINAL
+
+
+def for_json(job: dict[str, Any]) -> dict[str, Any]:
+    """A status row as scripts see it: every column, plus the table as users
+    write it."""
+    return {**job, "table": table_name(job["target_table"])}
+
+
+def _state(job: dict[str, Any]) -> Text:
+    return Text(job["state"], style=_STATE_STYLE.get(job["state"], ""))
+
+
+def _subtasks(job: dict[str, Any]) -> str:
+    return f"{job['pending']}/{job['running']}/{job['succeeded']}/{job['failed']}"
+
+
+def status_table(jobs: list[dict[str, Any]]) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for name in ("ID", "TYPE", "TABLE", "STATE", "STEP", "%", "ROWS", "ROWS/S", "ETA",
+                 "SUBTASKS P/R/S/F", "NODES", "ERROR"):
+        numeric = name in ("ID", "STEP", "%", "ROWS/S")
+        table.add_column(name, justify="right" if numeric else "left", overflow="fold")
+    for job in jobs:
+        table.add_row(
+            str(job["id"]), job["type"], table_name(job["target_table"]), _state(job),
+            str(job["step"]), f"{job['percent']:.1f}",
+            f"{count(job['rows_done'])}/{count(job['rows_total'])}",
+            rate(job["rows_per_sec"]), duration(job["eta_seconds"]), _subtasks(job),
+            ", ".join(job["nodes"]) or "-", job["error"] or "",
+        )
+    return table
+
+
+def progress_view(jobs: list[dict[str, Any]]) -> RenderableType:
+    """Two lines per job, a progress bar and the figures, so it fits 80 columns;
+    for ``--watch`` and the demo."""
+    parts: list[RenderableType] = []
+    for job in jobs:
+        head = Table.grid(expand=True, padding=(0, 1))
+        head.add_column(no_wrap=True)
+        head.add_column(ratio=1)
+        head.add_column(no_wrap=True, justify="right")
+        head.add_row(
+            Text.assemble(f"job {job['id']} ", _state(job), f" {table_name(job['target_table'])}"),
+            ProgressBar(total=100.0, completed=job["percent"]), f"{job['percent']:5.1f}%",
+        )
+        parts.append(head)
+        parts.append(Text(
+            f"  rows {count(job['rows_done'])}/{count(job['rows_total'])}"
+            f"  {rate(job['rows_per_sec'])} rows/s  ETA {duration(job['eta_seconds'])}"
+            f"  subtasks {job['pending']} pending, {job['running']} running, "
+            f"{job['succeeded']} succeeded, {job['failed']} failed"
+            f"  nodes {len(job['nodes'])}", style="dim"))
+        if job["error"]:
+            parts.append(Text(f"  error: {job['error']}", style="red"))
+    return Group(*parts)
+
+
+def watch(db: Database, job_id: int | None, limit: int,
+          on_tick: Tick | None = None) -> list[dict[str, Any]]:
+    """Redraw progress until every shown job is terminal; returns the last
+    status read. ``on_tick`` runs before every redraw and may raise to stop
+    (the demo checks that its workers are alive)."""
+    jobs = control.status(db, job_id, limit)
+    with Live(progress_view(jobs), console=console, refresh_per_second=4) as live:
+        while not all(is_terminal(j) for j in jobs):
+            time.sleep(POLL_SECONDS)
+            if on_tick is not None:
+                on_tick()
+            jobs = control.status(db, job_id, limit)
+            live.update(progress_view(jobs))
+    if not console.is_terminal:
+        console.line()  # Live ends a terminal's last line itself, not a pipe's
+    return jobs
+
+
+def wait_terminal(db: Database, job_id: int, timeout: float | None,
+                  on_tick: Tick | None = None) -> dict[str, Any] | None:
+    """Poll until the job is terminal; None when ``timeout`` passes first."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        job = control.status(db, job_id, 1)[0]
+        if is_terminal(job):
+            return job
+        if deadline is not None and time.monotonic() >= deadline:
+            return None
+        if on_tick is not None:
+            on_tick()
+        pause = POLL_SECONDS if deadline is None else min(POLL_SECONDS, deadline - time.monotonic())
+        time.sleep(max(pause, 0.0))

@@ -1,0 +1,153 @@
+"""Helpers for the ``reorg`` acceptance tests (this module holds no tests).
+
+The tests run the
+installed ``reorg`` executable as a subprocess, always with ``--db``, and an
+environment cleared of ``REORG_*`` so nothing reaches the embedded default.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+REORG = shutil.which("reorg")
+SYSTEM_SCHEMA = "reorg"
+TERMINAL = {"succeeded", "cancelled", "reverted"}
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REORG_")}
+    return {**env, "COLUMNS": "200", **extra}
+
+
+def reorg(url: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run ``reorg --db URL ARGS...`` and return its result (never raises on exit code)."""
+    assert REORG, "the `reorg` command is not installed; run `pip install -e .`"
+    return subprocess.run([REORG, "--db", url, *args], capture_output=True, text=True,
+                          timeout=timeout, env=clean_env(), stdin=subprocess.DEVNULL)
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    """stdout of a run that must have succeeded."""
+    assert result.returncode == 0, f"exit {result.returncode}: {result.stderr}"
+    return result.stdout
+
+
+def reorg_json(url: str, *args: str) -> Any:
+    return json.loads(ok(reorg(url, *args, "--json")))
+
+
+def submit(url: str, *args: str) -> int:
+    return int(ok(reorg(url, "submit", "sql-update", *args)).strip())
+
+
+def job_status(url: str, job_id: int) -> dict[str, Any]:
+    return reorg_json(url, "status", str(job_id))[0]
+
+
+def assert_one_error_line(result: subprocess.CompletedProcess[str], exit_code: int) -> str:
+    """The contract for every rejected command: one ``error:`` line on stderr,
+    the expected non-zero exit code, no traceback; returns the line."""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, f"expected one stderr line, got:\n{result.stderr}"
+    assert lines[0].startswith("error: "), lines[0]
+    assert "Traceback" not in result.stderr + result.stdout
+    assert result.returncode == exit_code, f"exit {result.returncode}: {lines[0]}"
+    return lines[0]
+
+
+# -- the user's table and snapshots of every table ------------------------------
+
+
+def execute(url: str, statement: str, params: dict[str, Any] | None = None) -> list[tuple]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        cur = conn.execute(statement, params)  # type: ignore[arg-type]
+        return cur.fetchall() if cur.description else []
+
+
+def make_items(url: str, rows: int, table: str = "items") -> None:
+    """``items(id bigint pk, a int, b text, c text)`` with keys 1..rows."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE TABLE {} (id bigint PRIMARY KEY, a int, b text, c text)")
+                     .format(sql.Identifier(table)))
+        conn.execute(sql.SQL("INSERT INTO {} SELECT g, g %% 97, 'v' || g, NULL "
+                             "FROM generate_series(1, %s) g").format(sql.Identifier(table)),
+                     (rows,))
+
+
+def dump(url: str, *, schemas: tuple[str, ...] = (SYSTEM_SCHEMA, "public"),
+         skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Every table of ``schemas`` (columns and sorted rows), to compare before
+    and after a command. Tables a command might create show up too."""
+    snapshot: dict[str, Any] = {}
+    with psycopg.connect(url, autocommit=True) as conn:
+        tables = conn.execute(
+            "SELECT table_schema, table_name FROM information_schema.tables "
+            "WHERE table_schema = ANY(%s) ORDER BY 1, 2", (list(schemas),)).fetchall()
+        for schema, table in tables:
+            if table in skip:
+                continue
+            name = sql.Identifier(schema, table)
+            columns = conn.execute(
+                "SELECT column_name, data_type FROM information_schema.columns "
+                "WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
+                (schema, table)).fetchall()
+            # Rows as text: exact, and safe for values psycopg cannot load
+            # (the owner lease starts at '-infinity').
+            rows = conn.execute(sql.SQL("SELECT t::text FROM {} t").format(name)).fetchall()
+            snapshot[f"{schema}.{table}"] = (columns, sorted(r[0] for r in rows))
+    return snapshot
+
+
+# -- worker processes -------------------------------------------------------------
+
+
+@dataclass
+class Worker:
+    node_id: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@dataclass
+class Workers:
+    """``reorg worker`` subprocesses; ``stop_all`` kills what is left (teardown)."""
+
+    url: str
+    started: list[Worker] = field(default_factory=list)
+
+    def start(self, node_id: str, *args: str) -> Worker:
+        assert REORG
+        fd, path = tempfile.mkstemp(prefix=f"reorg-{node_id}-", suffix=".log")
+        with os.fdopen(fd, "wb") as log:
+            proc = subprocess.Popen(
+                [REORG, "--db", self.url, "--lease-seconds", "5", "--owner-lease-seconds", "5",
+                 "worker", "--node-id", node_id, "--poll-seconds", "0.2", *args],
+                env=clean_env(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        worker = Worker(node_id, proc, Path(path))
+        self.started.append(worker)
+        return worker
+
+    def stop_all(self) -> None:
+        for w in self.started:
+            if w.proc.poll() is None:
+                w.proc.send_signal(signal.SIGKILL)
+            w.proc.wait(timeout=10)
+            w.log_path.unlink(missing_ok=True)
+
+    def __iter__(self) -> Iterator[Worker]:
+        return iter(self.started)
