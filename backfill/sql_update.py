@@ -21,7 +21,14 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
-from backfill.tables import inspect_table, parse_assignment, parse_column_spec, quote, resolve_type
+from backfill.tables import (
+    explain_or_fail,
+    inspect_table,
+    parse_assignment,
+    parse_column_spec,
+    quote,
+    resolve_type,
+)
 from framework import jobtype
 from framework.jobtype import InvalidParams, Job, SubtaskContext, Target
 
@@ -66,20 +73,10 @@ class SqlUpdate:
     @staticmethod
     def _check_expression(conn: Connection, table: str, display: str, expr: str,
                           where: str | None, type_: str) -> None:
-        # EXPLAIN parses and type-checks without running anything; the bind
-        # parameter keeps the statement on the extended protocol, which refuses
-        # a second statement smuggled in after a semicolon.
-        try:
-            with conn.begin_nested():
-                conn.execute(text(
-                    f"EXPLAIN SELECT CAST(({expr}) AS {type_}) FROM {table} "
-                    f"WHERE ({where or 'TRUE'}) AND :one = 1"), {"one": 1})
-        except Exception as exc:
-            detail = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
-            part = "--where" if where and "WHERE" in detail.upper() else "--set"
-            raise InvalidParams(
-                f"{part} does not work on {display}: {detail}; fix the expression"
-            ) from None
+        # The predicate first, on its own, so an error names the right option.
+        if where:
+            explain_or_fail(conn, f"SELECT 1 FROM {table} WHERE ({where})", "--where", display)
+        explain_or_fail(conn, f"SELECT CAST(({expr}) AS {type_}) FROM {table}", "--set", display)
 
     def prepare(self, conn: Connection, job: Job) -> None:
         p = job.params

@@ -108,3 +108,15 @@ def resolve_type(conn: Connection, type_name: str) -> str:
     except Exception:
         raise bad from None
     return type_name
+
+
+def explain_or_fail(conn: Connection, select: str, option: str, display: str) -> None:
+    """EXPLAIN a user-supplied query: it parses and type-checks without running
+    anything. The bind parameter keeps it on the extended protocol, which
+    refuses a second statement smuggled in after a semicolon."""
+    try:
+        with conn.begin_nested():
+            conn.execute(text(f"EXPLAIN SELECT * FROM ({select}) q WHERE :one = 1"), {"one": 1})
+    except Exception as exc:
+        detail = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
+        raise InvalidParams(f"{option} does not work on {display}: {detail}; fix it") from None

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-import sqlalchemy as sa
 import typer
 
 from framework import migrate
@@ -17,7 +16,6 @@ from framework.config import ConfigError, Settings
 from framework.db import Database
 
 # Any constant works; it only has to be the same for every reorg process.
-_UPGRADE_LOCK_KEY = 0x7265_6F72_67  # "reorg"
 
 
 @dataclass(frozen=True)
@@ -86,15 +84,9 @@ class CliState:
 
 
 def upgrade_if_behind(db: Database) -> None:
-    """Upgrade unless current, serialised across processes: two first commands
-    on a new embedded database must not both run the migrations."""
-    if db.schema_revision() == migrate.head_revision():
-        return
-    with db.begin() as conn:
-        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _UPGRADE_LOCK_KEY})
-        # The lock is held until this transaction ends; re-check under it.
-        if db.schema_revision() != migrate.head_revision():
-            migrate.upgrade(db)
+    """Upgrade unless current (``migrate.upgrade`` serialises concurrent runs)."""
+    if db.schema_revision() != migrate.head_revision():
+        migrate.upgrade(db)
 
 
 def cli_state(ctx: typer.Context) -> CliState:

@@ -11,31 +11,17 @@ from cli.context import cli_state
 from cli.output import console, count, print_json
 from framework.db import Database
 from framework.jobtype import InvalidParams
+from framework.store import history as history_store
 from framework.store import jobs
 
 app = typer.Typer()
 
 
 def finished_subtasks(db: Database, job_id: int | None, limit: int) -> list[dict[str, Any]]:
-    """Newest finished subtasks, or all of one job in range order.
-
-    Proposed for ``framework/store/history.py`` (as ``list_finished``): SQL
-    belongs in the stores; it lives here until that module grows a reader.
-    Both orders follow an index (history_job, history_moved_at)."""
     with db.begin() as conn:
         if job_id is not None and jobs.state(db, conn, job_id) is None:
             raise InvalidParams(f"job {job_id} does not exist; `reorg status` lists jobs")
-        order = "step, ordinal" if job_id is not None else "moved_at DESC, id DESC"
-        rows = conn.execute(
-            db.sql(f"""
-                SELECT id, job_id, step, ordinal, state, start_key, end_key, curr_key,
-                       row_count, attempts, exec_id, error, started_at, finished_at, moved_at
-                FROM {{s}}.background_subtask_history
-                WHERE CAST(:job_id AS bigint) IS NULL OR job_id = :job_id
-                ORDER BY {order} LIMIT :limit"""),
-            {"job_id": job_id, "limit": limit},
-        ).mappings()
-        return [dict(r) for r in rows]
+        return history_store.list_finished(db, conn, job_id, limit)
 
 
 @app.command()

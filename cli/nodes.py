@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import sqlalchemy as sa
 import typer
 from rich.table import Table
 
@@ -53,12 +52,6 @@ def _owner_flag(is_owner: bool, revision: int | None) -> str:
     return "yes" if revision is None else f"yes (revision {revision})"
 
 
-def _owner_revision(db: Database) -> int | None:
-    """The owner term's revision, or None when the lease row cannot be read:
-    after a resign its expires_at is '-infinity', which psycopg refuses to
-    load (framework fix proposed; the owner flag itself comes from SQL)."""
-    try:
-        with db.begin() as conn:
-            return int(owner_lease.current(db, conn)["revision"])  # type: ignore[call-overload]
-    except sa.exc.DataError:
-        return None
+def _owner_revision(db: Database) -> int:
+    with db.begin() as conn:
+        return int(owner_lease.current(db, conn)["revision"])  # type: ignore[call-overload]

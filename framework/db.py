@@ -100,17 +100,20 @@ class Database:
     def sql(self, template: str) -> sa.TextClause:
         return _compiled(template, self.schema)
 
-    @contextmanager
-    def begin(self) -> Iterator[Connection]:
-        """A transaction; translates 'cannot connect' into DatabaseUnreachable."""
+    def connect(self, **execution_options: object) -> Connection:
+        """A connection; translates 'cannot connect' into DatabaseUnreachable."""
         try:
-            conn = self.engine.connect()
+            return self.engine.connect().execution_options(**execution_options)
         except sa.exc.OperationalError as exc:
             raise DatabaseUnreachable(
                 f"cannot reach PostgreSQL at {describe_url(self.settings.database_url)}: "
                 f"{_first_line(exc.orig)}; start it or pass --db / REORG_DATABASE_URL"
             ) from exc
-        with conn, conn.begin():
+
+    @contextmanager
+    def begin(self, **execution_options: object) -> Iterator[Connection]:
+        """A transaction on a new connection (see ``connect``)."""
+        with self.connect(**execution_options) as conn, conn.begin():
             yield conn
 
     def schema_revision(self) -> str | None:

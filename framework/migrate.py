@@ -7,6 +7,7 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
+from sqlalchemy import text
 
 from framework.db import Database
 
@@ -26,9 +27,17 @@ def head_revision() -> str:
     return heads[0]
 
 
+# Any fixed number: it serialises concurrent upgrades of one database.
+_UPGRADE_LOCK = 0x7265_6F72_6700
+
+
 def upgrade(db: Database, revision: str = "head") -> None:
+    """Apply migrations. Two processes upgrading at once (e.g. the first two
+    commands on a new embedded database) take turns; the second finds nothing
+    left to do."""
     cfg = alembic_config(db.schema)
     with db.begin() as conn:
+        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _UPGRADE_LOCK})
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)
 

@@ -55,6 +55,9 @@ class Node:
         self.listener = Listener(settings.database_url, jobs.channel(self.worker_db),
                                  self._on_notify)
         self.stopped = threading.Event()
+        # Set while an owner tick runs: a wake-up then would only be skipped
+        # (and logged) by the scheduler, and the tick sees the change anyway.
+        self._owner_busy = threading.Event()
 
     def start(self) -> None:
         with self.worker_db.begin() as conn:
@@ -115,11 +118,14 @@ class Node:
             log.warning("heartbeat failed: %s", one_line(exc))
 
     def _owner_tick(self) -> None:
+        self._owner_busy.set()
         try:
             result = self.owner.tick()
         except Exception as exc:
             log.warning("owner tick failed: %s", one_line(exc), exc_info=exc)
             return
+        finally:
+            self._owner_busy.clear()
         for action in result.actions:
             log.info("owner rev %s: %s", result.revision, action)
 
@@ -128,7 +134,7 @@ class Node:
         # A job state change may concern a running subtask (cancel, pause) or
         # the owner (new job, resume): act now instead of at the next interval.
         now = datetime.now(UTC)
-        for job_id in ("owner", "renew"):
+        for job_id in ("renew",) if self._owner_busy.is_set() else ("owner", "renew"):
             job = self.scheduler.get_job(job_id)
             if job is not None:
                 job.modify(next_run_time=now)

@@ -133,11 +133,9 @@ class Owner:
         kind = jobtype.get(job.type)
         # The split reads the whole key column; it runs before, and outside, the
         # transaction that takes DDL locks, so the table is never locked for it.
-        with self.db.engine.connect() as conn:
-            conn = conn.execution_options(isolation_level="REPEATABLE READ")
-            with conn.begin():
-                plan = plan_split(conn, job.target_table, job.key_column,
-                                  job.params.get("rows_per_subtask"))
+        with self.db.begin(isolation_level="REPEATABLE READ") as conn:
+            plan = plan_split(conn, job.target_table, job.key_column,
+                              job.params.get("rows_per_subtask"))
         local = len(plan.ranges) < self.db.settings.local_job_max_subtasks
         try:
             with self._fenced(term) as conn:

@@ -52,13 +52,11 @@ class SubmitResult:
 def submit(db: Database, request: SubmitRequest) -> SubmitResult:
     request.check_limits()
     kind = jobtype.get(request.type)
-    with db.engine.connect() as conn:
-        conn = conn.execution_options(isolation_level="REPEATABLE READ")
-        with conn.begin() as tx:
-            target = kind.validate(conn, dict(request.params))
-            plan = (plan_split(conn, target.table, target.key_column, request.rows_per_subtask)
-                    if request.dry_run else None)
-            tx.rollback()
+    with db.connect(isolation_level="REPEATABLE READ") as conn, conn.begin() as tx:
+        target = kind.validate(conn, dict(request.params))
+        plan = (plan_split(conn, target.table, target.key_column, request.rows_per_subtask)
+                if request.dry_run else None)
+        tx.rollback()
     if plan is not None:
         return SubmitResult(None, False, target.table, plan)
     params = {**target.params, "work_schema": db.schema}

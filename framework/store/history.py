@@ -52,6 +52,24 @@ def delete_older_than(
     ).rowcount
 
 
+def list_finished(
+    db: Database, conn: Connection, job_id: int | None, limit: int
+) -> list[dict[str, object]]:
+    """Newest finished subtasks, or all of one job in range order (both orders
+    follow an index: history_job, history_moved_at)."""
+    order = "step, ordinal" if job_id is not None else "moved_at DESC, id DESC"
+    rows = conn.execute(
+        db.sql(f"""
+            SELECT id, job_id, step, ordinal, state, start_key, end_key, curr_key,
+                   row_count, attempts, exec_id, error, started_at, finished_at, moved_at
+            FROM {{s}}.background_subtask_history
+            WHERE CAST(:job_id AS bigint) IS NULL OR job_id = :job_id
+            ORDER BY {order} LIMIT :limit"""),
+        {"job_id": job_id, "limit": limit},
+    ).mappings()
+    return [dict(r) for r in rows]
+
+
 def finished_jobs_with_live_rows(db: Database, conn: Connection, limit: int) -> list[int]:
     """Finished jobs whose subtasks still sit in the live table."""
     return list(conn.execute(

@@ -28,8 +28,9 @@ _TERMINAL_SQL = ", ".join(f"'{s}'" for s in sorted(JOB_TERMINAL))
 
 class ActiveJobExists(RuntimeError):
     def __init__(self, table: str, job_id: int) -> None:
+        readable = table.replace('"', "")
         super().__init__(
-            f"table {table} already has active job {job_id}; wait for it, "
+            f"table {readable} already has active job {job_id}; wait for it, "
             f"or cancel it with `reorg cancel {job_id}`"
         )
         self.job_id = job_id

@@ -69,7 +69,7 @@ def resign(db: Database, conn: Connection, term: OwnerTerm) -> bool:
     """End the term now so another node can take over without waiting."""
     row = conn.execute(
         db.sql("""
-            UPDATE {s}.owner_lease SET expires_at = '-infinity'
+            UPDATE {s}.owner_lease SET expires_at = clock_timestamp()
             WHERE id = 1 AND owner_id = :owner_id AND revision = :owner_revision
             RETURNING revision"""),
         term.params(),

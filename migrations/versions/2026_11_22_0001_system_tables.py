@@ -158,7 +158,7 @@ def upgrade() -> None:
         schema=s,
     )
     op.execute(
-        f"INSERT INTO \"{s}\".owner_lease (id, revision, expires_at) VALUES (1, 0, '-infinity')"
+        f"INSERT INTO \"{s}\".owner_lease (id, revision, expires_at) VALUES (1, 0, 'epoch')"
     )
 
     op.create_table(
