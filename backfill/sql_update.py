@@ -99,7 +99,9 @@ class SqlUpdate:
             with engine.begin() as conn:
                 # A hard stop (lease lost, cancel) cancels the running statement,
                 # so the open batch rolls back at once.
-                unregister = ctx.on_stop(conn.connection.driver_connection.cancel)
+                driver = conn.connection.driver_connection
+                assert driver is not None
+                unregister = ctx.on_stop(driver.cancel)
                 try:
                     upper, scanned = _next_batch(conn, ctx.job, curr, ctx.end_key)
                     conn.execute(text(_update_sql(ctx.job)), {"lo": curr, "hi": upper})

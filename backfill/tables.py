@@ -53,7 +53,7 @@ def inspect_table(conn: Connection, name: str) -> TableInfo:
         raise InvalidParams(
             f"table {name!r} does not exist; check the name (e.g. --table public.items)"
         )
-    columns = dict(conn.execute(
+    columns: dict[str, str] = dict(conn.execute(
         text("""
             SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute
             WHERE attrelid = :oid AND attnum > 0 AND NOT attisdropped ORDER BY attnum"""),
