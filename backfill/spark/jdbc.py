@@ -1,0 +1,118 @@
+"""PostgreSQL over JDBC: a ``postgresql://`` URL as Spark's JDBC source sees
+it, and the range reads every batch is made of."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.engine import make_url
+
+from backfill.spark.session import DRIVER_CLASS
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+# The row version read with the data: the inserting/updating transaction's id.
+# Any later write to the row gives it a new xmin, so "xmin unchanged" means
+# "the row is exactly what Spark read" (DESIGN 9).
+VERSION_COLUMN = "__reorg_ver"
+VERSION_SQL = f"xmin::text::bigint AS {VERSION_COLUMN}"
+
+# libpq URL parameters with the same name and meaning in pgJDBC.
+_PASS_THROUGH = {"sslmode", "sslrootcert", "sslcert", "sslkey", "options", "application_name",
+                 "connect_timeout"}
+
+
+class JdbcUrlError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class JdbcTarget:
+    url: str
+    properties: dict[str, str] = field(default_factory=dict)
+
+    def read_props(self, fetch_rows: int = 10_000) -> dict[str, str]:
+        # Large fetches cut round trips; jit off because a batch query is cheap
+        # and JIT compiling it would cost more than running it; a server-side
+        # prepared statement from the first execution gets binary results,
+        # ~10% less CPU to decode than text.
+        return {**self.properties, "fetchsize": str(fetch_rows),
+                "sessionInitStatement": "SET jit = off", "prepareThreshold": "-1"}
+
+    def write_props(self, batch_rows: int = 10_000) -> dict[str, str]:
+        return {**self.properties, "batchsize": str(batch_rows), "reWriteBatchedInserts": "true"}
+
+
+def jdbc_target(url: Any) -> JdbcTarget:
+    """``postgresql[+driver]://user:pw@host:port/db?sslmode=..`` (a string or a
+    SQLAlchemy URL) as a JDBC URL plus connection properties."""
+    parsed = make_url(url) if isinstance(url, str) else url
+    if not parsed.drivername.startswith("postgres"):
+        raise JdbcUrlError(f"not a PostgreSQL URL: {parsed.drivername}://...; use postgresql://")
+    query = dict(parsed.query)
+    host = parsed.host or query.pop("host", None) or "localhost"
+    if isinstance(host, tuple) or str(host).startswith("/"):
+        raise JdbcUrlError(
+            f"JDBC cannot use the unix socket {host}; give the database URL a TCP host, "
+            "e.g. postgresql://user@127.0.0.1:5432/db")
+    props = {"driver": DRIVER_CLASS}
+    if parsed.username:
+        props["user"] = parsed.username
+    if parsed.password:
+        props["password"] = str(parsed.password)
+    for key, value in query.items():
+        if key in _PASS_THROUGH:
+            props["connectTimeout" if key == "connect_timeout" else key] = str(value)
+            if key == "application_name":
+                props["ApplicationName"] = props.pop(key)
+    jdbc = f"jdbc:postgresql://{host}:{parsed.port or 5432}/{parsed.database or ''}"
+    return JdbcTarget(jdbc, props)
+
+
+def read_query(table: str, where: str | None, extra: str | None = None,
+               limit: int | None = None) -> str:
+    conds = " AND ".join(f"({c})" for c in (where, extra) if c) or "TRUE"
+    tail = f" LIMIT {int(limit)}" if limit is not None else ""
+    return f"(SELECT *, {VERSION_SQL} FROM {table} WHERE {conds}{tail}) reorg_src"
+
+
+def read_base(spark: SparkSession, target: JdbcTarget, table: str,
+              where: str | None = None) -> DataFrame:
+    """All rows matching ``where``, with versions, as a lazily read DataFrame.
+
+    Built once per subtask: creating a JDBC DataFrame costs a connection and a
+    schema query, which at ~20 ms a batch is most of PostgreSQL's fixed cost.
+    Each batch narrows it with ``in_range``; Spark pushes that into the SQL.
+    """
+    return spark.read.jdbc(target.url, read_query(table, where), properties=target.read_props())
+
+
+def in_range(base: DataFrame, key: str, lo: int, hi: int, parts: int = 1) -> DataFrame:
+    """``base`` restricted to ``[lo, hi)``, read in ``parts`` JDBC partitions
+    (a union of narrower ranges: each child is one pushed-down range scan)."""
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    k = F.col("`" + key.replace("`", "``") + "`")
+    parts = max(1, min(parts, hi - lo))
+    cuts = [lo + (hi - lo) * i // parts for i in range(parts)] + [hi]
+    pieces = [base.where((k >= a) & (k < b)) for a, b in zip(cuts, cuts[1:], strict=False)]
+    return reduce(lambda x, y: x.union(y), pieces)
+
+
+def read_keys(spark: SparkSession, target: JdbcTarget, table: str, key: str, keys: list[int],
+              *, where: str | None = None) -> DataFrame:
+    """The listed rows (those that changed under a batch), with their versions."""
+    array = "{" + ",".join(str(int(k)) for k in keys) + "}"
+    return spark.read.jdbc(target.url, read_query(table, where, f"{key} = ANY('{array}'::bigint[])"),
+                           properties=target.read_props())
+
+
+def schema_probe(spark: SparkSession, target: JdbcTarget, select_sql: str) -> DataFrame:
+    """An empty DataFrame with the Spark types of ``select_sql``'s columns (one
+    catalogue round trip, no rows read)."""
+    return spark.read.jdbc(target.url, f"({select_sql} LIMIT 0) reorg_probe",
+                           properties=target.properties)

@@ -1,0 +1,56 @@
+"""Landing a batch's Spark output in PostgreSQL: Arrow to the driver, CSV,
+``COPY`` into a temporary staging table inside the merge transaction.
+
+Measured on the 2-core dev machine (50,000-row batches of c = md5(b), one
+slot): Spark JDBC read + transform + JDBC write (reWriteBatchedInserts) into
+an UNLOGGED table took 0.475 s; the same read + ``toArrow`` + CSV + COPY into a
+temporary table took 0.385 s, and needs no cleanup of staging rows. ``collect``
+instead of ``toArrow`` is 3x slower (Python row objects).
+
+A temporary table is private to the merge session and emptied at commit, so
+staging is isolated per (subtask, epoch, batch) by construction: a zombie's
+rows never leave its own session, and an aborted batch leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from typing import TYPE_CHECKING, Any
+
+from backfill.tables import quote
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+def staging_name(column_type: str) -> str:
+    """One temporary table per session and column type: jobs writing the same
+    type share it (it is empty outside a merge), so a long-lived pooled
+    session does not collect one table per job."""
+    return "reorg_stage_" + hashlib.md5(column_type.encode()).hexdigest()[:12]
+
+
+def create_staging_sql(column_type: str) -> str:
+    # ver is xid so the merge compares xmin = ver without a cast per row; old
+    # is left out of the COPY (NULL) when no row has a before-image.
+    return (f"CREATE TEMP TABLE IF NOT EXISTS {quote(staging_name(column_type))} "
+            f"(k bigint, ver xid, new {column_type}, old {column_type}) ON COMMIT DELETE ROWS")
+
+
+def to_csv(table: pa.Table) -> bytes:
+    """CSV as PostgreSQL's COPY reads it: NULL unquoted empty, strings quoted."""
+    import pyarrow.csv as pacsv
+
+    buf = io.BytesIO()
+    pacsv.write_csv(table, buf, pacsv.WriteOptions(include_header=False))
+    return buf.getvalue()
+
+
+def copy_in(raw_conn: Any, column_type: str, columns: list[str], data: bytes) -> None:
+    """COPY ``data`` into the staging table on psycopg connection ``raw_conn``
+    (the merge transaction's own connection)."""
+    cols = ", ".join(columns)
+    with raw_conn.cursor() as cur, cur.copy(
+            f"COPY {quote(staging_name(column_type))} ({cols}) FROM STDIN (FORMAT csv)") as copy:
+        copy.write(data)

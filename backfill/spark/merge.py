@@ -1,0 +1,109 @@
+"""The SQL of a batch's merge transaction and of rollback (DESIGN 3, 8, 9).
+
+Merge: staged rows land in the target only where the row's ``xmin`` still
+equals the version Spark read, i.e. nobody wrote the row since. Rows that
+changed are found afterwards as staged keys whose ``xmin`` is not this
+transaction's id (rows this transaction updated carry its id) and are
+recomputed. No savepoints in a merge transaction: rows updated inside one
+would carry the subtransaction's id and look changed.
+
+Before-images (overwrite mode) need no copy of the new value: a row the job
+wrote and nobody touched since still has ``xmin`` = the batch transaction's
+id, so rollback restores exactly those rows and later application writes
+win. ``images`` keeps (key, old value, xid) for non-NULL old values only;
+``batches`` keeps (range, xid) per batch, so rows whose old value was NULL
+are found by range and xid without storing a row each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from backfill.spark.landing import staging_name
+from backfill.tables import quote
+
+XID = "CAST(pg_current_xact_id() AS xid)"
+
+
+@dataclass(frozen=True)
+class MergeSql:
+    job_id: int
+    table: str  # quoted, schema-qualified
+    key: str  # quoted
+    column: str  # unquoted target column
+    column_type: str  # its PostgreSQL type
+    work_schema: str
+    overwrite: bool  # True: keep before-images; False: the job added the column
+
+    @property
+    def stage(self) -> str:
+        return quote(staging_name(self.column_type))
+
+    @property
+    def images(self) -> str:
+        return f"{quote(self.work_schema)}.{quote(f'backfill_{self.job_id}_images')}"
+
+    @property
+    def batches(self) -> str:
+        return f"{quote(self.work_schema)}.{quote(f'backfill_{self.job_id}_batches')}"
+
+    @staticmethod
+    def stage_columns(with_old: bool) -> list[str]:
+        return ["k", "ver", "new", "old"] if with_old else ["k", "ver", "new"]
+
+    def merge(self, *, images: bool) -> str:
+        """Apply staged rows still at their read version. With ``images`` (some
+        old value is not NULL) it also keeps their before-images and returns
+        the count applied in a row; without, the statement's rowcount is it.
+        The key range lets the planner scan only the batch's slice of the index."""
+        t, k, col = self.table, self.key, quote(self.column)
+        update = (f"UPDATE {t} t SET {col} = s.new FROM {self.stage} s "
+                  f"WHERE t.{k} >= :lo AND t.{k} < :hi AND t.{k} = s.k AND t.xmin = s.ver")
+        if not images:
+            return update
+        return (f"WITH applied AS ({update} RETURNING t.{k} AS k, s.old), "
+                f"img AS (INSERT INTO {self.images} (k, old, xid) "
+                f"SELECT k, old, pg_current_xact_id() FROM applied WHERE old IS NOT NULL) "
+                f"SELECT count(*) FROM applied")
+
+    def changed(self) -> str:
+        """Staged keys this transaction did not write: changed or deleted since the read."""
+        return (f"SELECT s.k FROM {self.stage} s LEFT JOIN {self.table} t ON t.{self.key} = s.k "
+                f"WHERE t.xmin IS DISTINCT FROM {XID} ORDER BY s.k")
+
+    def clear_stage(self) -> str:
+        return f"DELETE FROM {self.stage}"
+
+    def lock(self) -> str:
+        """Lock the rows still changing under us, in key order (no deadlock among
+        reorg workers); a concurrent writer now waits for this batch to commit."""
+        return (f"SELECT {self.key} FROM {self.table} WHERE {self.key} = ANY(:keys) "
+                f"ORDER BY {self.key} FOR UPDATE")
+
+    def record_batch(self) -> str:
+        return (f"INSERT INTO {self.batches} (subtask_id, lo, hi, xid) "
+                f"VALUES (:subtask, :lo, :hi, pg_current_xact_id())")
+
+    # --- schema steps (prepare / advance / rollback) -------------------------
+
+    def create_images(self) -> list[str]:
+        # No indexes: one append per row on the hot path; rollback joins by hash.
+        return [f"CREATE TABLE IF NOT EXISTS {self.images} (k bigint NOT NULL, "
+                f"old {self.column_type}, xid xid8 NOT NULL)",
+                f"CREATE TABLE IF NOT EXISTS {self.batches} (subtask_id bigint NOT NULL, "
+                f"lo bigint NOT NULL, hi bigint NOT NULL, xid xid8 NOT NULL)"]
+
+    def drop_images(self) -> list[str]:
+        return [f"DROP TABLE IF EXISTS {self.images}", f"DROP TABLE IF EXISTS {self.batches}"]
+
+    def restore(self) -> list[str]:
+        """Put back the old values of rows the job wrote and nobody wrote since.
+        Order matters: rows restored by the first statement get this
+        transaction's xmin, so the second (old value NULL) skips them."""
+        t, k, col = self.table, self.key, quote(self.column)
+        return [
+            f"UPDATE {t} t SET {col} = i.old FROM {self.images} i "
+            f"WHERE t.{k} = i.k AND t.xmin = CAST(i.xid AS xid)",
+            f"UPDATE {t} t SET {col} = NULL FROM {self.batches} b "
+            f"WHERE t.{k} >= b.lo AND t.{k} < b.hi AND t.xmin = CAST(b.xid AS xid)",
+        ]

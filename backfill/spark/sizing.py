@@ -1,0 +1,60 @@
+"""Adaptive batch size: steer each batch toward a target time.
+
+Spark's fixed cost per batch (a job, a JDBC connection per partition) wants
+big batches; lock hold time and the statement timeout want small ones. The
+sizer starts at the job's ``batch_rows`` and scales by measured rows/s,
+within bounds relative to ``batch_rows`` so ``reorg alter --batch-rows``
+still means something, and never beyond what the rate limit allows in one
+target period.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MIN_ROWS = 100
+GROW_LIMIT = 3.0  # at most x3 (or /2) per batch: ramps up fast, one noisy batch can't swing it far
+SHRINK_LIMIT = 0.5
+RANGE_BELOW = 8  # bounds: [batch_rows / 8, batch_rows * 32]
+RANGE_ABOVE = 32
+
+
+@dataclass
+class BatchSizer:
+    batch_rows: int  # the job's setting, starting point and centre of the bounds
+    target_seconds: float = 1.0
+    rows: int = 0
+
+    def __post_init__(self) -> None:
+        self.rows = self.batch_rows
+
+    @property
+    def bounds(self) -> tuple[int, int]:
+        low = max(min(MIN_ROWS, self.batch_rows), self.batch_rows // RANGE_BELOW)
+        return low, max(low, self.batch_rows * RANGE_ABOVE)
+
+    def retarget(self, batch_rows: int) -> None:
+        """The job's batch_rows was altered: start again from the new value."""
+        if batch_rows != self.batch_rows:
+            self.batch_rows = batch_rows
+            self.rows = batch_rows
+
+    def next_rows(self, rate_limit_per_subtask: float | None = None) -> int:
+        low, high = self.bounds
+        rows = min(max(self.rows, low), high)
+        if rate_limit_per_subtask:
+            # One batch should not be more than a target period of the rate budget,
+            # or throttling turns into long stalls between huge batches.
+            rows = min(rows, max(int(rate_limit_per_subtask * self.target_seconds), 1))
+        return max(rows, 1)
+
+    def observe(self, rows: int, seconds: float) -> None:
+        """A batch of ``rows`` rows took ``seconds`` (its pipeline stage time)."""
+        if self.target_seconds <= 0 or rows <= 0 or seconds <= 0:
+            return
+        # Anchor on the current size, not on ``rows``: a range's short last
+        # batch must not shrink the next subtask's batches to its own size.
+        wanted = rows / seconds * self.target_seconds
+        wanted = min(max(wanted, self.rows * SHRINK_LIMIT), self.rows * GROW_LIMIT)
+        low, high = self.bounds
+        self.rows = int(min(max(wanted, low), high))

@@ -1,0 +1,106 @@
+"""The per-row transform: a Spark SQL expression over the row's columns,
+which may call a Python function given as ``module:function`` (registered
+under the function's name, e.g. ``--udf mylib:normalise --set c=normalise(b)``).
+
+Every batch becomes the same four columns, in the order the staging table
+has them: ``k`` (key), ``ver`` (row version read), ``new`` (computed value)
+and, when overwriting an existing column, ``old`` (the value read, kept as
+the before-image).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import sysconfig
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from backfill.spark.jdbc import VERSION_COLUMN
+from backfill.spark.session import on_session_stop
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import DataType
+
+OUTPUT_COLUMNS = ("k", "ver", "new", "old")
+
+_registered: set[tuple[str, str]] = set()
+_lock = threading.Lock()
+on_session_stop(_registered.clear)
+
+
+class UdfError(ValueError):
+    pass
+
+
+def load_udf(spec: str) -> tuple[str, Callable[..., Any]]:
+    """``module:function`` -> (function name, function); a one-line error otherwise."""
+    module_name, sep, func_name = (spec or "").partition(":")
+    if not sep or not module_name or not func_name.isidentifier():
+        raise UdfError(f"--udf {spec!r} is not MODULE:FUNCTION, e.g. --udf mylib.clean:normalise")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise UdfError(f"--udf: cannot import {module_name} ({exc}); put it on PYTHONPATH") from None
+    func = getattr(module, func_name, None)
+    if not callable(func):
+        raise UdfError(f"--udf: {module_name} has no function {func_name}")
+    return func_name, func
+
+
+def spark_col(name: str) -> Column:
+    """A column by its exact name (backticks: names may hold dots or spaces)."""
+    from pyspark.sql import functions as F
+
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+def _installed(module: ModuleType) -> bool:
+    """True for the standard library and installed packages: executors have
+    those already, and pickling their functions by value would be wrong."""
+    origin = getattr(module, "__file__", None)
+    if not origin or module.__name__ == "__main__":
+        return True  # builtins; __main__ is pickled by value anyway
+    roots = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    return any(str(Path(origin).resolve()).startswith(str(Path(r).resolve())) for r in roots)
+
+
+@dataclass(frozen=True)
+class Transform:
+    column: str  # target column, unquoted
+    expr: str  # Spark SQL expression
+    udf: str | None = None  # module:function, callable from expr by its function name
+
+    def register(self, spark: SparkSession, return_type: DataType) -> None:
+        """Make the UDF callable from Spark SQL (once per session and type)."""
+        if not self.udf:
+            return
+        token = (self.udf, return_type.json())
+        with _lock:
+            if token in _registered:
+                return
+            name, func = load_udf(self.udf)
+            # Ship the module's code with the function, so Python workers (and
+            # cluster executors) need not have it on their path.
+            from pyspark import cloudpickle
+
+            module = sys.modules.get(getattr(func, "__module__", ""), None)
+            if module is not None and not _installed(module):
+                cloudpickle.register_pickle_by_value(module)
+            spark.udf.register(name, func, return_type)
+            _registered.add(token)
+
+    def output(self, df: DataFrame, key: str, target_type: DataType, *, with_old: bool) -> DataFrame:
+        """The batch rows as (k, ver, new[, old]); ``new`` cast to the target's Spark type."""
+        from pyspark.sql import functions as F
+
+        cols = [spark_col(key).alias("k"), F.col(VERSION_COLUMN).alias("ver"),
+                F.expr(self.expr).cast(target_type).alias("new")]
+        if with_old:
+            cols.append(spark_col(self.column).alias("old"))
+        return df.select(*cols)

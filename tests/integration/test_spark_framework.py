@@ -1,0 +1,84 @@
+"""``backfill`` through the real framework: submit, in-process nodes with
+worker slots running subtasks on the shared SparkSession, advance, cancel and
+rollback, pause and resume."""
+
+from __future__ import annotations
+
+import pytest
+import spark_helpers
+import sqlalchemy as sa
+from framework_fixtures import make_items, table_rows
+from helpers import wait_until
+
+from backfill.backfill_job import register
+from framework import control
+from framework.submit import SubmitRequest, submit
+
+pytestmark = pytest.mark.spark
+spark = spark_helpers.spark  # the session's SparkSession (session-scoped fixture)
+
+TERMINAL = {"succeeded", "cancelled", "reverted", "failed"}
+
+
+@pytest.fixture(autouse=True)
+def _registered():
+    register()
+
+
+def job_of(db, job_id):
+    return control.status(db, job_id)[0]
+
+
+def wait_state(db, job_id, states, timeout=90):
+    return wait_until(lambda: job_of(db, job_id)["state"] in states and job_of(db, job_id),
+                      timeout, f"job {job_id} to reach {states}")
+
+
+def scalar(db, sql, **params):
+    with db.begin() as conn:
+        return conn.execute(db.sql(sql), params).scalar()
+
+
+def test_backfill_job_succeeds_on_two_slots_and_drops_its_work_tables(spark, db, start_node):
+    make_items(db, 20_000, step=3)
+    with db.begin() as conn:
+        conn.execute(sa.text("UPDATE items SET c = 'old' WHERE id % 4 = 0"))
+    job_id = submit(db, SubmitRequest("backfill", {"table": "items", "set": "c=md5(b)"},
+                                      rows_per_subtask=5_000, batch_rows=1_000)).job_id
+    start_node("n1", slots=2)
+    assert wait_state(db, job_id, TERMINAL)["state"] == "succeeded"
+    assert scalar(db, "SELECT count(*) FROM items WHERE c IS DISTINCT FROM md5(b)") == 0
+    assert scalar(db, "SELECT to_regclass(:t)", t=f"reorg.backfill_{job_id}_images") is None
+    assert scalar(db, "SELECT sum(row_count) FROM {s}.background_subtask_history "
+                      "WHERE job_id = :j", j=job_id) == 20_000
+
+
+def test_cancel_mid_run_restores_the_table(spark, db, start_node):
+    make_items(db, 20_000)
+    with db.begin() as conn:
+        conn.execute(sa.text("UPDATE items SET c = 'old-' || id WHERE id % 2 = 0"))
+    before = table_rows(db)
+    job_id = submit(db, SubmitRequest("backfill", {"table": "items", "set": "c=md5(b)"},
+                                      rows_per_subtask=2_000, batch_rows=200,
+                                      max_rows_per_sec=4_000, concurrency=2)).job_id
+    start_node("n1", slots=2)
+    wait_until(lambda: job_of(db, job_id)["rows_done"] > 1_000, 60, "some progress")
+    control.cancel(db, job_id)
+    assert wait_state(db, job_id, TERMINAL)["state"] == "cancelled"
+    assert table_rows(db) == before
+
+
+def test_add_column_job_pauses_resumes_and_finishes(spark, db, start_node):
+    make_items(db, 10_000)
+    job_id = submit(db, SubmitRequest("backfill", {"table": "items", "set": "d=a * 2",
+                                                   "add_column": "d:bigint"},
+                                      rows_per_subtask=2_000, batch_rows=200,
+                                      max_rows_per_sec=4_000, concurrency=2)).job_id
+    start_node("n1", slots=2)
+    wait_until(lambda: job_of(db, job_id)["rows_done"] > 500, 60, "some progress")
+    control.pause(db, job_id)
+    wait_state(db, job_id, {"paused"}, 60)
+    control.alter(db, job_id, max_rows_per_sec=0)  # lift the limit
+    control.resume(db, job_id)
+    assert wait_state(db, job_id, TERMINAL)["state"] == "succeeded"
+    assert scalar(db, "SELECT count(*) FROM items WHERE d IS DISTINCT FROM a * 2") == 0
