@@ -273,6 +273,7 @@ class SubtaskRunner:
         rounds = recomputed = 0
         with self.engine.begin() as conn:
             raw = conn.connection.driver_connection
+            assert raw is not None
             # A hard stop cancels the running statement: the batch rolls back now,
             # not when the statement would have finished.
             unregister = ctx.on_stop(raw.cancel)

@@ -229,6 +229,7 @@ def _start(settings: SparkSettings) -> SparkSession:
 
 def _check_driver(spark: SparkSession, driver: JdbcDriver) -> None:
     jvm = spark.sparkContext._jvm  # noqa: SLF001 - py4j has no public handle
+    assert jvm is not None
     try:
         loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
         jvm.java.lang.Class.forName(DRIVER_CLASS, False, loader)

@@ -35,7 +35,7 @@ def _in(column: str, values: tuple[str, ...]) -> str:
     return f"{column} IN ({', '.join(repr(v) for v in values)})"
 
 
-def _subtask_columns() -> list[sa.Column]:
+def _subtask_columns() -> list[sa.schema.SchemaItem]:
     return [
         sa.Column("id", sa.BigInteger, primary_key=True, autoincrement=False),
         sa.Column("job_id", sa.BigInteger, nullable=False),

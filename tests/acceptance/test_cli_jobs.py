@@ -7,7 +7,6 @@ import signal
 from collections.abc import Iterator
 
 import pytest
-from helpers import wait_until
 from cli_support import (
     TERMINAL,
     Workers,
@@ -21,6 +20,7 @@ from cli_support import (
     reorg_json,
     submit,
 )
+from helpers import wait_until
 
 
 @pytest.fixture
