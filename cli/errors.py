@@ -71,6 +71,8 @@ def classify(exc: BaseException) -> tuple[str, int, str | None]:
         return one_line(str(exc)), BAD_INPUT, None
     if isinstance(exc, DatabaseUnreachable | SchemaBehind | PostgresNotFound | PostgresError):
         return one_line(str(exc)), OPERATIONAL, None
+    if type(exc).__name__ == "SparkUnavailable":  # by name: importing it would load backfill.spark
+        return one_line(str(exc)), OPERATIONAL, None
     if isinstance(exc, sa.exc.DBAPIError):
         return f"database error: {one_line(str(exc.orig or exc))}", OPERATIONAL, DEBUG_HINT
     return f"unexpected {type(exc).__name__}: {one_line(str(exc))}", OPERATIONAL, DEBUG_HINT

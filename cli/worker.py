@@ -32,6 +32,17 @@ def worker(
     poll_seconds: Annotated[float, typer.Option(
         envvar="REORG_POLL_SECONDS", min=0.05,
         help="Idle poll interval when no notification arrives.")] = 1.0,
+    spark_master: Annotated[str | None, typer.Option(
+        envvar="REORG_SPARK_MASTER",
+        help="Spark master for Spark job types: local[*] (default), spark://host:7077, k8s://...")
+    ] = None,
+    spark_conf: Annotated[list[str] | None, typer.Option(
+        help="Spark setting KEY=VALUE passed through; repeatable. "
+             "Env REORG_SPARK_CONF takes 'k=v;k=v'.")] = None,
+    spark_warmup: Annotated[bool, typer.Option(
+        envvar="REORG_SPARK_WARMUP",
+        help="Start Spark when the worker starts (takes seconds) instead of at the first "
+             "Spark subtask.")] = True,
 ) -> None:
     """Run a worker node until SIGTERM/SIGINT; then drain and deregister."""
     state = cli_state(ctx)
@@ -39,6 +50,7 @@ def worker(
     state.close()
     configure_logging(state.options.debug)
     settings = dataclasses.replace(state.settings(), poll_seconds=poll_seconds)
+    configure_spark(spark_master, spark_conf or [])
     # Loading the job types now makes a broken entry point fail at start, not
     # at the first claim.
     types = jobtype.names()
@@ -46,10 +58,38 @@ def worker(
     node = Node(settings, node_id=node_id, slots=slots)
     node.start()
     log.info("job types: %s", ", ".join(types) or "none")
+    if spark_warmup and "backfill" in types:
+        threading.Thread(target=_warm_up_spark, name="spark-warmup", daemon=True).start()
     while not stop.wait(1.0):
         pass
     log.info("stop requested; draining (signal again to exit at once)")
     node.drain()
+
+
+def configure_spark(master: str | None, conf_pairs: list[str]) -> None:
+    """Spark settings from options over the environment; applied before the
+    process's one SparkSession starts (it is created once and reused)."""
+    from backfill.spark import session
+
+    from_env = session.settings_from_env()
+    try:
+        extra = session.parse_conf_pairs(conf_pairs)
+    except session.SparkUnavailable as exc:
+        raise typer.BadParameter(str(exc), param_hint="--spark-conf") from None
+    session.configure(dataclasses.replace(
+        from_env, master=master or from_env.master, conf={**from_env.conf, **extra}))
+
+
+def _warm_up_spark() -> None:
+    # Spark takes seconds to start; pay it while the node is idle, not inside
+    # the first subtask's lease. A failure here is only logged: subtasks that
+    # need Spark will fail with the same one-line reason.
+    from backfill.spark import session
+
+    try:
+        session.get_spark()
+    except Exception as exc:
+        log.warning("Spark did not start: %s", str(exc).strip().splitlines()[0])
 
 
 def configure_logging(debug: bool) -> None:

@@ -19,19 +19,19 @@ class Listener(threading.Thread):
     def __init__(self, url: str, channel: str, on_notify: Callable[[], None]) -> None:
         super().__init__(name="listener", daemon=True)
         self.url, self.channel, self.on_notify = url, channel, on_notify
-        self._stop = threading.Event()
+        self._stopping = threading.Event()
 
     def run(self) -> None:
-        while not self._stop.is_set():
+        while not self._stopping.is_set():
             try:
                 with psycopg.connect(self.url, autocommit=True, connect_timeout=5) as conn:
                     conn.execute(f'LISTEN "{self.channel}"')
-                    while not self._stop.is_set():
+                    while not self._stopping.is_set():
                         for _ in conn.notifies(timeout=1.0, stop_after=1):
                             self.on_notify()
             except Exception as exc:
                 log.warning("listener reconnecting: %s", one_line(exc))
-                self._stop.wait(1.0)
+                self._stopping.wait(1.0)
 
     def stop(self) -> None:
-        self._stop.set()
+        self._stopping.set()
