@@ -54,14 +54,15 @@ def submit(db: Database, request: SubmitRequest) -> SubmitResult:
     kind = jobtype.get(request.type)
     with db.connect(isolation_level="REPEATABLE READ") as conn, conn.begin() as tx:
         target = kind.validate(conn, dict(request.params))
-        plan = (plan_split(conn, target.table, target.key_column, request.rows_per_subtask)
+        # An explicit range size wins over the job type's default.
+        params = {**target.params, "work_schema": db.schema}
+        if request.rows_per_subtask:
+            params["rows_per_subtask"] = request.rows_per_subtask
+        plan = (plan_split(conn, target.table, target.key_column, params.get("rows_per_subtask"))
                 if request.dry_run else None)
         tx.rollback()
     if plan is not None:
         return SubmitResult(None, False, target.table, plan)
-    params = {**target.params, "work_schema": db.schema}
-    if request.rows_per_subtask:
-        params["rows_per_subtask"] = request.rows_per_subtask
     with db.begin() as conn:
         job_id, created = jobs.insert(
             db, conn, type=request.type, params=params, target_table=target.table,
