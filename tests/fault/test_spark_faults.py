@@ -1,0 +1,91 @@
+"""The Spark data plane under faults, with real ``reorg worker`` processes
+running ``backfill`` subtasks on their own SparkSessions (DESIGN 2, 3, 8)."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+import sqlalchemy as sa
+from framework_fixtures import make_items, table_rows
+from helpers import wait_until
+from test_process_faults import held_by, job_state, q, wait_done
+
+from framework import control
+from framework.submit import SubmitRequest, submit
+
+pytestmark = [pytest.mark.fault, pytest.mark.spark]
+
+
+def versions(db) -> list[tuple]:
+    """(id, xmin, c) of every row: any committed write changes a row's xmin."""
+    with db.begin() as conn:
+        return [tuple(r) for r in conn.execute(sa.text("SELECT id, xmin::text, c FROM items ORDER BY id"))]
+
+
+def test_kill_9_in_the_middle_of_a_spark_batch_resumes_and_matches_the_oracle(db, workers):
+    make_items(db, 40_000)
+    job_id = submit(db, SubmitRequest("backfill", {"table": "items", "set": "c=md5(b)"},
+                                      rows_per_subtask=10_000, batch_rows=1_000,
+                                      max_rows_per_sec=6_000)).job_id
+    victim = workers.start("victim")
+    progressed = wait_until(lambda: [r for r in held_by(db, "victim") if r.curr_key > r.start_key],
+                            120, "victim to commit a Spark batch")
+    victim.signal(signal.SIGKILL)  # a Spark read of the next batch is in flight (pipelined)
+    victim.proc.wait(10)
+    workers.start("heir")
+    control.alter(db, job_id, max_rows_per_sec=0)
+    assert wait_done(db, job_id, 180)["state"] == "succeeded"
+    assert q(db, "SELECT count(*) FROM items WHERE c IS DISTINCT FROM md5(b)")[0][0] == 0
+    total = q(db, "SELECT sum(row_count) FROM (SELECT row_count FROM {s}.background_subtask "
+                  "UNION ALL SELECT row_count FROM {s}.background_subtask_history) x")[0][0]
+    assert total == 40_000  # no committed batch applied twice
+    attempts = q(db, "SELECT attempts FROM {s}.background_subtask WHERE id = :i UNION ALL "
+                     "SELECT attempts FROM {s}.background_subtask_history WHERE id = :i",
+                 i=progressed[0].id)
+    assert attempts == [(2,)]
+
+
+def test_sigstop_mid_merge_past_the_lease_never_commits(db, workers):
+    make_items(db, 12_000)
+    with db.begin() as conn:
+        conn.execute(sa.text("UPDATE items SET c = 'old'"))
+    job_id = submit(db, SubmitRequest("backfill", {"table": "items", "set": "c=md5(b)"},
+                                      rows_per_subtask=6_000, batch_rows=1_000)).job_id
+    # Stops itself inside its 2nd merge transaction, after the merge statement,
+    # before the checkpoint: the batch's rows are written and locked, uncommitted.
+    zombie = workers.start("zombie", slots=1, faults="worker.before_checkpoint=stop@2")
+    wait_until(lambda: _stopped(zombie.pid), 120, "zombie to stop itself mid-merge")
+    (sub_id, _, _), = q(db, "SELECT id, start_key, curr_key FROM {s}.background_subtask "
+                            "WHERE exec_id = 'zombie'")
+    workers.start("heir")
+    assert wait_done(db, job_id, 180)["state"] == "succeeded"
+    assert q(db, "SELECT count(*) FROM items WHERE c IS DISTINCT FROM md5(b)")[0][0] == 0
+    settled = versions(db)
+    zombie.signal(signal.SIGCONT)
+    wait_until(lambda: f"subtask {sub_id} " in zombie.log() and ": lost" in zombie.log(), 60,
+               "zombie to notice it lost the subtask")
+    assert versions(db) == settled  # not one row written by the zombie after resuming
+
+
+def test_cancel_of_a_spark_backfill_restores_the_table_exactly(db, workers):
+    make_items(db, 30_000)
+    with db.begin() as conn:
+        conn.execute(sa.text("UPDATE items SET c = 'orig-' || id WHERE id % 3 <> 0"))
+    before = table_rows(db)
+    job_id = submit(db, SubmitRequest("backfill", {"table": "items", "set": "c=upper(b)"},
+                                      rows_per_subtask=5_000, batch_rows=1_000,
+                                      max_rows_per_sec=5_000)).job_id
+    workers.start("w1")
+    wait_until(lambda: job_state(db, job_id)["rows_done"] > 5_000, 120, "some progress")
+    control.cancel(db, job_id)
+    assert wait_done(db, job_id, 120)["state"] == "cancelled"
+    assert table_rows(db) == before
+
+
+def _stopped(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "T"
+    except FileNotFoundError:
+        return False
