@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -38,6 +39,12 @@ DEMO_TABLE_QUOTED = '"reorg_demo"."items"'
 STOP_TIMEOUT = 60.0
 
 
+class DemoJobType(StrEnum):
+    # Both take "c=md5(b)": a PostgreSQL expression for one, Spark SQL for the other.
+    SQL_UPDATE = "sql-update"
+    BACKFILL = "backfill"
+
+
 @app.command()
 def demo(
     ctx: typer.Context,
@@ -45,6 +52,10 @@ def demo(
                                       help="Rows in the sample table.")] = 1_000_000,
     workers: Annotated[int, typer.Option(envvar="REORG_DEMO_WORKERS", min=1,
                                          help="Local worker processes to start.")] = 2,
+    job_type: Annotated[DemoJobType, typer.Option(
+        "--job-type", envvar="REORG_DEMO_JOB_TYPE",
+        help="sql-update runs in PostgreSQL; backfill runs the same c = md5(b) as PySpark "
+             "range scans (each worker starts Spark, a few seconds).")] = DemoJobType.SQL_UPDATE,
 ) -> None:
     """Fill a sample table, run a backfill on local workers, verify the result."""
     state = cli_state(ctx)
@@ -57,9 +68,9 @@ def demo(
         console.print(f"creating {DEMO_TABLE} with {count(rows)} rows ...")
         create_sample_table(db, rows)
         job_id = submit(db, SubmitRequest(
-            type="sql-update", params={"table": DEMO_TABLE, "set": "c=md5(b)"})).job_id
+            type=str(job_type), params={"table": DEMO_TABLE, "set": "c=md5(b)"})).job_id
         assert job_id is not None
-        console.print(f"submitted job {job_id}: UPDATE {DEMO_TABLE} SET c = md5(b), "
+        console.print(f"submitted {job_type} job {job_id}: c = md5(b) on {DEMO_TABLE}, "
                       f"on {workers} worker(s)")
         started = time.monotonic()
         job = progress.watch(db, job_id, 1, on_tick=workers_alive)[0]
