@@ -4,9 +4,9 @@ honest another way: its services and environment must agree with the CLI."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
-import click
 import typer
 import yaml
 
@@ -19,7 +19,7 @@ SERVICES = COMPOSE["services"]
 def cli_envvars() -> set[str]:
     found: set[str] = set()
 
-    def walk(command: click.Command) -> None:
+    def walk(command: Any) -> None:  # typer's vendored click.Command
         for param in command.params:
             envvar = getattr(param, "envvar", None)
             found.update([envvar] if isinstance(envvar, str) else envvar or [])
