@@ -1,0 +1,199 @@
+"""``checksum``: compare two tables range by range; read-only.
+
+    reorg submit checksum --table A --target B [--columns c1,c2,...]
+
+Rows are matched by A's key column (B must have it as its primary key) and
+compared on the listed columns (default: every column of A but the key;
+each must exist in B, with a type comparable to A's). How a range is
+compared: ``backfill.spark.comparing``.
+
+The job succeeds when the comparison completes: mismatches are a finding,
+not a failure. Each subtask keeps its findings in its meta, written with its
+checkpoints (so they follow the subtask into ``background_subtask_history``
+and its retention); ``report(conn, job)`` sums them up. Nothing else is
+written, so prepare, advance and rollback have nothing to do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.engine import Connection, Engine
+
+from backfill.spark.comparing import KINDS, META_KEY, ChecksumSpec, CompareColumn
+from backfill.tables import TableInfo, check_identifier, explain_or_fail, inspect_table, quote
+from framework import jobtype
+from framework.jobtype import InvalidParams, Job, SubtaskContext, Target
+
+ROWS_PER_SUBTASK = 250_000  # as backfill: a Spark subtask has a fixed cost
+COMPARE_IN = ("postgres", "spark")
+
+
+def spec_of(job: Job) -> ChecksumSpec:
+    p = job.params
+    return ChecksumSpec(
+        source=job.target_table, target=p["target_table"], key=job.key_column, key_name=p["key"],
+        columns=tuple(CompareColumn(c["name"], c.get("common")) for c in p["columns"]),
+        compare_in=p.get("compare_in", "postgres"),
+        target_seconds=float(p.get("target_batch_seconds", 1.0)),
+    )
+
+
+class ChecksumJobType:
+    name = "checksum"
+
+    def validate(self, conn: Connection, params: dict[str, Any]) -> Target:
+        a = inspect_table(conn, params.get("table", ""))
+        b = self._target(conn, a, (params.get("target") or "").strip())
+        names = _column_names(params.get("columns"))
+        if names:
+            for name in names:
+                check_identifier(name, "--columns")
+                if name not in a.columns:
+                    raise InvalidParams(f"column {name} does not exist in {a.display}; check "
+                                        "--columns")
+            names = [n for n in dict.fromkeys(names) if n != a.key]
+        else:
+            names = [n for n in a.columns if n != a.key]
+        missing = [n for n in names if n not in b.columns]
+        if missing:
+            raise InvalidParams(
+                f"{b.display} has no column {', '.join(missing)}; pass --columns to compare "
+                "only the columns both tables have")
+        columns = [CompareColumn(n, _common_type(conn, a, b, n)) for n in names]
+        compare_in = params.get("compare_in") or "postgres"
+        if compare_in not in COMPARE_IN:
+            raise InvalidParams(f"compare_in {compare_in!r} is not one of {', '.join(COMPARE_IN)}")
+        if not conn.execute(text(f"SELECT EXISTS (SELECT 1 FROM {a.qualified})")).scalar():
+            others = conn.execute(text(f"SELECT count(*) FROM {b.qualified}")).scalar()
+            raise InvalidParams(
+                f"table {a.display} is empty, so there are no key ranges to compare over"
+                + (f"; every one of the {others} rows of {b.display} is missing from it"
+                   if others else "; so is " + b.display))
+        spec = ChecksumSpec(a.qualified, b.qualified, a.key_sql, a.key, tuple(columns))
+        # Plans (and type-checks) the comparison on both tables without running it.
+        explain_or_fail(conn, spec.compare_sql(spec.range_cond(0, 1)[0]).replace(":lo", "0")
+                        .replace(":hi", "1"), "--columns", f"{a.display} and {b.display}")
+        normalised = {k: v for k, v in params.items() if v is not None}
+        normalised |= {"key": a.key, "target": b.display, "target_table": b.qualified,
+                       "columns": [{"name": c.name, "common": c.common} for c in columns],
+                       "compare_in": compare_in}
+        normalised.setdefault("rows_per_subtask", ROWS_PER_SUBTASK)
+        return Target(a.qualified, a.key_sql, normalised)
+
+    @staticmethod
+    def _target(conn: Connection, a: TableInfo, name: str) -> TableInfo:
+        if not name:
+            raise InvalidParams("no --target given; name the table to compare with, e.g. "
+                                "--target public.items_copy")
+        exists = conn.execute(text("SELECT to_regclass(:n) IS NOT NULL"), {"n": name}).scalar()
+        if not exists:
+            raise InvalidParams(f"target table {name!r} does not exist; check the name")
+        try:
+            b = inspect_table(conn, name)
+        except InvalidParams:
+            raise InvalidParams(
+                f"target {name} has no primary key ({a.key}); checksum matches rows by the key "
+                f"of {a.display}, so {name} needs it as its primary key") from None
+        if b.qualified == a.qualified:
+            raise InvalidParams(f"--target {b.display} is the same table as --table; compare "
+                                "two different tables")
+        if b.key != a.key:
+            raise InvalidParams(
+                f"target {b.display} has primary key ({b.key}) but the key of {a.display} is "
+                f"{a.key}; checksum matches rows by that key, so both need it")
+        return b
+
+    def prepare(self, conn: Connection, job: Job) -> None:
+        return None  # read-only: nothing to set up
+
+    def run_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
+        from backfill.spark.comparing import run_checksum
+
+        run_checksum(ctx, engine, spec_of(ctx.job))
+
+    def advance(self, conn: Connection, job: Job) -> None:
+        return None  # findings live in the subtasks' meta, which history keeps
+
+    def rollback(self, conn: Connection, job: Job) -> None:
+        return None  # nothing was written outside the subtasks' meta
+
+
+def _column_names(value: Any) -> list[str]:
+    if not value:
+        return []
+    items = value.split(",") if isinstance(value, str) else value
+    return [c.strip() for item in items for c in str(item).split(",") if c.strip()]
+
+
+def _common_type(conn: Connection, a: TableInfo, b: TableInfo, name: str) -> str | None:
+    """None when both columns have the same type; else the type both cast to
+    (PostgreSQL's UNION resolution), or a one-line error when there is none."""
+    ta, tb = a.columns[name], b.columns[name]
+    if ta == tb:
+        return None
+    try:
+        with conn.begin_nested():
+            common = conn.execute(text(
+                f"SELECT format_type(pg_typeof(x)::oid, NULL) FROM (SELECT CAST(NULL AS {ta}) AS x "
+                f"UNION ALL SELECT CAST(NULL AS {tb})) q LIMIT 1")).scalar()
+    except Exception:
+        raise InvalidParams(
+            f"column {name} is {ta} in {a.display} but {tb} in {b.display}, which cannot be "
+            "compared; leave it out of --columns") from None
+    return str(common)
+
+
+def report(conn: Connection, job: Job, max_keys: int = 1000) -> dict[str, Any]:
+    """A checksum job's findings so far, from its subtasks (live and history).
+
+    ``complete`` is True once every subtask has succeeded; ``mismatches`` counts
+    every mismatching key, ``by_kind`` splits it into ``missing_in_target``
+    (in --table, not in --target), ``missing_in_source`` (the reverse) and
+    ``different``; ``ranges`` lists the mismatching key ranges (``None``:
+    unbounded) and ``keys`` up to ``max_keys`` of the recorded keys (at most
+    1000 per subtask are recorded), in key order."""
+    if job.type != "checksum":
+        raise InvalidParams(f"job {job.id} is a {job.type} job, not a checksum")
+    schema = quote(job.params.get("work_schema", "reorg"))
+    rows = conn.execute(text(f"""
+        SELECT state, row_count, meta FROM {schema}.background_subtask WHERE job_id = :j
+        UNION ALL
+        SELECT state, row_count, meta FROM {schema}.background_subtask_history WHERE job_id = :j
+    """), {"j": job.id}).all()
+    by_kind = dict.fromkeys(KINDS, 0)
+    ranges: list[dict[str, Any]] = []
+    keys: list[dict[str, Any]] = []
+    dropped = 0
+    for row in rows:
+        found = (row.meta or {}).get(META_KEY) or {}
+        for kind in KINDS:
+            by_kind[kind] += int(found.get(kind, 0))
+        ranges += [{"start_key": lo, "end_key": hi, "mismatches": n}
+                   for lo, hi, n in found.get("ranges", [])]
+        keys += [{"key": k, "kind": kind} for k, kind in found.get("keys", [])]
+        dropped += int(found.get("ranges_dropped", 0))
+    low = -(2 ** 63)
+    ranges.sort(key=lambda r: low if r["start_key"] is None else r["start_key"])
+    keys.sort(key=lambda r: r["key"])
+    mismatches = sum(by_kind.values())
+    return {
+        "job_id": job.id,
+        "table": job.target_table.replace('"', ""),
+        "target": job.params.get("target"),
+        "columns": [c["name"] for c in job.params.get("columns", [])],
+        "complete": bool(rows) and all(r.state == "succeeded" for r in rows),
+        "subtasks": len(rows),
+        "rows_compared": sum(int(r.row_count or 0) for r in rows),
+        "mismatches": mismatches,
+        "by_kind": by_kind,
+        "ranges": ranges,
+        "ranges_not_listed": dropped,
+        "keys": keys[:max_keys],
+        "keys_not_listed": mismatches - min(len(keys), max_keys),
+    }
+
+
+def register() -> None:
+    jobtype.register(ChecksumJobType())

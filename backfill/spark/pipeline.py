@@ -1,0 +1,243 @@
+"""A subtask as a pipeline of batches, generic over what a batch computes and
+how it is applied; used by ``copy`` and ``checksum`` (``backfill`` has its own
+loop in ``engine``, with the same shape).
+
+    read thread:  bounds ─► compute(lo, hi) on Spark (its own job group)
+    main thread:              one transaction: apply(batch) ─► checkpoint ─► commit
+
+Batch k+1 is computed while batch k is applied. Each batch's write and its
+fenced checkpoint commit in one transaction (DESIGN 3); a hard stop (lease
+lost, cancel) cancels the subtask's Spark job group and the running statement
+at once. Batch sizes adapt toward a target time (``sizing``) and remember what
+they learnt in the subtask's meta, as the backfill engine does.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from abc import ABC, abstractmethod
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import text
+from sqlalchemy.engine import Connection, Engine
+
+from backfill.spark.engine import ROWS_PER_PARTITION, _active
+from backfill.spark.jdbc import JdbcTarget, jdbc_target
+from backfill.spark.session import get_spark
+from backfill.spark.sizing import BatchSizer
+from framework.jobtype import SubtaskContext
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+log = logging.getLogger("reorg.spark.pipeline")
+
+
+@dataclass
+class Batch:
+    lo: int
+    hi: int
+    scanned: int  # rows of the split table in [lo, hi), for progress
+    payload: Any  # what compute() returned
+    seconds: float  # bounds + compute time
+
+
+@dataclass
+class BatchStat:
+    """Per-batch timings and outcome, kept for tests and measurements."""
+
+    lo: int
+    hi: int
+    scanned: int
+    read_seconds: float
+    apply_seconds: float
+    result: Any = None
+
+
+class RangePipeline(ABC):
+    """Runs ``[ctx.curr_key, ctx.end_key)`` of ``table`` (keyed by ``key``)
+    batch by batch. Subclasses say what a batch is (``compute``) and how it
+    lands (``apply``, inside the fenced batch transaction)."""
+
+    uses_spark = True  # False: compute() runs no Spark job (no session is started)
+
+    def __init__(self, ctx: SubtaskContext, engine: Engine, *, table: str, key: str,
+                 key_name: str, target_seconds: float = 1.0) -> None:
+        self.ctx = ctx
+        self.engine = engine
+        self.table = table  # quoted, schema-qualified: the table whose key space is split
+        self.key = key  # quoted key column
+        self.key_name = key_name  # unquoted key column
+        self.stats: list[BatchStat] = []
+        self.jdbc: JdbcTarget = jdbc_target(engine.url)
+        self.group = f"reorg-{ctx.job.id}-{ctx.subtask_id}-{ctx.epoch}"
+        batch_rows = ctx.job.batch_rows
+        self.sizer = BatchSizer(batch_rows, target_seconds)
+        meta = ctx.meta or {}
+        # Start from what this subtask learnt on its last run (`reorg alter
+        # --batch-rows` resets it).
+        if meta.get("for_batch_rows") == batch_rows and meta.get("batch_rows"):
+            self.sizer.rows = int(meta["batch_rows"])
+
+    @property
+    def spark(self) -> SparkSession:
+        return get_spark()
+
+    # --- what a job type provides -------------------------------------------
+
+    @abstractmethod
+    def compute(self, lo: int, hi: int, scanned: int) -> Any:
+        """Read thread: the batch's Spark work, ending in driver-side data."""
+
+    @abstractmethod
+    def apply(self, conn: Connection, raw: Any, batch: Batch) -> Any:
+        """Main thread, inside the batch transaction, before the checkpoint.
+        Returns what the stats should record for the batch."""
+
+    def batch_meta(self, batch: Batch, result: Any) -> dict[str, Any]:
+        """Extra meta to store with the batch's checkpoint (the whole meta is
+        replaced each time, so return everything worth keeping)."""
+        return {}
+
+    def committed(self, batch: Batch, result: Any) -> None:
+        """The batch's transaction committed (its checkpoint with it)."""
+        return None
+
+    def begin(self, conn: Connection) -> None:
+        """Session settings for the batch transaction."""
+        # The batch and its checkpoint commit or vanish together, so the commit
+        # need not wait for the WAL flush: a crash loses whole batches with their
+        # checkpoints, and they are redone.
+        conn.exec_driver_sql("SET LOCAL synchronous_commit = off")
+        conn.exec_driver_sql("SET LOCAL jit = off")
+
+    # --- the loop -------------------------------------------------------------
+
+    def run(self) -> None:
+        with _active:
+            self._run()
+
+    def _run(self) -> None:
+        ctx = self.ctx
+        sc = self.spark.sparkContext if self.uses_spark else None
+        # A hard stop (lease lost, cancel) kills this subtask's Spark jobs at once.
+        unregister = ctx.on_stop(lambda: sc.cancelJobGroup(self.group) if sc else None)
+        pool = ThreadPoolExecutor(1, thread_name_prefix=f"read-{ctx.subtask_id}")
+        pending: Future[Batch] | None = None
+        try:
+            if ctx.curr_key < ctx.end_key:
+                pending = pool.submit(self._read, ctx.curr_key, self._size())
+            last_commit = time.monotonic()
+            while pending is not None:
+                ctx.raise_if_stopped()
+                try:
+                    batch = pending.result()
+                except Exception:
+                    ctx.raise_if_stopped()  # a cancelled Spark job: report the stop
+                    raise
+                pending = None
+                ctx.raise_if_stopped()
+                if batch.hi < ctx.end_key:
+                    pending = pool.submit(self._read, batch.hi, self._size())
+                apply_seconds = self._apply(batch)
+                self.sizer.observe(batch.scanned, max(batch.seconds, apply_seconds))
+                ctx.throttle(batch.scanned, time.monotonic() - last_commit)
+                last_commit = time.monotonic()
+        finally:
+            if sc is not None and pending is not None and not pending.done():
+                sc.cancelJobGroup(self.group)  # leaving early: don't finish a read nobody applies
+            pool.shutdown(wait=True)
+            unregister()
+
+    def _size(self) -> int:
+        job = self.ctx.job  # replaced by the worker when `reorg alter` changes the knobs
+        self.sizer.retarget(job.batch_rows)
+        per_subtask = (job.max_rows_per_sec / max(job.concurrency, 1)
+                       if job.max_rows_per_sec else None)
+        return self.sizer.next_rows(per_subtask)
+
+    def _read(self, lo: int, rows: int) -> Batch:
+        self.ctx.raise_if_stopped()
+        started = time.monotonic()
+        hi, scanned = self.bounds(lo, rows)
+        if self.uses_spark:
+            self.spark.sparkContext.setJobGroup(self.group, f"reorg subtask {self.ctx.subtask_id}",
+                                                True)
+        payload = self.compute(lo, hi, scanned)
+        return Batch(lo, hi, scanned, payload, time.monotonic() - started)
+
+    def partitions(self, rows: int) -> int:
+        """JDBC partitions for a batch: split only when this process runs fewer
+        subtasks than Spark has cores to spare."""
+        spare = self.spark.sparkContext.defaultParallelism // max(_active.count, 1)
+        return max(1, min(spare, rows // ROWS_PER_PARTITION))
+
+    def bounds(self, lo: int, rows: int) -> tuple[int, int]:
+        """The batch's exclusive upper key (``rows`` keys of ``table`` in key
+        order; a remainder under half a batch joins this one) and its row count."""
+        t, k, end = self.table, self.key, self.ctx.end_key
+
+        def nth(param: str) -> str:
+            return (f"(SELECT {k} FROM {t} WHERE {k} >= :lo AND {k} < :end "
+                    f"ORDER BY {k} OFFSET :{param} LIMIT 1)")
+
+        with self.engine.connect() as conn:
+            cut, far = conn.execute(text(f"SELECT {nth('n')}, {nth('n2')}"),
+                                    {"lo": lo, "end": end, "n": rows, "n2": rows + rows // 2}).one()
+            if cut is not None and far is not None:
+                return int(cut), rows
+            left = conn.execute(text(f"SELECT count(*) FROM {t} WHERE {k} >= :lo AND {k} < :end"),
+                                {"lo": lo, "end": end}).scalar()
+            return end, int(left or 0)
+
+    def _apply(self, batch: Batch) -> float:
+        started = time.monotonic()
+        ctx = self.ctx
+        with self.engine.begin() as conn:
+            raw = conn.connection.driver_connection
+            assert raw is not None
+            # A hard stop cancels the running statement: the batch rolls back now.
+            unregister = ctx.on_stop(raw.cancel)
+            try:
+                self.begin(conn)
+                result = self.apply(conn, raw, batch)
+                meta = {**self.batch_meta(batch, result), "batch_rows": self.sizer.rows,
+                        "for_batch_rows": ctx.job.batch_rows}
+                ctx.checkpoint(conn, batch.hi, batch.scanned, meta)
+            finally:
+                unregister()
+        self.committed(batch, result)
+        seconds = time.monotonic() - started
+        self.stats.append(BatchStat(batch.lo, batch.hi, batch.scanned, batch.seconds, seconds,
+                                    result))
+        log.debug("subtask %s batch [%s, %s): %s rows, read %.3fs, apply %.3fs", ctx.subtask_id,
+                  batch.lo, batch.hi, batch.scanned, batch.seconds, seconds)
+        return seconds
+
+
+def key_between(df: DataFrame, key_name: str, lo: int | None, hi: int | None,
+                parts: int = 1) -> DataFrame:
+    """``df`` restricted to ``lo <= key < hi`` (None: unbounded on that side),
+    read in ``parts`` JDBC partitions when both ends are bounded."""
+    from functools import reduce
+
+    k = spark_column(key_name)
+    if lo is not None and hi is not None:
+        parts = max(1, min(parts, hi - lo))
+        cuts = [lo + (hi - lo) * i // parts for i in range(parts)] + [hi]
+        pieces = [df.where((k >= a) & (k < b)) for a, b in zip(cuts, cuts[1:], strict=False)]
+        return reduce(lambda x, y: x.union(y), pieces)
+    if lo is not None:
+        return df.where(k >= lo)
+    if hi is not None:
+        return df.where(k < hi)
+    return df
+
+
+def spark_column(name: str) -> Column:
+    from pyspark.sql import functions as F
+
+    return F.col("`" + name.replace("`", "``") + "`")
