@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 from framework_fixtures import make_items, table_rows
 from helpers import wait_until
-from test_process_faults import held_by, job_state, q, wait_done
+from test_process_faults import _proc_state, held_by, job_state, q, wait_done
 
 from framework import control
 from framework.submit import SubmitRequest, submit
@@ -55,7 +55,7 @@ def test_sigstop_mid_merge_past_the_lease_never_commits(db, workers):
     # Stops itself inside its 2nd merge transaction, after the merge statement,
     # before the checkpoint: the batch's rows are written and locked, uncommitted.
     zombie = workers.start("zombie", slots=1, faults="worker.before_checkpoint=stop@2")
-    wait_until(lambda: _stopped(zombie.pid), 120, "zombie to stop itself mid-merge")
+    wait_until(lambda: _proc_state(zombie.pid) == "T", 120, "zombie to stop itself mid-merge")
     (sub_id, _, _), = q(db, "SELECT id, start_key, curr_key FROM {s}.background_subtask "
                             "WHERE exec_id = 'zombie'")
     workers.start("heir")
@@ -82,10 +82,3 @@ def test_cancel_of_a_spark_backfill_restores_the_table_exactly(db, workers):
     assert wait_done(db, job_id, 120)["state"] == "cancelled"
     assert table_rows(db) == before
 
-
-def _stopped(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "T"
-    except FileNotFoundError:
-        return False
