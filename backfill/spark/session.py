@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from backfill.spark import cds
+
 if TYPE_CHECKING:  # importing pyspark is cheap, but keep even that off the import path
     from pyspark.sql import SparkSession
 
@@ -71,6 +73,10 @@ appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
 
 class SparkUnavailable(RuntimeError):
     """Spark could not start or has no JDBC driver; the message is one line saying how to fix it."""
+
+
+class _JvmDidNotStart(SparkUnavailable):
+    pass
 
 
 @dataclass(frozen=True)
@@ -140,13 +146,15 @@ def find_jdbc_driver(explicit: str | None = None, home: Path | None = None,
     return JdbcDriver("packages", DRIVER_PACKAGE)
 
 
-def build_conf(settings: SparkSettings, driver: JdbcDriver, log4j_file: str) -> dict[str, str]:
-    """Every setting the session starts with (pure, so tests can read it)."""
+def build_conf(settings: SparkSettings, driver: JdbcDriver, log4j_file: str,
+               jvm_options: str = "") -> dict[str, str]:
+    """Every setting the session starts with (pure, so tests can read it);
+    ``jvm_options`` go to the driver JVM (the class-data archive's)."""
     conf = {**_DEFAULTS, "spark.master": settings.master}
     # Parallel GC: the driver's garbage is short-lived batch data; on a 2-core
     # machine it cost a third less CPU than G1 for the same backfill.
     java_opts = (f"-XX:+UseParallelGC -Duser.timezone=UTC "
-                 f"-Dlog4j2.configurationFile=file:{log4j_file}")
+                 f"-Dlog4j2.configurationFile=file:{log4j_file} {jvm_options}").strip()
     conf["spark.driver.extraJavaOptions"] = java_opts
     conf["spark.executor.extraJavaOptions"] = "-Duser.timezone=UTC"
     if settings.local:
@@ -165,6 +173,8 @@ def build_conf(settings: SparkSettings, driver: JdbcDriver, log4j_file: str) -> 
 
 
 _lock = threading.Lock()
+# Set only in cds's training child: dump the classes to this path at exit.
+DUMP_ARCHIVE: str | None = None
 _settings: SparkSettings | None = None
 _spark: SparkSession | None = None
 _stop_hooks: list[Callable[[], None]] = []
@@ -201,8 +211,35 @@ def get_spark() -> SparkSession:
     return _spark
 
 
+def cds_archive(settings: SparkSettings | None = None) -> Path | None:
+    """The class-data archive this process's session would use (it may not
+    exist yet); None when disabled."""
+    settings = settings or _settings or settings_from_env()
+    driver = find_jdbc_driver(settings.jdbc_jar)
+    return cds.archive_path(driver.value, settings.conf.get("spark.driver.extraClassPath", ""))
+
+
 def _start(settings: SparkSettings) -> SparkSession:
     driver = find_jdbc_driver(settings.jdbc_jar)
+    if DUMP_ARCHIVE:
+        jvm_options, archive = f"-XX:ArchiveClassesAtExit={DUMP_ARCHIVE} {cds.QUIET}", None
+    else:
+        archive = cds_archive(settings)
+        jvm_options = cds.use_options(archive)
+    try:
+        return _launch(settings, driver, jvm_options)
+    except _JvmDidNotStart:
+        if not jvm_options or archive is None:
+            raise
+        # The JVM ignores an archive that does not match it, so this should not
+        # happen; if it does, the archive is suspect: drop it, start without.
+        log.warning("Spark did not start with class-data archive %s; retrying without it",
+                    archive)
+        cds.discard(archive)
+        return _launch(settings, driver, "")
+
+
+def _launch(settings: SparkSettings, driver: JdbcDriver, jvm_options: str) -> SparkSession:
     log4j = Path(tempfile.gettempdir()) / "reorg-spark-log4j2.properties"
     log4j.write_text(_LOG4J)
     if settings.local:
@@ -213,14 +250,14 @@ def _start(settings: SparkSettings) -> SparkSession:
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder
-    for key, value in build_conf(settings, driver, str(log4j)).items():
+    for key, value in build_conf(settings, driver, str(log4j), jvm_options).items():
         builder = builder.config(key, value)
     try:
         spark = builder.getOrCreate()
     except Exception as exc:
         hint = ("could not fetch " + driver.value + " (no network?); " + HOW_TO_PROVIDE
                 if driver.kind == "packages" else "check java (JAVA_HOME) and --spark-conf")
-        raise SparkUnavailable(f"Spark did not start ({_first_line(exc)}); {hint}") from exc
+        raise _JvmDidNotStart(f"Spark did not start ({_first_line(exc)}); {hint}") from exc
     spark.sparkContext.setLogLevel("ERROR")
     _check_driver(spark, driver)
     log.info("Spark %s started: master %s, JDBC driver %s", spark.version, settings.master, driver.value)
