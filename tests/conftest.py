@@ -18,8 +18,9 @@ from helpers import create_database, drop_database
 
 from framework.pgcluster import LocalPostgres
 
-# Framework fixtures (migrated database, settings, in-process nodes).
-pytest_plugins = ["framework_fixtures"]
+# Framework fixtures (migrated database, settings, in-process nodes) and the
+# Spark data plane's (the SparkSession, an engine on a fresh database).
+pytest_plugins = ["framework_fixtures", "spark_helpers"]
 
 
 def _docker_available() -> bool:

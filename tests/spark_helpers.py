@@ -1,38 +1,66 @@
-"""Helpers for tests of the Spark data plane: a ``SubtaskContext`` whose
-checkpoint is a fenced conditional UPDATE on a small fake lease table, so a
-test can run ``run_subtask`` without the worker and can take the lease away."""
+"""Helpers for tests of the Spark data plane (registered in conftest's
+``pytest_plugins``, so ``spark`` and ``target_db`` are fixtures everywhere).
+
+A ``SubtaskContext`` whose checkpoint is a fenced conditional UPDATE on a small
+fake lease table, so a test can run a job type's subtasks without the worker
+and can take the lease away; ``JobKind`` submits a job and runs its ranges
+that way; small query helpers; waits for jobs run by real nodes."""
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import pytest
 import sqlalchemy as sa
+from framework_fixtures import make_items as _make_items
+from helpers import wait_until
 from sqlalchemy.engine import Connection, Engine
 
-from framework.jobtype import LEASE_LOST, Job, LeaseLost, SubtaskContext
+from framework import control
+from framework.jobtype import LEASE_LOST, InvalidParams, Job, LeaseLost, SubtaskContext
+
+if TYPE_CHECKING:
+    from backfill.spark.pipeline import RangePipeline
 
 FAKE_LEASES = "public.fake_lease"
+TERMINAL = {"succeeded", "cancelled", "reverted", "failed"}
 
 
-def make_items(engine: Engine, rows: int, *, table: str = "items", step: int = 1) -> None:
-    """items(id bigint pk, a int, b text, c text) with keys 1, 1+step, ...; c NULL."""
+# -- data and queries (``engine``: an Engine or a framework Database) -------------
+
+
+def make_items(engine: Any, rows: int, *, table: str = "items", step: int = 1) -> None:
+    """items(id bigint pk, a int, b text, c text) with keys 1, 1+step, ...; c NULL;
+    analysed, so batch bounds are planned as on a real table."""
+    _make_items(engine, rows, table=table, step=step)
     with engine.begin() as conn:
-        conn.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
-        conn.execute(sa.text(f"CREATE TABLE {table} (id bigint PRIMARY KEY, a int, b text, c text)"))
-        conn.execute(sa.text(
-            f"INSERT INTO {table} SELECT 1 + (g - 1) * :step, g % 97, 'v' || g, NULL "
-            "FROM generate_series(1, :n) g"), {"n": rows, "step": step})
         conn.execute(sa.text(f"ANALYZE {table}"))
 
 
-def snapshot(engine: Engine, table: str = "items") -> list[tuple]:
+def rows(engine: Any, sql: str, **params: Any) -> list[tuple]:
     with engine.connect() as conn:
-        return [tuple(r) for r in conn.execute(sa.text(f"SELECT * FROM {table} ORDER BY 1"))]
+        return [tuple(r) for r in conn.execute(sa.text(sql), params)]
+
+
+def scalar(engine: Any, sql: str, **params: Any) -> Any:
+    with engine.connect() as conn:
+        return conn.execute(sa.text(sql), params).scalar()
+
+
+def snapshot(engine: Any, table: str = "items") -> list[tuple]:
+    return rows(engine, f"SELECT * FROM {table} ORDER BY 1")
+
+
+def catalogue(engine: Any) -> list[tuple]:
+    """Every user table's columns and types: what rejected input must leave alone."""
+    return rows(engine, """
+        SELECT table_schema, table_name, column_name, data_type FROM information_schema.columns
+        WHERE table_schema NOT IN ('pg_catalog', 'information_schema') ORDER BY 1, 2, 3""")
 
 
 @dataclass
@@ -42,6 +70,7 @@ class FakeLease:
     engine: Engine
     subtask_id: int
     epoch: int = 1
+    attempts: list[int] = field(default_factory=list)  # keys of the checkpoints tried, in order
 
     def create(self, start_key: int) -> None:
         with self.engine.begin() as conn:
@@ -71,15 +100,18 @@ class FakeLease:
 
 def make_context(engine: Engine, job: Job, subtask_id: int, start_key: int, end_key: int,
                  *, curr_key: int | None = None, epoch: int = 1,
-                 before_checkpoint: Any = None) -> tuple[SubtaskContext, FakeLease]:
+                 revoke_at: int | None = None) -> tuple[SubtaskContext, FakeLease]:
     """A SubtaskContext over ``[start_key, end_key)`` whose checkpoint is fenced
-    on the fake lease row; ``before_checkpoint(conn, key)`` runs first (fault hook)."""
+    on the fake lease row. ``revoke_at=n``: the lease is revoked just before the
+    n-th checkpoint, as if another worker took the subtask while that batch was
+    being applied (so batches 1 .. n-1 commit, and nothing after)."""
     lease = FakeLease(engine, subtask_id, epoch)
     lease.create(start_key if curr_key is None else curr_key)
 
     def checkpoint(conn: Connection, key: int, rows: int, meta: dict | None = None) -> None:
-        if before_checkpoint is not None:
-            before_checkpoint(conn, key)
+        lease.attempts.append(key)
+        if len(lease.attempts) == revoke_at:
+            lease.revoke()
         hit = conn.execute(sa.text(
             f"UPDATE {FAKE_LEASES} SET curr_key = :k, row_count = row_count + :n, "
             "checkpoints = checkpoints + 1, meta = coalesce(CAST(:meta AS jsonb), meta) "
@@ -99,10 +131,110 @@ def make_context(engine: Engine, job: Job, subtask_id: int, start_key: int, end_
 
 def make_job(job_id: int, params: dict[str, Any], *, table: str, key: str = "id",
              batch_rows: int = 10_000, max_rows_per_sec: int | None = None,
-             concurrency: int = 2) -> Job:
-    return Job(id=job_id, type="backfill", state="running", step=1, params=params,
+             concurrency: int = 2, type_name: str = "backfill") -> Job:
+    return Job(id=job_id, type=type_name, state="running", step=1, params=params,
                target_table=table, key_column=f'"{key}"', batch_rows=batch_rows,
                max_rows_per_sec=max_rows_per_sec, row_estimate=None, concurrency=concurrency)
+
+
+P = TypeVar("P", bound="RangePipeline")
+
+
+@dataclass(frozen=True)
+class JobKind(Generic[P]):
+    """One job type's subtasks, run in the test's process on fake leases."""
+
+    job_type: Any  # a framework JobType
+    pipeline: Callable[[SubtaskContext, Engine, Any], P]  # (ctx, engine, spec) -> a RangePipeline
+    spec_of: Callable[[Job], Any]
+    defaults: dict[str, Any] = field(default_factory=dict)  # params the validated ones override
+
+    def submit(self, engine: Engine, job_id: int, params: dict[str, Any], *,
+               batch_rows: int = 1_000) -> Job:
+        """validate (rolled back, as the CLI does) + prepare (as the owner does)."""
+        with engine.connect() as conn, conn.begin() as tx:
+            target = self.job_type.validate(conn, params)
+            tx.rollback()
+        job = make_job(job_id, {**self.defaults, **target.params, "work_schema": "public"},
+                       table=target.table, batch_rows=batch_rows, type_name=self.job_type.name)
+        with engine.begin() as conn:
+            self.job_type.prepare(conn, job)
+        return job
+
+    def subtask(self, ctx: SubtaskContext, engine: Engine, job: Job) -> P:
+        return self.pipeline(ctx, engine, self.spec_of(job))
+
+    def run_range(self, engine: Engine, job: Job, subtask_id: int, lo: int, hi: int,
+                  **kw: Any) -> P:
+        ctx, _ = make_context(engine, job, subtask_id, lo, hi, **kw)
+        pipeline = self.subtask(ctx, engine, job)
+        pipeline.run()
+        return pipeline
+
+    def run_split(self, engine: Engine, job: Job, cuts: list[int]) -> list[P]:
+        """Subtasks over [cuts[0], cuts[1]), [cuts[1], cuts[2]), ..., one after another."""
+        return [self.run_range(engine, job, i + 1, lo, hi)
+                for i, (lo, hi) in enumerate(zip(cuts, cuts[1:], strict=False))]
+
+    def run_all(self, engine: Engine, job: Job, max_key: int, parts: int = 2) -> list[P]:
+        """``parts`` subtasks over keys 1 .. max_key."""
+        step = (max_key + parts) // parts
+        return self.run_split(engine, job, [min(1 + i * step, max_key + 1)
+                                            for i in range(parts + 1)])
+
+    def rollback(self, engine: Engine, job: Job) -> None:
+        with engine.begin() as conn:
+            self.job_type.rollback(conn, job)
+
+    def run_until_hard_stop(self, engine: Engine, job: Job, lo: int, hi: int, *,
+                            checkpoints: int = 2) -> tuple[list[BaseException], FakeLease]:
+        """Run subtask 1 over ``[lo, hi)`` on a thread, stop it hard (as a cancel
+        does) once ``checkpoints`` batches committed; what it raised, and its
+        lease. Fails if the subtask does not stop."""
+        ctx, lease = make_context(engine, job, 1, lo, hi)
+        pipeline = self.subtask(ctx, engine, job)
+        outcome: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                pipeline.run()
+            except BaseException as exc:  # noqa: BLE001 - the test inspects it
+                outcome.append(exc)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        deadline = time.monotonic() + 60
+        while lease.row().checkpoints < checkpoints and time.monotonic() < deadline:
+            time.sleep(0.01)
+        ctx.stop("job cancelling", hard=True)
+        thread.join(30)
+        assert not thread.is_alive(), "subtask did not stop after a hard stop"
+        return outcome, lease
+
+    def assert_rejected(self, engine: Engine, params: dict[str, Any], says: str) -> None:
+        """``validate`` refuses ``params`` with one line that contains ``says``,
+        and no table changes."""
+        before = catalogue(engine)
+        with engine.connect() as conn, conn.begin() as tx:
+            with pytest.raises(InvalidParams) as err:
+                self.job_type.validate(conn, params)
+            tx.rollback()
+        message = str(err.value)
+        assert says in message and "\n" not in message, message
+        assert catalogue(engine) == before
+
+
+# -- jobs run by real in-process nodes ------------------------------------------
+
+
+def job_of(db: Any, job_id: int) -> dict[str, Any]:
+    return control.status(db, job_id)[0]
+
+
+def wait_state(db: Any, job_id: int, states: set[str], timeout: float = 90) -> Any:
+    """The job's status once its state is one of ``states``."""
+    return wait_until(lambda: job_of(db, job_id)["state"] in states and job_of(db, job_id),
+                      timeout, f"job {job_id} to reach {states}")
 
 
 def reverse_text(value: str | None) -> str | None:
@@ -110,7 +242,7 @@ def reverse_text(value: str | None) -> str | None:
     return None if value is None else value[::-1]
 
 
-# -- fixtures (import them into a test module: `from spark_helpers import spark, target_db`) --
+# -- fixtures ---------------------------------------------------------------------
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""The batch engine: one subtask, batch by batch from ``curr_key``.
+"""The ``backfill`` job's batches on the shared batch loop (``pipeline``).
 
     read thread:  bounds ─► Spark JDBC read (+xmin) ─► transform ─► Arrow ─► CSV
     main thread:                      COPY to temp stage ─► merge where xmin unchanged
@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -26,40 +24,20 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
 from backfill.spark import landing
-from backfill.spark.jdbc import JdbcTarget, in_range, jdbc_target, read_base, read_keys
+from backfill.spark.jdbc import jdbc_target, read_base, read_keys
 from backfill.spark.merge import MergeSql
-from backfill.spark.session import get_spark, on_session_stop
-from backfill.spark.sizing import BatchSizer
+from backfill.spark.pipeline import Batch, BatchStat, RangePipeline, key_between
+from backfill.spark.session import on_session_stop
 from backfill.spark.transform import Transform
 from framework.jobtype import RetryableError, SubtaskContext
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame
 
 log = logging.getLogger("reorg.spark.engine")
 
 OPTIMISTIC_ROUNDS = 2  # re-read changed rows this often without locks, then lock them
 MAX_ROUNDS = OPTIMISTIC_ROUNDS + 2  # after the locked round nothing should be left
-ROWS_PER_PARTITION = 50_000  # below this, another JDBC partition costs more than it saves
-
-
-class _Active:
-    """How many subtasks this process runs on Spark right now."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self._lock = threading.Lock()
-
-    def __enter__(self) -> None:
-        with self._lock:
-            self.count += 1
-
-    def __exit__(self, *exc: object) -> None:
-        with self._lock:
-            self.count -= 1
-
-
-_active = _Active()
 
 
 @dataclass
@@ -117,144 +95,62 @@ class Staged:
     has_old: bool  # some before-image is not NULL (overwrite mode): keep images
 
 
-@dataclass
-class ReadBatch:
-    lo: int
-    hi: int
-    scanned: int  # rows in [lo, hi), for progress
-    staged: Staged
-    seconds: float
+@dataclass(frozen=True)
+class Merged:
+    """What a batch's merge did."""
+
+    rows: int  # rows computed from the batch's read (``where`` may skip some scanned ones)
+    rounds: int  # recompute rounds
+    recomputed: int  # rows recomputed in them
 
 
-@dataclass
-class BatchStats:
-    """Per-batch timings, kept for the benchmark and tests."""
+class BatchStats(BatchStat):
+    """A backfill batch's timings (``result`` is its ``Merged``), kept for the
+    benchmark and tests."""
 
-    lo: int
-    hi: int
-    rows: int
-    read_seconds: float
-    merge_seconds: float
-    rounds: int
-    recomputed: int
+    result: Merged
+
+    @property
+    def rows(self) -> int:
+        return self.result.rows
+
+    @property
+    def merge_seconds(self) -> float:
+        return self.apply_seconds
+
+    @property
+    def rounds(self) -> int:
+        return self.result.rounds
+
+    @property
+    def recomputed(self) -> int:
+        return self.result.recomputed
 
 
-@dataclass
-class SubtaskRunner:
-    ctx: SubtaskContext
-    engine: Engine
-    spec: BackfillSpec
-    stats: list[BatchStats] = field(default_factory=list)
+class SubtaskRunner(RangePipeline):
+    """One ``backfill`` subtask."""
 
-    def __post_init__(self) -> None:
-        self.spark: SparkSession = get_spark()
-        self.jdbc: JdbcTarget = jdbc_target(self.engine.url)
-        self.group = f"reorg-{self.spec.job_id}-{self.ctx.subtask_id}-{self.ctx.epoch}"
-        self.cache = _job_cache(self.spec.job_id, self.jdbc.url)
-        batch_rows = self.ctx.job.batch_rows
-        self.sizer = BatchSizer(batch_rows, self.spec.target_seconds)
-        meta = self.ctx.meta or {}
-        # Start from what this job learnt: this subtask's last run (meta), or
-        # another subtask in this process; `reorg alter --batch-rows` resets it.
-        if meta.get("for_batch_rows") == batch_rows and meta.get("batch_rows"):
-            self.sizer.rows = int(meta["batch_rows"])
-        elif batch_rows in self.cache.batch_rows:
-            self.sizer.rows = self.cache.batch_rows[batch_rows]
+    def __init__(self, ctx: SubtaskContext, engine: Engine, spec: BackfillSpec) -> None:
+        self.spec = spec
+        self.cache = _job_cache(spec.job_id, jdbc_target(engine.url).url)
+        super().__init__(ctx, engine, table=spec.table, key=spec.key, key_name=spec.key_name,
+                         target_seconds=spec.target_seconds, learned=self.cache.batch_rows)
 
-    # --- the loop ---------------------------------------------------------
+    # --- read: Spark, Arrow (read thread) ---------------------------------------
 
-    def run(self) -> None:
-        with _active:
-            self._run()
-
-    def _run(self) -> None:
-        ctx = self.ctx
-        sc = self.spark.sparkContext
-        # A hard stop (lease lost, cancel) kills this subtask's Spark jobs at once.
-        unregister = ctx.on_stop(lambda: sc.cancelJobGroup(self.group))
-        pool = ThreadPoolExecutor(1, thread_name_prefix=f"read-{ctx.subtask_id}")
-        pending: Future[ReadBatch] | None = None
-        try:
-            if ctx.curr_key < ctx.end_key:
-                pending = pool.submit(self._read, ctx.curr_key, self._size())
-            last_commit = time.monotonic()
-            while pending is not None:
-                # A pause stops here, between batches, without waiting for the
-                # prefetched read (``finally`` cancels it).
-                ctx.raise_if_stopped()
-                try:
-                    batch = pending.result()
-                except Exception:
-                    ctx.raise_if_stopped()  # a cancelled Spark job: report the stop, not the error
-                    raise
-                pending = None
-                ctx.raise_if_stopped()
-                if batch.hi < ctx.end_key:
-                    pending = pool.submit(self._read, batch.hi, self._size())
-                merge_seconds = self._merge(batch)
-                self.sizer.observe(batch.scanned, max(batch.seconds, merge_seconds))
-                self.cache.batch_rows[self.sizer.batch_rows] = self.sizer.rows
-                ctx.throttle(batch.scanned, time.monotonic() - last_commit)
-                last_commit = time.monotonic()
-        finally:
-            if pending is not None and not pending.done():
-                sc.cancelJobGroup(self.group)  # leaving early: don't finish a read nobody merges
-            pool.shutdown(wait=True)
-            unregister()
-
-    def _size(self) -> int:
-        job = self.ctx.job  # replaced by the worker when `reorg alter` changes the knobs
-        self.sizer.retarget(job.batch_rows)
-        per_subtask = (job.max_rows_per_sec / max(job.concurrency, 1)
-                       if job.max_rows_per_sec else None)
-        return self.sizer.next_rows(per_subtask)
-
-    # --- read: bounds, Spark, Arrow (read thread) -----------------------------
-
-    def _read(self, lo: int, rows: int) -> ReadBatch:
-        self.ctx.raise_if_stopped()
-        started = time.monotonic()
-        hi, scanned = self._bounds(lo, rows)
+    def compute(self, lo: int, hi: int, scanned: int) -> Staged:
         if self.cache.base is None:
             self.cache.base = read_base(self.spark, self.jdbc, self.spec.table, self.spec.where)
-        staged = self._compute(in_range(self.cache.base, self.spec.key_name, lo, hi,
-                                        self._partitions(scanned)))
-        return ReadBatch(lo, hi, scanned, staged, time.monotonic() - started)
+        return self._stage(key_between(self.cache.base, self.key_name, lo, hi,
+                                       self.partitions(scanned)))
 
-    def _partitions(self, rows: int) -> int:
-        """One JDBC partition per batch is the cheapest in CPU; split only when
-        this process runs fewer subtasks than Spark has cores to spare."""
-        spare = self.spark.sparkContext.defaultParallelism // max(_active.count, 1)
-        return max(1, min(spare, rows // ROWS_PER_PARTITION))
-
-    def _bounds(self, lo: int, rows: int) -> tuple[int, int]:
-        """The batch's exclusive upper key: ``rows`` keys in key order, so gappy
-        keys still make even batches, deterministic in the table's keys. A
-        remainder under half a batch joins this one: a tiny last batch would
-        cost a whole batch's fixed Spark and commit overhead."""
-        t, k, end = self.spec.table, self.spec.key, self.ctx.end_key
-
-        def nth(param: str) -> str:
-            return (f"(SELECT {k} FROM {t} WHERE {k} >= :lo AND {k} < :end "
-                    f"ORDER BY {k} OFFSET :{param} LIMIT 1)")
-
-        with self.engine.connect() as conn:
-            cut, far = conn.execute(text(f"SELECT {nth('n')}, {nth('n2')}"),
-                                    {"lo": lo, "end": end, "n": rows, "n2": rows + rows // 2}).one()
-            if cut is not None and far is not None:
-                return int(cut), rows
-            left = conn.execute(text(f"SELECT count(*) FROM {t} WHERE {k} >= :lo AND {k} < :end"),
-                                {"lo": lo, "end": end}).scalar()
-            return end, int(left or 0)
-
-    def _compute(self, df: DataFrame) -> Staged:
+    def _stage(self, df: DataFrame) -> Staged:
         """Transform ``df`` (rows read with versions) into staging CSV."""
-        self.spark.sparkContext.setJobGroup(self.group, f"reorg subtask {self.ctx.subtask_id}", True)
         if self.cache.target_type is None:
             target_type = df.schema[self.spec.transform.column].dataType
             self.spec.transform.register(self.spark, target_type)
             self.cache.target_type = target_type
-        out = self.spec.transform.output(df, self.spec.key_name, self.cache.target_type,
+        out = self.spec.transform.output(df, self.key_name, self.cache.target_type,
                                          with_old=self.spec.overwrite)
         table = out.toArrow()
         has_old = self.spec.overwrite and table.column("old").null_count < table.num_rows
@@ -264,51 +160,31 @@ class SubtaskRunner:
             table = table.drop_columns(["old"])
         return Staged(landing.to_csv(table), table.num_rows, has_old)
 
-    # --- merge (main thread) ------------------------------------------------
+    # --- merge (main thread, in the batch transaction) ---------------------------
 
-    def _merge(self, batch: ReadBatch) -> float:
-        started = time.monotonic()
-        m, ctx = self.spec.merge, self.ctx
+    def begin(self, conn: Connection) -> None:
+        super().begin(conn)
+        conn.exec_driver_sql("SET LOCAL work_mem = '64MB'")
+
+    def apply(self, conn: Connection, raw: Any, batch: Batch) -> Merged:
+        m = self.spec.merge
         bounds = {"lo": batch.lo, "hi": batch.hi}
         rounds = recomputed = 0
-        with self.engine.begin() as conn:
-            raw = conn.connection.driver_connection
-            assert raw is not None
-            # A hard stop cancels the running statement: the batch rolls back now,
-            # not when the statement would have finished.
-            unregister = ctx.on_stop(raw.cancel)
-            try:
-                # The batch and its checkpoint commit or vanish together, so the
-                # commit need not wait for the WAL flush: a crash can only lose
-                # whole batches with their checkpoints, and they are redone.
-                conn.exec_driver_sql("SET LOCAL synchronous_commit = off")
-                conn.exec_driver_sql("SET LOCAL jit = off")
-                conn.exec_driver_sql("SET LOCAL work_mem = '64MB'")
-                conn.exec_driver_sql(landing.create_staging_sql(self.spec.column_type))
-                staged = batch.staged
-                while staged.rows:
-                    landing.copy_in(raw, self.spec.column_type, m.stage_columns(staged.has_old),
-                                    staged.data)
-                    result = conn.execute(text(m.merge(images=staged.has_old)), bounds)
-                    applied = result.scalar_one() if staged.has_old else result.rowcount
-                    if applied == staged.rows:
-                        break
-                    rounds += 1
-                    staged = self._recompute(conn, rounds)
-                    recomputed += staged.rows
-                if m.overwrite:
-                    conn.execute(text(m.record_batch()), {**bounds, "subtask": ctx.subtask_id})
-                ctx.checkpoint(conn, batch.hi, batch.scanned,
-                               {"batch_rows": self.sizer.rows, "for_batch_rows": ctx.job.batch_rows})
-            finally:
-                unregister()
-        seconds = time.monotonic() - started
-        self.stats.append(BatchStats(batch.lo, batch.hi, batch.staged.rows, batch.seconds, seconds,
-                                     rounds, recomputed))
-        log.debug("subtask %s batch [%s, %s): %s rows, read %.3fs, merge %.3fs, %s rounds",
-                  ctx.subtask_id, batch.lo, batch.hi, batch.staged.rows, batch.seconds, seconds,
-                  rounds)
-        return seconds
+        conn.exec_driver_sql(landing.create_staging_sql(self.spec.column_type))
+        staged: Staged = batch.payload
+        while staged.rows:
+            landing.copy_in(raw, self.spec.column_type, m.stage_columns(staged.has_old),
+                            staged.data)
+            result = conn.execute(text(m.merge(images=staged.has_old)), bounds)
+            applied = result.scalar_one() if staged.has_old else result.rowcount
+            if applied == staged.rows:
+                break
+            rounds += 1
+            staged = self._recompute(conn, rounds)
+            recomputed += staged.rows
+        if m.overwrite:
+            conn.execute(text(m.record_batch()), {**bounds, "subtask": self.ctx.subtask_id})
+        return Merged(batch.payload.rows, rounds, recomputed)
 
     def _recompute(self, conn: Connection, round_no: int) -> Staged:
         """Rows that changed since Spark read them: read their latest versions and
@@ -324,9 +200,18 @@ class SubtaskRunner:
         if round_no > OPTIMISTIC_ROUNDS:
             conn.execute(text(m.lock()), {"keys": keys})
         self.ctx.raise_if_stopped()
+        self.tag_spark_jobs()  # on the main thread: a hard stop cancels this read too
         df = read_keys(self.spark, self.jdbc, self.spec.table, self.spec.key, keys,
                        where=self.spec.where)
-        return self._compute(df)
+        return self._stage(df)
+
+    def record(self, batch: Batch, result: Merged, seconds: float) -> None:
+        self.stats.append(BatchStats(batch.lo, batch.hi, batch.scanned, batch.seconds, seconds,
+                                     result))
+        # bench/backfill.py parses this line (BATCH_RE): keep its format.
+        log.debug("subtask %s batch [%s, %s): %s rows, read %.3fs, merge %.3fs, %s rounds",
+                  self.ctx.subtask_id, batch.lo, batch.hi, result.rows, batch.seconds, seconds,
+                  result.rounds)
 
 
 def run_subtask(ctx: SubtaskContext, engine: Engine, spec: BackfillSpec) -> SubtaskRunner:

@@ -84,23 +84,10 @@ def read_base(spark: SparkSession, target: JdbcTarget, table: str,
 
     Built once per subtask: creating a JDBC DataFrame costs a connection and a
     schema query, which at ~20 ms a batch is most of PostgreSQL's fixed cost.
-    Each batch narrows it with ``in_range``; Spark pushes that into the SQL.
+    Each batch narrows it with ``pipeline.key_between``; Spark pushes that into
+    the SQL.
     """
     return spark.read.jdbc(target.url, read_query(table, where), properties=target.read_props())
-
-
-def in_range(base: DataFrame, key: str, lo: int, hi: int, parts: int = 1) -> DataFrame:
-    """``base`` restricted to ``[lo, hi)``, read in ``parts`` JDBC partitions
-    (a union of narrower ranges: each child is one pushed-down range scan)."""
-    from functools import reduce
-
-    from pyspark.sql import functions as F
-
-    k = F.col("`" + key.replace("`", "``") + "`")
-    parts = max(1, min(parts, hi - lo))
-    cuts = [lo + (hi - lo) * i // parts for i in range(parts)] + [hi]
-    pieces = [base.where((k >= a) & (k < b)) for a, b in zip(cuts, cuts[1:], strict=False)]
-    return reduce(lambda x, y: x.union(y), pieces)
 
 
 def read_keys(spark: SparkSession, target: JdbcTarget, table: str, key: str, keys: list[int],

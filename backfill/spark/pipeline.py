@@ -1,20 +1,25 @@
 """A subtask as a pipeline of batches, generic over what a batch computes and
-how it is applied; used by ``copy`` and ``checksum`` (``backfill`` has its own
-loop in ``engine``, with the same shape).
+how it is applied: the one batch loop of ``backfill`` (``engine``), ``copy``
+(``copying``) and ``checksum`` (``comparing``).
 
     read thread:  bounds ─► compute(lo, hi) on Spark (its own job group)
     main thread:              one transaction: apply(batch) ─► checkpoint ─► commit
 
-Batch k+1 is computed while batch k is applied. Each batch's write and its
-fenced checkpoint commit in one transaction (DESIGN 3); a hard stop (lease
-lost, cancel) cancels the subtask's Spark job group and the running statement
-at once. Batch sizes adapt toward a target time (``sizing``) and remember what
-they learnt in the subtask's meta, as the backfill engine does.
+Batch k+1 is computed while batch k is applied, so Spark's time hides behind
+the database's. Each batch's write and its fenced checkpoint commit in one
+transaction (DESIGN 3): a zombie's checkpoint raises LeaseLost and the whole
+batch rolls back; a retried subtask resumes at the committed ``curr_key``, so
+no batch applies twice. A hard stop (lease lost, cancel) cancels the
+subtask's Spark job group and the running statement at once. Batch sizes
+adapt toward a target time (``sizing``) and remember what they learnt in the
+subtask's meta (and, if the job type keeps one, in a per-job table this
+process shares between the job's subtasks).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from abc import ABC, abstractmethod
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -24,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
-from backfill.spark.engine import ROWS_PER_PARTITION, _active
 from backfill.spark.jdbc import JdbcTarget, jdbc_target
 from backfill.spark.session import get_spark
 from backfill.spark.sizing import BatchSizer
@@ -34,6 +38,27 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
 log = logging.getLogger("reorg.spark.pipeline")
+
+ROWS_PER_PARTITION = 50_000  # below this, another JDBC partition costs more than it saves
+
+
+class _Active:
+    """How many subtasks this process runs on Spark right now."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> None:
+        with self._lock:
+            self.count += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self.count -= 1
+
+
+_active = _Active()
 
 
 @dataclass
@@ -65,7 +90,8 @@ class RangePipeline(ABC):
     uses_spark = True  # False: compute() runs no Spark job (no session is started)
 
     def __init__(self, ctx: SubtaskContext, engine: Engine, *, table: str, key: str,
-                 key_name: str, target_seconds: float = 1.0) -> None:
+                 key_name: str, target_seconds: float = 1.0,
+                 learned: dict[int, int] | None = None) -> None:
         self.ctx = ctx
         self.engine = engine
         self.table = table  # quoted, schema-qualified: the table whose key space is split
@@ -74,13 +100,18 @@ class RangePipeline(ABC):
         self.stats: list[BatchStat] = []
         self.jdbc: JdbcTarget = jdbc_target(engine.url)
         self.group = f"reorg-{ctx.job.id}-{ctx.subtask_id}-{ctx.epoch}"
+        # The job's batch_rows -> the size the sizer settled on, shared by the
+        # job's subtasks in this process (None: each subtask learns alone).
+        self.learned = learned
         batch_rows = ctx.job.batch_rows
         self.sizer = BatchSizer(batch_rows, target_seconds)
         meta = ctx.meta or {}
-        # Start from what this subtask learnt on its last run (`reorg alter
-        # --batch-rows` resets it).
+        # Start from what this job learnt: this subtask's last run (meta), or
+        # another subtask in this process; `reorg alter --batch-rows` resets it.
         if meta.get("for_batch_rows") == batch_rows and meta.get("batch_rows"):
             self.sizer.rows = int(meta["batch_rows"])
+        elif learned is not None and batch_rows in learned:
+            self.sizer.rows = learned[batch_rows]
 
     @property
     def spark(self) -> SparkSession:
@@ -109,10 +140,17 @@ class RangePipeline(ABC):
     def begin(self, conn: Connection) -> None:
         """Session settings for the batch transaction."""
         # The batch and its checkpoint commit or vanish together, so the commit
-        # need not wait for the WAL flush: a crash loses whole batches with their
-        # checkpoints, and they are redone.
+        # need not wait for the WAL flush: a crash can only lose whole batches
+        # with their checkpoints, and they are redone.
         conn.exec_driver_sql("SET LOCAL synchronous_commit = off")
         conn.exec_driver_sql("SET LOCAL jit = off")
+
+    def record(self, batch: Batch, result: Any, seconds: float) -> None:
+        """Keep the committed batch's stat (``seconds``: its transaction) and log it."""
+        self.stats.append(BatchStat(batch.lo, batch.hi, batch.scanned, batch.seconds, seconds,
+                                    result))
+        log.debug("subtask %s batch [%s, %s): %s rows, read %.3fs, apply %.3fs",
+                  self.ctx.subtask_id, batch.lo, batch.hi, batch.scanned, batch.seconds, seconds)
 
     # --- the loop -------------------------------------------------------------
 
@@ -132,11 +170,13 @@ class RangePipeline(ABC):
                 pending = pool.submit(self._read, ctx.curr_key, self._size())
             last_commit = time.monotonic()
             while pending is not None:
+                # A pause stops here, between batches, without waiting for the
+                # prefetched read (``finally`` cancels it).
                 ctx.raise_if_stopped()
                 try:
                     batch = pending.result()
                 except Exception:
-                    ctx.raise_if_stopped()  # a cancelled Spark job: report the stop
+                    ctx.raise_if_stopped()  # a cancelled Spark job: report the stop, not the error
                     raise
                 pending = None
                 ctx.raise_if_stopped()
@@ -144,6 +184,8 @@ class RangePipeline(ABC):
                     pending = pool.submit(self._read, batch.hi, self._size())
                 apply_seconds = self._apply(batch)
                 self.sizer.observe(batch.scanned, max(batch.seconds, apply_seconds))
+                if self.learned is not None:
+                    self.learned[self.sizer.batch_rows] = self.sizer.rows
                 ctx.throttle(batch.scanned, time.monotonic() - last_commit)
                 last_commit = time.monotonic()
         finally:
@@ -159,25 +201,36 @@ class RangePipeline(ABC):
                        if job.max_rows_per_sec else None)
         return self.sizer.next_rows(per_subtask)
 
+    # --- read thread: bounds, then compute -------------------------------------
+
     def _read(self, lo: int, rows: int) -> Batch:
         self.ctx.raise_if_stopped()
         started = time.monotonic()
         hi, scanned = self.bounds(lo, rows)
         if self.uses_spark:
-            self.spark.sparkContext.setJobGroup(self.group, f"reorg subtask {self.ctx.subtask_id}",
-                                                True)
+            self.tag_spark_jobs()
         payload = self.compute(lo, hi, scanned)
         return Batch(lo, hi, scanned, payload, time.monotonic() - started)
 
+    def tag_spark_jobs(self) -> None:
+        """Spark jobs this thread starts from now on belong to the subtask's job
+        group, which a hard stop cancels (the group is per thread)."""
+        self.spark.sparkContext.setJobGroup(self.group, f"reorg subtask {self.ctx.subtask_id}",
+                                            True)
+
     def partitions(self, rows: int) -> int:
-        """JDBC partitions for a batch: split only when this process runs fewer
-        subtasks than Spark has cores to spare."""
+        """JDBC partitions for a batch of ``rows``: one is the cheapest in CPU;
+        split only when this process runs fewer subtasks than Spark has cores
+        to spare."""
         spare = self.spark.sparkContext.defaultParallelism // max(_active.count, 1)
         return max(1, min(spare, rows // ROWS_PER_PARTITION))
 
     def bounds(self, lo: int, rows: int) -> tuple[int, int]:
-        """The batch's exclusive upper key (``rows`` keys of ``table`` in key
-        order; a remainder under half a batch joins this one) and its row count."""
+        """The batch's exclusive upper key and its row count: ``rows`` keys of
+        ``table`` in key order, so gappy keys still make even batches,
+        deterministic in the table's keys. A remainder under half a batch joins
+        this one: a tiny last batch would cost a whole batch's fixed Spark and
+        commit overhead."""
         t, k, end = self.table, self.key, self.ctx.end_key
 
         def nth(param: str) -> str:
@@ -193,13 +246,16 @@ class RangePipeline(ABC):
                                 {"lo": lo, "end": end}).scalar()
             return end, int(left or 0)
 
+    # --- main thread: the batch transaction -------------------------------------
+
     def _apply(self, batch: Batch) -> float:
         started = time.monotonic()
         ctx = self.ctx
         with self.engine.begin() as conn:
             raw = conn.connection.driver_connection
             assert raw is not None
-            # A hard stop cancels the running statement: the batch rolls back now.
+            # A hard stop cancels the running statement: the batch rolls back now,
+            # not when the statement would have finished.
             unregister = ctx.on_stop(raw.cancel)
             try:
                 self.begin(conn)
@@ -211,17 +267,15 @@ class RangePipeline(ABC):
                 unregister()
         self.committed(batch, result)
         seconds = time.monotonic() - started
-        self.stats.append(BatchStat(batch.lo, batch.hi, batch.scanned, batch.seconds, seconds,
-                                    result))
-        log.debug("subtask %s batch [%s, %s): %s rows, read %.3fs, apply %.3fs", ctx.subtask_id,
-                  batch.lo, batch.hi, batch.scanned, batch.seconds, seconds)
+        self.record(batch, result, seconds)
         return seconds
 
 
 def key_between(df: DataFrame, key_name: str, lo: int | None, hi: int | None,
                 parts: int = 1) -> DataFrame:
     """``df`` restricted to ``lo <= key < hi`` (None: unbounded on that side),
-    read in ``parts`` JDBC partitions when both ends are bounded."""
+    read in ``parts`` JDBC partitions when both ends are bounded (a union of
+    narrower ranges: each child is one pushed-down range scan)."""
     from functools import reduce
 
     k = spark_column(key_name)

@@ -6,57 +6,19 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 
 import pytest
-import spark_helpers
 import sqlalchemy as sa
-from spark_helpers import make_context, make_items, make_job, snapshot
+from spark_helpers import JobKind, make_context, make_items, scalar, snapshot
 
 from backfill.backfill_job import BackfillJobType, merge_sql, spec_of
 from backfill.spark.engine import SubtaskRunner
-from framework.jobtype import InvalidParams, Job, LeaseLost, Stopped
+from framework.jobtype import LeaseLost, Stopped
 
 pytestmark = pytest.mark.spark
-spark = spark_helpers.spark  # the session's SparkSession (session-scoped fixture)
-target_db = spark_helpers.target_db  # engine on a fresh database (function fixture)
 
 JT = BackfillJobType()
-
-
-def scalar(engine, sql, **params):
-    with engine.connect() as conn:
-        return conn.execute(sa.text(sql), params).scalar()
-
-
-def submit_job(engine, job_id: int, params: dict, *, batch_rows: int = 1_000) -> Job:
-    """validate (rolled back, as the CLI does) + prepare (as the owner does)."""
-    with engine.connect() as conn, conn.begin() as tx:
-        target = JT.validate(conn, params)
-        tx.rollback()
-    job = make_job(job_id, {**target.params, "work_schema": "public"}, table=target.table,
-                   batch_rows=batch_rows)
-    with engine.begin() as conn:
-        JT.prepare(conn, job)
-    return job
-
-
-def run_range(engine, job: Job, subtask_id: int, lo: int, hi: int, **kw) -> SubtaskRunner:
-    ctx, _ = make_context(engine, job, subtask_id, lo, hi, **kw)
-    runner = SubtaskRunner(ctx, engine, spec_of(job))
-    runner.run()
-    return runner
-
-
-def run_all(engine, job: Job, max_key: int, parts: int = 2) -> list[SubtaskRunner]:
-    step = (max_key + parts) // parts
-    return [run_range(engine, job, i + 1, 1 + i * step, min(1 + (i + 1) * step, max_key + 1))
-            for i in range(parts)]
-
-
-def rollback(engine, job: Job) -> None:
-    with engine.begin() as conn:
-        JT.rollback(conn, job)
+BACKFILL = JobKind(JT, SubtaskRunner, spec_of)
 
 
 # --- one subtask end to end ---------------------------------------------------
@@ -67,9 +29,9 @@ def test_subtasks_end_to_end_equal_the_oracle(spark, target_db):
     with target_db.begin() as conn:  # some old values to keep as before-images
         conn.execute(sa.text("UPDATE items SET c = 'orig' || id WHERE id % 5 = 0"))
     # Fixed 1,000-row batches (no adaptive sizing), so each subtask has six.
-    job = submit_job(target_db, 101, {"table": "items", "set": "c=concat(md5(b), ':', a)",
-                                      "target_batch_seconds": 0})
-    runners = run_all(target_db, job, 1 + 11_999 * 3)
+    job = BACKFILL.submit(target_db, 101, {"table": "items", "set": "c=concat(md5(b), ':', a)",
+                                           "target_batch_seconds": 0})
+    runners = BACKFILL.run_all(target_db, job, 1 + 11_999 * 3)
     assert scalar(target_db, "SELECT count(*) FROM items WHERE c IS DISTINCT FROM md5(b) || ':' || a") == 0
     stats = [s for r in runners for s in r.stats]
     assert len(stats) == 12
@@ -86,18 +48,18 @@ def test_subtasks_end_to_end_equal_the_oracle(spark, target_db):
 
 def test_where_and_add_column(spark, target_db):
     make_items(target_db, 3_000)
-    job = submit_job(target_db, 102, {"table": "items", "set": "d=upper(b)", "where": "a < 50",
-                                      "add_column": "d:varchar(40)"})
-    run_all(target_db, job, 3_000)
+    job = BACKFILL.submit(target_db, 102, {"table": "items", "set": "d=upper(b)", "where": "a < 50",
+                                           "add_column": "d:varchar(40)"})
+    BACKFILL.run_all(target_db, job, 3_000)
     assert scalar(target_db, "SELECT count(*) FROM items WHERE a < 50 AND d IS DISTINCT FROM upper(b)") == 0
     assert scalar(target_db, "SELECT count(*) FROM items WHERE a >= 50 AND d IS NOT NULL") == 0
 
 
 def test_python_udf(spark, target_db):
     make_items(target_db, 2_000)
-    job = submit_job(target_db, 103, {"table": "items", "set": "c=reverse_text(b)",
-                                      "udf": "spark_helpers:reverse_text"})
-    run_all(target_db, job, 2_000, parts=1)
+    job = BACKFILL.submit(target_db, 103, {"table": "items", "set": "c=reverse_text(b)",
+                                           "udf": "spark_helpers:reverse_text"})
+    BACKFILL.run_all(target_db, job, 2_000, parts=1)
     assert scalar(target_db, "SELECT count(*) FROM items WHERE c IS DISTINCT FROM reverse(b)") == 0
 
 
@@ -106,19 +68,13 @@ def test_python_udf(spark, target_db):
 
 def test_lost_lease_mid_run_leaves_the_batch_uncommitted(spark, target_db):
     make_items(target_db, 8_000)
-    job = submit_job(target_db, 104, {"table": "items", "set": "c=md5(b)", "target_batch_seconds": 0},
-                     batch_rows=500)
-    calls = []
-
-    def revoke_on_third(conn, key):
-        calls.append(key)
-        if len(calls) == 3:
-            lease.revoke()  # another worker took the subtask while this batch was merging
-
-    ctx, lease = make_context(target_db, job, 1, 1, 8_001, before_checkpoint=revoke_on_third)
+    job = BACKFILL.submit(target_db, 104, {"table": "items", "set": "c=md5(b)", "target_batch_seconds": 0},
+                          batch_rows=500)
+    # Another worker takes the subtask while the third batch is merging.
+    ctx, lease = make_context(target_db, job, 1, 1, 8_001, revoke_at=3)
     with pytest.raises(LeaseLost):
         SubtaskRunner(ctx, target_db, spec_of(job)).run()
-    committed = calls[1]  # the second batch's upper key: the last committed checkpoint
+    committed = lease.attempts[1]  # the second batch's upper key: the last committed checkpoint
     assert lease.row().curr_key == committed
     assert scalar(target_db, "SELECT count(*) FROM items WHERE id < :k AND c IS DISTINCT FROM md5(b)",
                   k=committed) == 0
@@ -129,46 +85,22 @@ def test_lost_lease_mid_run_leaves_the_batch_uncommitted(spark, target_db):
 
 def test_resumed_subtask_applies_no_batch_twice(spark, target_db):
     make_items(target_db, 6_000)
-    job = submit_job(target_db, 105, {"table": "items", "set": "c=concat(coalesce(c, ''), 'x')",
-                                      "target_batch_seconds": 0}, batch_rows=500)
-    calls = []
-
-    def revoke_on_fourth(conn, key):
-        calls.append(key)
-        if len(calls) == 4:
-            lease.revoke()
-
-    ctx, lease = make_context(target_db, job, 1, 1, 6_001, before_checkpoint=revoke_on_fourth)
+    job = BACKFILL.submit(target_db, 105, {"table": "items", "set": "c=concat(coalesce(c, ''), 'x')",
+                                           "target_batch_seconds": 0}, batch_rows=500)
+    ctx, lease = make_context(target_db, job, 1, 1, 6_001, revoke_at=4)
     with pytest.raises(LeaseLost):
         SubtaskRunner(ctx, target_db, spec_of(job)).run()
     # A new claim (epoch 2) resumes from the committed curr_key.
     resume_at = lease.row().curr_key
-    run_range(target_db, job, 1, 1, 6_001, curr_key=resume_at, epoch=2)
+    BACKFILL.run_range(target_db, job, 1, 1, 6_001, curr_key=resume_at, epoch=2)
     # Each row gets one 'x'; a batch applied twice would show 'xx'.
     assert scalar(target_db, "SELECT count(*) FROM items WHERE c IS DISTINCT FROM 'x'") == 0
 
 
 def test_hard_stop_cancels_the_spark_job_and_commits_nothing_more(spark, target_db):
     make_items(target_db, 40_000)
-    job = submit_job(target_db, 106, {"table": "items", "set": "c=md5(b)"}, batch_rows=500)
-    ctx, lease = make_context(target_db, job, 1, 1, 40_001)
-    runner = SubtaskRunner(ctx, target_db, spec_of(job))
-    outcome: list[BaseException] = []
-
-    def run():
-        try:
-            runner.run()
-        except BaseException as exc:  # noqa: BLE001 - the test inspects it
-            outcome.append(exc)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while lease.row().checkpoints < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    ctx.stop("job cancelling", hard=True)
-    thread.join(30)
-    assert not thread.is_alive(), "subtask did not stop after a hard stop"
+    job = BACKFILL.submit(target_db, 106, {"table": "items", "set": "c=md5(b)"}, batch_rows=500)
+    outcome, lease = BACKFILL.run_until_hard_stop(target_db, job, 1, 40_001)
     assert outcome and isinstance(outcome[0], Stopped | LeaseLost | Exception)
     done = lease.row().curr_key
     assert done < 40_001
@@ -184,7 +116,7 @@ def test_rows_changed_between_read_and_merge_are_recomputed(spark, target_db, mo
     """Deterministic: after Spark reads each batch, a writer changes some of its
     rows; twice more during the optimistic rounds; the locked round must win."""
     make_items(target_db, 3_000)
-    job = submit_job(target_db, 107, {"table": "items", "set": "c=md5(b)"}, batch_rows=1_000)
+    job = BACKFILL.submit(target_db, 107, {"table": "items", "set": "c=md5(b)"}, batch_rows=1_000)
     writer = sa.create_engine(target_db.url, connect_args={"options": "-c lock_timeout=200"})
     blocked = []
 
@@ -211,7 +143,7 @@ def test_rows_changed_between_read_and_merge_are_recomputed(spark, target_db, mo
 
     monkeypatch.setattr(SubtaskRunner, "_read", read_then_write)
     monkeypatch.setattr(SubtaskRunner, "_recompute", recompute_then_write)
-    runner = run_range(target_db, job, 1, 1, 3_001)
+    runner = BACKFILL.run_range(target_db, job, 1, 1, 3_001)
     writer.dispose()
     assert scalar(target_db, "SELECT count(*) FROM items WHERE c IS DISTINCT FROM md5(b)") == 0
     assert any(s.rounds >= 3 for s in runner.stats), [s.rounds for s in runner.stats]
@@ -220,7 +152,7 @@ def test_rows_changed_between_read_and_merge_are_recomputed(spark, target_db, mo
 
 def test_concurrent_writer_never_loses_to_a_stale_read(spark, target_db):
     make_items(target_db, 20_000)
-    job = submit_job(target_db, 108, {"table": "items", "set": "c=md5(b)"}, batch_rows=1_000)
+    job = BACKFILL.submit(target_db, 108, {"table": "items", "set": "c=md5(b)"}, batch_rows=1_000)
     stop = threading.Event()
     writes = [0]
 
@@ -241,7 +173,7 @@ def test_concurrent_writer_never_loses_to_a_stale_read(spark, target_db):
     for t in threads:
         t.start()
     try:
-        runners = run_all(target_db, job, 20_000)
+        runners = BACKFILL.run_all(target_db, job, 20_000)
     finally:
         stop.set()
         for t in threads:
@@ -260,11 +192,11 @@ def test_rollback_restores_overwritten_values_and_later_writes_win(spark, target
         conn.execute(sa.text("UPDATE items SET c = CASE WHEN id % 3 = 0 THEN NULL "
                              "WHEN id % 3 = 1 THEN '' ELSE 'orig ' || id END"))
     before = snapshot(target_db)
-    job = submit_job(target_db, 109, {"table": "items", "set": "c=md5(b)"})
-    run_all(target_db, job, 5_000)
+    job = BACKFILL.submit(target_db, 109, {"table": "items", "set": "c=md5(b)"})
+    BACKFILL.run_all(target_db, job, 5_000)
     with target_db.begin() as conn:  # application writes after the job wrote
         conn.execute(sa.text("UPDATE items SET c = 'app' WHERE id IN (10, 11, 12)"))
-    rollback(target_db, job)
+    BACKFILL.rollback(target_db, job)
     after = snapshot(target_db)
     expected = [row[:3] + (("app",) if row[0] in (10, 11, 12) else row[3:]) for row in before]
     assert after == expected
@@ -277,41 +209,27 @@ def test_rollback_mid_run_restores_the_exact_pre_job_contents(spark, target_db):
     with target_db.begin() as conn:
         conn.execute(sa.text("UPDATE items SET c = 'orig ' || id WHERE id % 2 = 0"))
     before = snapshot(target_db)
-    job = submit_job(target_db, 110, {"table": "items", "set": "c=md5(b)", "target_batch_seconds": 0},
-                     batch_rows=500)
-    calls = []
-
-    def revoke(conn, key):
-        calls.append(key)
-        if len(calls) == 4:
-            lease.revoke()
-
-    ctx, lease = make_context(target_db, job, 1, 1, 6_001, before_checkpoint=revoke)
+    job = BACKFILL.submit(target_db, 110, {"table": "items", "set": "c=md5(b)", "target_batch_seconds": 0},
+                          batch_rows=500)
+    ctx, lease = make_context(target_db, job, 1, 1, 6_001, revoke_at=4)
     with pytest.raises(LeaseLost):
         SubtaskRunner(ctx, target_db, spec_of(job)).run()
     assert snapshot(target_db) != before
-    rollback(target_db, job)
+    BACKFILL.rollback(target_db, job)
     assert snapshot(target_db) == before
 
 
 def test_rollback_drops_the_added_column(spark, target_db):
     make_items(target_db, 2_000)
     before = snapshot(target_db)
-    job = submit_job(target_db, 111, {"table": "items", "set": "d=a * 2", "add_column": "d:bigint"})
-    run_all(target_db, job, 2_000)
+    job = BACKFILL.submit(target_db, 111, {"table": "items", "set": "d=a * 2", "add_column": "d:bigint"})
+    BACKFILL.run_all(target_db, job, 2_000)
     assert scalar(target_db, "SELECT count(*) FROM items WHERE d IS DISTINCT FROM a * 2") == 0
-    rollback(target_db, job)
+    BACKFILL.rollback(target_db, job)
     assert snapshot(target_db) == before
 
 
 # --- validation (DESIGN 11) ---------------------------------------------------
-
-
-def _catalogue(engine) -> list[tuple]:
-    with engine.connect() as conn:
-        return [tuple(r) for r in conn.execute(sa.text(
-            "SELECT table_schema, table_name, column_name, data_type FROM information_schema.columns "
-            "WHERE table_schema NOT IN ('pg_catalog', 'information_schema') ORDER BY 1, 2, 3"))]
 
 
 @pytest.mark.parametrize(("params", "says"), [
@@ -332,14 +250,7 @@ def test_bad_input_is_rejected_with_one_line_and_changes_nothing(spark, target_d
     make_items(target_db, 200)
     with target_db.begin() as conn:
         conn.execute(sa.text("CREATE TABLE nopk (id int, c text)"))
-    before = _catalogue(target_db)
-    with target_db.connect() as conn, conn.begin() as tx:
-        with pytest.raises(InvalidParams) as err:
-            JT.validate(conn, params)
-        tx.rollback()
-    message = str(err.value)
-    assert says in message and "\n" not in message, message
-    assert _catalogue(target_db) == before
+    BACKFILL.assert_rejected(target_db, params, says)
 
 
 def test_validate_normalises_params(spark, target_db):

@@ -6,62 +6,30 @@ in-process nodes with ``report`` summing up its findings."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
-import spark_helpers
 import sqlalchemy as sa
-from framework_fixtures import make_items as make_items_db
 from framework_fixtures import table_rows
-from helpers import wait_until
-from spark_helpers import make_context, make_job, snapshot
+from spark_helpers import TERMINAL, JobKind, make_context, make_items, rows, snapshot, wait_state
 
 from backfill.checksum_job import ChecksumJobType, report, spec_of
 from backfill.spark import comparing
 from backfill.spark.comparing import ChecksumPipeline, Findings
-from framework import control
-from framework.jobtype import InvalidParams, Job, LeaseLost
+from framework.jobtype import LeaseLost
 from framework.store import jobs
 from framework.submit import SubmitRequest, submit
 
 pytestmark = pytest.mark.spark
-spark = spark_helpers.spark  # the session's SparkSession (session-scoped fixture)
-target_db = spark_helpers.target_db  # engine on a fresh database (function fixture)
 
 JT = ChecksumJobType()
+CHECKSUM = JobKind(JT, ChecksumPipeline, spec_of, {"target_batch_seconds": 0})
 MODES = ["postgres", "spark"]
 
 
-def rows(engine, sql, **params) -> list[tuple]:
-    with engine.connect() as conn:
-        return [tuple(r) for r in conn.execute(sa.text(sql), params)]
-
-
-def submit_job(engine, job_id: int, params: dict, *, batch_rows: int = 1_000) -> Job:
-    with engine.connect() as conn, conn.begin() as tx:
-        target = JT.validate(conn, params)
-        tx.rollback()
-    job = dataclasses.replace(
-        make_job(job_id, {"target_batch_seconds": 0, **target.params, "work_schema": "public"},
-                 table=target.table, batch_rows=batch_rows), type="checksum")
-    with engine.begin() as conn:
-        JT.prepare(conn, job)
-    return job
-
-
-def run_range(engine, job: Job, subtask_id: int, lo: int, hi: int, **kw) -> ChecksumPipeline:
-    ctx, _ = make_context(engine, job, subtask_id, lo, hi, **kw)
-    pipeline = ChecksumPipeline(ctx, engine, spec_of(job))
-    pipeline.run()
-    return pipeline
-
-
-def run_split(engine, job: Job, cuts: list[int]) -> list[Findings]:
-    """Subtasks over [cuts[0], cuts[1]), [cuts[1], cuts[2]), ... as the owner's split
-    would make them (the first starts at the source's smallest key, the last ends
-    just past its largest)."""
-    return [run_range(engine, job, i + 1, lo, hi).findings
-            for i, (lo, hi) in enumerate(zip(cuts, cuts[1:], strict=False))]
+def run_split(engine, job, cuts: list[int]) -> list[Findings]:
+    """The findings of subtasks over [cuts[0], cuts[1]), [cuts[1], cuts[2]), ... as
+    the owner's split would make them (the first starts at the source's smallest
+    key, the last ends just past its largest)."""
+    return [p.findings for p in CHECKSUM.run_split(engine, job, cuts)]
 
 
 def found(findings: list[Findings]) -> list[list]:
@@ -87,8 +55,8 @@ CUTS = [10, 20_010, 40_010, 60_001]  # three subtasks over keys 10 .. 60,000
 @pytest.mark.parametrize("mode", MODES)
 def test_identical_tables_report_nothing(spark, target_db, mode):
     make_pair(target_db)
-    job = submit_job(target_db, 301, {"table": "items", "target": "items_copy",
-                                      "compare_in": mode})
+    job = CHECKSUM.submit(target_db, 301, {"table": "items", "target": "items_copy",
+                                           "compare_in": mode})
     findings = run_split(target_db, job, CUTS)
     assert [f.mismatches for f in findings] == [0, 0, 0]
     assert found(findings) == []
@@ -114,8 +82,8 @@ def test_finds_exactly_the_injected_differences(spark, target_db, mode):
                        [3, "missing_in_source"], [45001, "missing_in_source"],
                        [60001, "missing_in_source"], [99999999, "missing_in_source"]])
     before = snapshot(target_db), snapshot(target_db, "items_copy")
-    job = submit_job(target_db, 302, {"table": "items", "target": "items_copy",
-                                      "compare_in": mode})
+    job = CHECKSUM.submit(target_db, 302, {"table": "items", "target": "items_copy",
+                                           "compare_in": mode})
     findings = run_split(target_db, job, CUTS)
     assert found(findings) == expected
     assert sum(f.counts["missing_in_source"] for f in findings) == 6
@@ -135,13 +103,13 @@ def test_columns_subset_and_comparable_types(spark, target_db, mode):
         conn.execute(sa.text("ALTER TABLE items_copy ALTER COLUMN a TYPE bigint, "
                              "ALTER COLUMN b TYPE varchar(40)"))
         conn.execute(sa.text("UPDATE items_copy SET c = 'differs' WHERE id = 500"))
-    job = submit_job(target_db, 303, {"table": "items", "target": "items_copy",
-                                      "columns": ["a,b"], "compare_in": mode})
+    job = CHECKSUM.submit(target_db, 303, {"table": "items", "target": "items_copy",
+                                           "columns": ["a,b"], "compare_in": mode})
     assert job.params["columns"] == [{"name": "a", "common": "bigint"},
                                      {"name": "b", "common": "text"}]
     assert found(run_split(target_db, job, [10, 20_001])) == []
-    job = submit_job(target_db, 304, {"table": "items", "target": "items_copy",
-                                      "compare_in": mode})
+    job = CHECKSUM.submit(target_db, 304, {"table": "items", "target": "items_copy",
+                                           "compare_in": mode})
     assert found(run_split(target_db, job, [10, 20_001])) == [[500, "different"]]
 
 
@@ -151,7 +119,7 @@ def test_counts_every_mismatch_but_records_a_capped_number_of_keys(spark, target
     make_pair(target_db, 3_000)
     with target_db.begin() as conn:
         conn.execute(sa.text("UPDATE items_copy SET b = 'x' WHERE id % 30 = 0"))  # 1,000 rows
-    job = submit_job(target_db, 305, {"table": "items", "target": "items_copy"}, batch_rows=400)
+    job = CHECKSUM.submit(target_db, 305, {"table": "items", "target": "items_copy"}, batch_rows=400)
     findings = run_split(target_db, job, [10, 30_001])[0]
     assert findings.mismatches == 1_000 and len(findings.keys) == 25
     assert findings.keys == [[k, "different"] for k in range(30, 30 * 26, 30)]
@@ -165,20 +133,13 @@ def test_findings_are_recorded_exactly_once_across_a_lost_lease(spark, target_db
     with target_db.begin() as conn:
         conn.execute(sa.text("UPDATE items_copy SET b = 'x' WHERE id % 70 = 0"))
     expected = rows(target_db, "SELECT id FROM items WHERE id % 70 = 0 ORDER BY id")
-    job = submit_job(target_db, 306, {"table": "items", "target": "items_copy",
-                                      "compare_in": mode}, batch_rows=500)
-    calls = []
-
-    def revoke_on_third(conn, key):
-        calls.append(key)
-        if len(calls) == 3:
-            lease.revoke()
-
-    ctx, lease = make_context(target_db, job, 1, 10, 40_001, before_checkpoint=revoke_on_third)
+    job = CHECKSUM.submit(target_db, 306, {"table": "items", "target": "items_copy",
+                                           "compare_in": mode}, batch_rows=500)
+    ctx, lease = make_context(target_db, job, 1, 10, 40_001, revoke_at=3)
     with pytest.raises(LeaseLost):
         ChecksumPipeline(ctx, target_db, spec_of(job)).run()
     committed = lease.row()
-    assert committed.curr_key == calls[1]
+    assert committed.curr_key == lease.attempts[1]
     # A new claim resumes from the committed curr_key with the committed meta.
     ctx, lease = make_context(target_db, job, 1, 10, 40_001, curr_key=committed.curr_key,
                               epoch=2)
@@ -204,8 +165,8 @@ def test_spark_candidates_are_confirmed_in_one_snapshot(spark, target_db, monkey
         return compared
 
     monkeypatch.setattr(ChecksumPipeline, "compute", with_phantoms)
-    job = submit_job(target_db, 307, {"table": "items", "target": "items_copy",
-                                      "compare_in": "spark"})
+    job = CHECKSUM.submit(target_db, 307, {"table": "items", "target": "items_copy",
+                                           "compare_in": "spark"})
     assert found(run_split(target_db, job, [10, 10_001])) == [[70, "different"]]
 
 
@@ -234,24 +195,10 @@ def test_bad_input_is_rejected_with_one_line_and_changes_nothing(spark, target_d
         conn.execute(sa.text("CREATE TABLE narrow (id bigint PRIMARY KEY, a int)"))
         conn.execute(sa.text("CREATE TABLE texty (id bigint PRIMARY KEY, a jsonb, b text, c text)"))
         conn.execute(sa.text("CREATE TABLE empty (id bigint PRIMARY KEY, a int)"))
-    before = rows(target_db, """
-        SELECT table_name, column_name, data_type FROM information_schema.columns
-        WHERE table_schema = 'public' ORDER BY 1, 2""")
-    with target_db.connect() as conn, conn.begin() as tx:
-        with pytest.raises(InvalidParams) as err:
-            JT.validate(conn, params)
-        tx.rollback()
-    message = str(err.value)
-    assert says in message and "\n" not in message, message
-    assert rows(target_db, """
-        SELECT table_name, column_name, data_type FROM information_schema.columns
-        WHERE table_schema = 'public' ORDER BY 1, 2""") == before
+    CHECKSUM.assert_rejected(target_db, params, says)
 
 
 # --- through real in-process nodes ------------------------------------------------
-
-
-TERMINAL = {"succeeded", "cancelled", "reverted", "failed"}
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -259,7 +206,7 @@ def test_checksum_job_succeeds_with_findings_and_reports_them(spark, db, start_n
     from backfill.checksum_job import register
 
     register()
-    make_items_db(db, 20_000, step=3)
+    make_items(db, 20_000, step=3)
     with db.begin() as conn:
         conn.execute(sa.text("CREATE TABLE items_copy AS SELECT * FROM items"))
         conn.execute(sa.text("ALTER TABLE items_copy ADD PRIMARY KEY (id)"))
@@ -271,9 +218,8 @@ def test_checksum_job_succeeds_with_findings_and_reports_them(spark, db, start_n
                                                    "compare_in": mode},
                                       rows_per_subtask=5_000, batch_rows=1_000)).job_id
     start_node("n1", slots=2)
-    state = wait_until(lambda: control.status(db, job_id)[0]["state"] in TERMINAL
-                       and control.status(db, job_id)[0]["state"], 90, "job to finish")
-    assert state == "succeeded"  # mismatches are a finding, not a failure
+    # Mismatches are a finding, not a failure.
+    assert wait_state(db, job_id, TERMINAL)["state"] == "succeeded"
     assert (table_rows(db), table_rows(db, "items_copy")) == before
     with db.begin() as conn:
         job = jobs.get(db, conn, job_id)

@@ -5,74 +5,36 @@ and a job through real in-process nodes."""
 
 from __future__ import annotations
 
-import dataclasses
-import threading
-import time
-
 import pytest
-import spark_helpers
 import sqlalchemy as sa
-from framework_fixtures import make_items as make_items_db
 from framework_fixtures import table_rows
 from helpers import wait_until
-from spark_helpers import make_context, make_items, make_job, snapshot
+from spark_helpers import (
+    TERMINAL,
+    JobKind,
+    job_of,
+    make_context,
+    make_items,
+    rows,
+    scalar,
+    snapshot,
+    wait_state,
+)
 
 from backfill.copy_job import CopyJobType, spec_of
 from backfill.spark.copying import CopyConflict, CopyPipeline
 from framework import control
-from framework.jobtype import InvalidParams, Job, LeaseLost, Stopped
+from framework.jobtype import LeaseLost, Stopped
 from framework.submit import SubmitRequest, submit
 
 pytestmark = pytest.mark.spark
-spark = spark_helpers.spark  # the session's SparkSession (session-scoped fixture)
-target_db = spark_helpers.target_db  # engine on a fresh database (function fixture)
 
 JT = CopyJobType()
+COPY = JobKind(JT, CopyPipeline, spec_of, {"target_batch_seconds": 0})
 SELECTS = ["id", "CAST(a AS bigint) AS a", "upper(b) AS b_up", "concat(b, ':', a) AS bc",
            "a * 2.5 AS x", "c"]
 # The same copy in PostgreSQL: what the target must equal.
 ORACLE = "SELECT id, a::bigint, upper(b), b || ':' || a, a * 2.5, c FROM items"
-
-
-def scalar(engine, sql, **params):
-    with engine.connect() as conn:
-        return conn.execute(sa.text(sql), params).scalar()
-
-
-def rows(engine, sql, **params) -> list[tuple]:
-    with engine.connect() as conn:
-        return [tuple(r) for r in conn.execute(sa.text(sql), params)]
-
-
-def submit_job(engine, job_id: int, params: dict, *, batch_rows: int = 1_000) -> Job:
-    """validate (rolled back, as the CLI does) + prepare (as the owner does)."""
-    with engine.connect() as conn, conn.begin() as tx:
-        target = JT.validate(conn, params)
-        tx.rollback()
-    job = dataclasses.replace(
-        make_job(job_id, {"target_batch_seconds": 0, **target.params, "work_schema": "public"},
-                 table=target.table, batch_rows=batch_rows), type="copy")
-    with engine.begin() as conn:
-        JT.prepare(conn, job)
-    return job
-
-
-def run_range(engine, job: Job, subtask_id: int, lo: int, hi: int, **kw) -> CopyPipeline:
-    ctx, _ = make_context(engine, job, subtask_id, lo, hi, **kw)
-    pipeline = CopyPipeline(ctx, engine, spec_of(job))
-    pipeline.run()
-    return pipeline
-
-
-def run_all(engine, job: Job, max_key: int, parts: int = 2) -> list[CopyPipeline]:
-    step = (max_key + parts) // parts
-    return [run_range(engine, job, i + 1, 1 + i * step, min(1 + (i + 1) * step, max_key + 1))
-            for i in range(parts)]
-
-
-def rollback(engine, job: Job) -> None:
-    with engine.begin() as conn:
-        JT.rollback(conn, job)
 
 
 def copy_params(**kw) -> dict:
@@ -87,8 +49,8 @@ def test_copy_into_a_created_target_equals_the_oracle(spark, target_db):
     make_items(target_db, 12_000, step=3)  # gappy keys 1, 4, 7, ...
     with target_db.begin() as conn:
         conn.execute(sa.text("UPDATE items SET c = 'c' || id WHERE id % 5 = 0"))
-    job = submit_job(target_db, 201, copy_params(where="a < 80"))
-    pipelines = run_all(target_db, job, 1 + 11_999 * 3)
+    job = COPY.submit(target_db, 201, copy_params(where="a < 80"))
+    pipelines = COPY.run_all(target_db, job, 1 + 11_999 * 3)
     assert rows(target_db, "SELECT * FROM items_copy ORDER BY id") == rows(
         target_db, ORACLE + " WHERE a < 80 ORDER BY id")
     assert scalar(target_db, "SELECT count(*) FROM items_copy") > 9_000
@@ -119,9 +81,9 @@ def test_copy_into_an_existing_target_converts_types_and_keeps_its_rows(spark, t
         conn.execute(sa.text("INSERT INTO items_copy VALUES (100001, 1, 'mine', 'app', 'x'), "
                              "(100002, 2, 'mine too', 'app', NULL)"))
     before = snapshot(target_db, "items_copy")
-    job = submit_job(target_db, 202, {"table": "items", "target": "items_copy",
-                                      "select": ["id", "a", "upper(b) AS b_up", "c"]})
-    run_all(target_db, job, 5_000)
+    job = COPY.submit(target_db, 202, {"table": "items", "target": "items_copy",
+                                       "select": ["id", "a", "upper(b) AS b_up", "c"]})
+    COPY.run_all(target_db, job, 5_000)
     assert rows(target_db, "SELECT * FROM items_copy WHERE id <= 5000 ORDER BY id") == rows(
         target_db, "SELECT id, a::numeric(12,2), upper(b), 'copied', c FROM items ORDER BY id")
     assert snapshot(target_db, "items_copy")[-2:] == before
@@ -158,10 +120,10 @@ def test_verbatim_columns_copy_exactly_for_every_type(spark, target_db, create):
             conn.execute(sa.text(f"INSERT INTO items VALUES ({i + 1}, {', '.join(values)})"))
         if not create:
             conn.execute(sa.text(f"CREATE TABLE items_copy (id int PRIMARY KEY, {cols})"))
-    job = submit_job(target_db, 203, {"table": "items", "target": "items_copy",
-                                      "select": ["id", *TYPES], "create_target": create})
+    job = COPY.submit(target_db, 203, {"table": "items", "target": "items_copy",
+                                       "select": ["id", *TYPES], "create_target": create})
     assert all(c["source"] for c in job.params["columns"])
-    run_range(target_db, job, 1, 1, width + 2)
+    COPY.run_range(target_db, job, 1, 1, width + 2)
     as_text = ", ".join(f"{name}::text" for name in TYPES)
     assert rows(target_db, f"SELECT id, {as_text} FROM items_copy ORDER BY id") == rows(
         target_db, f"SELECT id, {as_text} FROM items ORDER BY id")
@@ -177,12 +139,12 @@ def test_running_a_range_twice_is_idempotent(spark, target_db, create):
         with target_db.begin() as conn:
             conn.execute(sa.text("CREATE TABLE items_copy (id bigint PRIMARY KEY, a bigint, "
                                  "b_up text, bc text, x numeric, c text)"))
-    job = submit_job(target_db, 204, copy_params(create_target=create))
-    run_range(target_db, job, 1, 1, 4_001)
+    job = COPY.submit(target_db, 204, copy_params(create_target=create))
+    COPY.run_range(target_db, job, 1, 1, 4_001)
     first = snapshot(target_db, "items_copy")
     with target_db.begin() as conn:  # the source changes; the range is copied again
         conn.execute(sa.text("UPDATE items SET b = b || '!' WHERE id % 3 = 0"))
-    again = run_range(target_db, job, 1, 1, 4_001, epoch=2)
+    again = COPY.run_range(target_db, job, 1, 1, 4_001, epoch=2)
     assert sum(s.result for s in again.stats) == 4_000
     assert snapshot(target_db, "items_copy") == rows(target_db, ORACLE + " ORDER BY id")
     assert snapshot(target_db, "items_copy") != first
@@ -192,48 +154,25 @@ def test_running_a_range_twice_is_idempotent(spark, target_db, create):
 
 def test_lost_lease_mid_run_commits_nothing_more_and_resume_completes(spark, target_db):
     make_items(target_db, 6_000)
-    job = submit_job(target_db, 205, copy_params(), batch_rows=500)
-    calls = []
-
-    def revoke_on_third(conn, key):
-        calls.append(key)
-        if len(calls) == 3:
-            lease.revoke()  # another worker took the subtask while this batch was applying
-
-    ctx, lease = make_context(target_db, job, 1, 1, 6_001, before_checkpoint=revoke_on_third)
+    job = COPY.submit(target_db, 205, copy_params(), batch_rows=500)
+    # Another worker takes the subtask while the third batch is applying.
+    ctx, lease = make_context(target_db, job, 1, 1, 6_001, revoke_at=3)
     with pytest.raises(LeaseLost):
         CopyPipeline(ctx, target_db, spec_of(job)).run()
-    committed = calls[1]
+    committed = lease.attempts[1]
     assert lease.row().curr_key == committed
     assert scalar(target_db, "SELECT max(id) FROM items_copy") == committed - 1
     assert rows(target_db, "SELECT * FROM items_copy ORDER BY id") == rows(
         target_db, ORACLE + " WHERE id < :k ORDER BY id", k=committed)
     # A new claim (epoch 2) resumes from the committed curr_key.
-    run_range(target_db, job, 1, 1, 6_001, curr_key=committed, epoch=2)
+    COPY.run_range(target_db, job, 1, 1, 6_001, curr_key=committed, epoch=2)
     assert snapshot(target_db, "items_copy") == rows(target_db, ORACLE + " ORDER BY id")
 
 
 def test_hard_stop_cancels_the_subtask_and_commits_nothing_more(spark, target_db):
     make_items(target_db, 40_000)
-    job = submit_job(target_db, 206, copy_params(), batch_rows=500)
-    ctx, lease = make_context(target_db, job, 1, 1, 40_001)
-    pipeline = CopyPipeline(ctx, target_db, spec_of(job))
-    outcome: list[BaseException] = []
-
-    def run():
-        try:
-            pipeline.run()
-        except BaseException as exc:  # noqa: BLE001 - the test inspects it
-            outcome.append(exc)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while lease.row().checkpoints < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    ctx.stop("job cancelling", hard=True)
-    thread.join(30)
-    assert not thread.is_alive(), "subtask did not stop after a hard stop"
+    job = COPY.submit(target_db, 206, copy_params(), batch_rows=500)
+    outcome, lease = COPY.run_until_hard_stop(target_db, job, 1, 40_001)
     assert outcome and isinstance(outcome[0], Stopped | LeaseLost | Exception)
     done = lease.row().curr_key
     assert done < 40_001
@@ -247,31 +186,24 @@ def test_hard_stop_cancels_the_subtask_and_commits_nothing_more(spark, target_db
 def test_rollback_drops_a_created_target(spark, target_db):
     make_items(target_db, 3_000)
     before = snapshot(target_db)
-    job = submit_job(target_db, 207, copy_params(), batch_rows=500)
-    calls = []
-
-    def revoke(conn, key):
-        calls.append(key)
-        if len(calls) == 3:
-            lease.revoke()
-
-    ctx, lease = make_context(target_db, job, 1, 1, 3_001, before_checkpoint=revoke)
+    job = COPY.submit(target_db, 207, copy_params(), batch_rows=500)
+    ctx, lease = make_context(target_db, job, 1, 1, 3_001, revoke_at=3)
     with pytest.raises(LeaseLost):
         CopyPipeline(ctx, target_db, spec_of(job)).run()
     assert scalar(target_db, "SELECT count(*) FROM items_copy") > 0
-    rollback(target_db, job)
+    COPY.rollback(target_db, job)
     assert scalar(target_db, "SELECT to_regclass('items_copy')") is None
     assert snapshot(target_db) == before  # the source is never written
-    rollback(target_db, job)  # again (an owner retrying): still fine
+    COPY.rollback(target_db, job)  # again (an owner retrying): still fine
 
 
 def test_rollback_leaves_a_table_that_is_not_the_one_the_job_created(spark, target_db):
     make_items(target_db, 100)
-    job = submit_job(target_db, 208, copy_params())
+    job = COPY.submit(target_db, 208, copy_params())
     with target_db.begin() as conn:  # someone replaced the table meanwhile
         conn.execute(sa.text("DROP TABLE items_copy"))
         conn.execute(sa.text("CREATE TABLE items_copy (id bigint PRIMARY KEY)"))
-    rollback(target_db, job)
+    COPY.rollback(target_db, job)
     assert scalar(target_db, "SELECT to_regclass('items_copy')") is not None
 
 
@@ -283,13 +215,13 @@ def test_rollback_of_an_existing_target_removes_exactly_the_copied_rows(spark, t
         conn.execute(sa.text("INSERT INTO items_copy SELECT g * 2, g, 'own' FROM "
                              "generate_series(0, 5001) g"))
     before = snapshot(target_db, "items_copy")
-    job = submit_job(target_db, 209, {"table": "items", "target": "items_copy",
-                                      "select": ["id", "a", "b"]})
-    run_all(target_db, job, 9_999)
+    job = COPY.submit(target_db, 209, {"table": "items", "target": "items_copy",
+                                       "select": ["id", "a", "b"]})
+    COPY.run_all(target_db, job, 9_999)
     assert scalar(target_db, "SELECT count(*) FROM items_copy") == len(before) + 5_000
     with target_db.begin() as conn:  # an application write to a row the job did not copy
         conn.execute(sa.text("UPDATE items_copy SET b = 'app' WHERE id = 10"))
-    rollback(target_db, job)
+    COPY.rollback(target_db, job)
     expected = [r if r[0] != 10 else (10, r[1], "app") for r in before]
     assert snapshot(target_db, "items_copy") == expected
     assert scalar(target_db, "SELECT to_regclass(:t)", t=spec_of(job).keys) is None
@@ -299,8 +231,8 @@ def test_a_row_inserted_into_the_target_during_the_copy_stops_it(spark, target_d
     make_items(target_db, 3_000)
     with target_db.begin() as conn:
         conn.execute(sa.text("CREATE TABLE items_copy (id bigint PRIMARY KEY, a int, b text)"))
-    job = submit_job(target_db, 210, {"table": "items", "target": "items_copy",
-                                      "select": ["id", "a", "b"]}, batch_rows=500)
+    job = COPY.submit(target_db, 210, {"table": "items", "target": "items_copy",
+                                       "select": ["id", "a", "b"]}, batch_rows=500)
     with target_db.begin() as conn:  # after submit: an application writes a key the copy will
         conn.execute(sa.text("INSERT INTO items_copy VALUES (1800, -1, 'app')"))
     ctx, lease = make_context(target_db, job, 1, 1, 3_001)
@@ -309,17 +241,11 @@ def test_a_row_inserted_into_the_target_during_the_copy_stops_it(spark, target_d
     done = lease.row().curr_key
     assert 1 < done <= 1800
     assert rows(target_db, "SELECT * FROM items_copy WHERE id = 1800") == [(1800, -1, "app")]
-    rollback(target_db, job)
+    COPY.rollback(target_db, job)
     assert snapshot(target_db, "items_copy") == [(1800, -1, "app")]
 
 
 # --- validation (DESIGN 11) --------------------------------------------------------
-
-
-def _catalogue(engine) -> list[tuple]:
-    return rows(engine, """
-        SELECT table_schema, table_name, column_name, data_type FROM information_schema.columns
-        WHERE table_schema NOT IN ('pg_catalog', 'information_schema') ORDER BY 1, 2, 3""")
 
 
 def _existing(**kw) -> dict:
@@ -369,14 +295,7 @@ def test_bad_input_is_rejected_with_one_line_and_changes_nothing(spark, target_d
                              "must text NOT NULL)"))
         conn.execute(sa.text("CREATE TABLE dst_taken (id bigint PRIMARY KEY, a int, b text)"))
         conn.execute(sa.text("INSERT INTO dst_taken VALUES (150, 0, 'taken')"))
-    before = _catalogue(target_db)
-    with target_db.connect() as conn, conn.begin() as tx:
-        with pytest.raises(InvalidParams) as err:
-            JT.validate(conn, params)
-        tx.rollback()
-    message = str(err.value)
-    assert says in message and "\n" not in message, message
-    assert _catalogue(target_db) == before
+    COPY.assert_rejected(target_db, params, says)
 
 
 def test_overlap_check_honours_where(spark, target_db):
@@ -401,25 +320,13 @@ def _registered():
     register()
 
 
-def job_of(db, job_id):
-    return control.status(db, job_id)[0]
-
-
-def wait_state(db, job_id, states, timeout=90):
-    return wait_until(lambda: job_of(db, job_id)["state"] in states and job_of(db, job_id),
-                      timeout, f"job {job_id} to reach {states}")
-
-
-TERMINAL = {"succeeded", "cancelled", "reverted", "failed"}
-
-
 def test_copy_job_succeeds_on_two_slots(spark, db, start_node, _registered):
-    make_items_db(db, 20_000, step=3)
+    make_items(db, 20_000, step=3)
     job_id = submit(db, SubmitRequest("copy", copy_params(), rows_per_subtask=5_000,
                                       batch_rows=1_000)).job_id
     start_node("n1", slots=2)
     assert wait_state(db, job_id, TERMINAL)["state"] == "succeeded"
-    assert table_rows(db, "items_copy") == table_rows_sql(db, ORACLE + " ORDER BY id")
+    assert table_rows(db, "items_copy") == rows(db, ORACLE + " ORDER BY id")
     with db.begin() as conn:
         assert conn.execute(sa.text(
             "SELECT obj_description('items_copy'::regclass, 'pg_class')")).scalar() is None
@@ -428,7 +335,7 @@ def test_copy_job_succeeds_on_two_slots(spark, db, start_node, _registered):
 
 
 def test_cancelled_copy_job_removes_exactly_what_it_copied(spark, db, start_node, _registered):
-    make_items_db(db, 20_000)
+    make_items(db, 20_000)
     with db.begin() as conn:
         conn.execute(sa.text("CREATE TABLE items_copy (id bigint PRIMARY KEY, a int, b text)"))
         conn.execute(sa.text("INSERT INTO items_copy VALUES (30000, 1, 'own'), (0, 2, 'own')"))
@@ -445,8 +352,3 @@ def test_cancelled_copy_job_removes_exactly_what_it_copied(spark, db, start_node
     with db.begin() as conn:
         assert conn.execute(sa.text("SELECT to_regclass(:t)"),
                             {"t": f"reorg.copy_{job_id}_keys"}).scalar() is None
-
-
-def table_rows_sql(db, sql: str) -> list[tuple]:
-    with db.begin() as conn:
-        return [tuple(r) for r in conn.execute(sa.text(sql))]

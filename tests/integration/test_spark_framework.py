@@ -5,33 +5,21 @@ rollback, pause and resume."""
 from __future__ import annotations
 
 import pytest
-import spark_helpers
 import sqlalchemy as sa
 from framework_fixtures import make_items, table_rows
 from helpers import wait_until
+from spark_helpers import TERMINAL, job_of, wait_state
 
 from backfill.backfill_job import register
 from framework import control
 from framework.submit import SubmitRequest, submit
 
 pytestmark = pytest.mark.spark
-spark = spark_helpers.spark  # the session's SparkSession (session-scoped fixture)
-
-TERMINAL = {"succeeded", "cancelled", "reverted", "failed"}
 
 
 @pytest.fixture(autouse=True)
 def _registered():
     register()
-
-
-def job_of(db, job_id):
-    return control.status(db, job_id)[0]
-
-
-def wait_state(db, job_id, states, timeout=90):
-    return wait_until(lambda: job_of(db, job_id)["state"] in states and job_of(db, job_id),
-                      timeout, f"job {job_id} to reach {states}")
 
 
 def scalar(db, sql, **params):

@@ -4,16 +4,13 @@ exactly, for the column types a backfill writes (``--set dst=src``)."""
 from __future__ import annotations
 
 import pytest
-import spark_helpers
 import sqlalchemy as sa
-from spark_helpers import make_context, make_job
+from spark_helpers import JobKind
 
 from backfill.backfill_job import BackfillJobType, spec_of
 from backfill.spark.engine import SubtaskRunner
 
 pytestmark = pytest.mark.spark
-spark = spark_helpers.spark
-target_db = spark_helpers.target_db
 
 CASES = {
     "smallint": ["-32768", "32767", "0"],
@@ -43,22 +40,15 @@ def test_values_round_trip_exactly(spark, target_db, pg_type):
         # A non-NULL old value in every row, so before-images of this type are kept too.
         conn.execute(sa.text("UPDATE t SET dst = src WHERE src IS NOT NULL"))
         conn.execute(sa.text("UPDATE t SET dst = (SELECT src FROM t WHERE id = 1) WHERE id > 1"))
-    job_type = BackfillJobType()
-    with target_db.connect() as conn, conn.begin() as tx:
-        target = job_type.validate(conn, {"table": "t", "set": "dst=src"})
-        tx.rollback()
-    job = make_job(300, {**target.params, "work_schema": "public"}, table=target.table)
-    with target_db.begin() as conn:
-        job_type.prepare(conn, job)
+    backfill = JobKind(BackfillJobType(), SubtaskRunner, spec_of)
+    job = backfill.submit(target_db, 300, {"table": "t", "set": "dst=src"}, batch_rows=10_000)
     with target_db.connect() as conn:
         before = conn.execute(sa.text("SELECT id, dst::text FROM t ORDER BY id")).all()
-    ctx, _ = make_context(target_db, job, 1, 1, len(values) + 1)
-    SubtaskRunner(ctx, target_db, spec_of(job)).run()
+    backfill.run_range(target_db, job, 1, 1, len(values) + 1)
     with target_db.connect() as conn:
         wrong = conn.execute(sa.text(
             "SELECT id, src::text, dst::text FROM t WHERE dst IS DISTINCT FROM src")).all()
     assert wrong == []
-    with target_db.begin() as conn:
-        job_type.rollback(conn, job)
+    backfill.rollback(target_db, job)
     with target_db.connect() as conn:
         assert conn.execute(sa.text("SELECT id, dst::text FROM t ORDER BY id")).all() == before
