@@ -18,6 +18,7 @@ gets its old values back wherever the row still holds what the job wrote
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from sqlalchemy import text
@@ -44,9 +45,32 @@ DRY_RUN_ROWS = 100
 ROWS_PER_SUBTASK = 250_000
 
 
+# "Caused by: org.postgresql.util.PSQLException: ERROR: invalid input syntax ..."
+_JAVA_CAUSE = re.compile(r"^Caused by: ([\w.$]+): (.+)$", re.MULTILINE)
+_PY4J_CALL = "An error occurred while calling"
+_PYTHON_WORKER = "An exception was thrown from the Python worker"
+
+
 def _first_line(exc: BaseException) -> str:
+    """One line saying what went wrong. Two kinds of Spark error start with
+    a line that does not: a bare Py4JJavaError (one PySpark did not convert,
+    e.g. a failed JDBC read) names the py4j call it came from ("An error
+    occurred while calling o89.getResult."), and its last ``Caused by:`` says
+    what failed; a failed --udf call carries the Python traceback, whose last
+    line does ("ValueError: ...")."""
     text_ = str(getattr(exc, "orig", None) or exc).strip()
+    causes = _JAVA_CAUSE.findall(text_)
+    if text_.startswith(_PY4J_CALL) and causes:
+        text_ = causes[-1][1].removeprefix("ERROR: ")
+    elif text_.startswith(_PYTHON_WORKER):
+        text_ = [line for line in text_.splitlines() if line.strip()][-1].strip()
     return text_.splitlines()[0][:300] if text_ else type(exc).__name__
+
+
+def _from_postgres(exc: BaseException) -> bool:
+    """True when a Spark failure came from PostgreSQL through the JDBC driver
+    (the read of the sample rows), not from Spark's own evaluation."""
+    return any(cls.startswith("org.postgresql.") for cls, _ in _JAVA_CAUSE.findall(str(exc)))
 
 
 def merge_sql(job: Job) -> MergeSql:
@@ -90,8 +114,13 @@ class BackfillJobType:
                 load_udf(udf)
             except UdfError as exc:
                 raise InvalidParams(str(exc)) from None
-        self._check_with_spark(conn, table, column, expr, column_type, where, udf,
-                               adding=bool(params.get("add_column")))
+        from backfill.spark.quiet import quiet_analysis_errors
+
+        # PySpark would log each rejected expression (a JSON record) and the
+        # JVM a failed dry-run task (a stack trace); the one line is ours.
+        with quiet_analysis_errors():
+            self._check_with_spark(conn, table, column, expr, column_type, where, udf,
+                                   adding=bool(params.get("add_column")))
         normalised = {k: v for k, v in params.items() if v is not None}
         normalised |= {"column": column, "expr": expr, "where": where, "udf": udf,
                        "column_type": column_type, "overwrite": not params.get("add_column"),
@@ -183,6 +212,11 @@ class BackfillJobType:
                 landing.copy_in(raw, column_type, ["k", "ver", "new"], landing.to_csv(rows))
                 savepoint.rollback()
         except Exception as exc:
+            if where and _from_postgres(exc):
+                # EXPLAIN accepted it; PostgreSQL failed evaluating it on the rows read.
+                raise InvalidParams(
+                    f"--where fails on rows of {table.display}: {_first_line(exc)}; "
+                    "fix the predicate (PostgreSQL syntax)") from None
             raise InvalidParams(
                 f"{shown} fails on sample rows of {table.display}: {_first_line(exc)}; "
                 "fix the expression") from None

@@ -148,6 +148,7 @@ def _common_type(conn: Connection, a: TableInfo, b: TableInfo, name: str) -> str
 def report(conn: Connection, job: Job, max_keys: int = 1000) -> dict[str, Any]:
     """A checksum job's findings so far, from its subtasks (live and history).
 
+    ``state`` is the job's, as read in ``conn``'s transaction;
     ``complete`` is True once every subtask has succeeded; ``mismatches`` counts
     every mismatching key, ``by_kind`` splits it into ``missing_in_target``
     (in --table, not in --target), ``missing_in_source`` (the reverse) and
@@ -155,7 +156,8 @@ def report(conn: Connection, job: Job, max_keys: int = 1000) -> dict[str, Any]:
     unbounded) and ``keys`` up to ``max_keys`` of the recorded keys (at most
     1000 per subtask are recorded), in key order."""
     if job.type != "checksum":
-        raise InvalidParams(f"job {job.id} is a {job.type} job, not a checksum")
+        raise InvalidParams(f"job {job.id} is a {job.type} job, not a checksum job; only "
+                            "`reorg submit checksum` jobs have findings to report")
     schema = quote(job.params.get("work_schema", "reorg"))
     rows = conn.execute(text(f"""
         SELECT state, row_count, meta FROM {schema}.background_subtask WHERE job_id = :j
@@ -183,6 +185,7 @@ def report(conn: Connection, job: Job, max_keys: int = 1000) -> dict[str, Any]:
         "table": job.target_table.replace('"', ""),
         "target": job.params.get("target"),
         "columns": [c["name"] for c in job.params.get("columns", [])],
+        "state": job.state,
         "complete": bool(rows) and all(r.state == "succeeded" for r in rows),
         "subtasks": len(rows),
         "rows_compared": sum(int(r.row_count or 0) for r in rows),

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from cli import progress
+from cli import checksum, progress
 from cli.context import cli_state
 from cli.errors import CliFailure
 from cli.output import console, count, duration, print_json
@@ -44,6 +44,9 @@ def status(
         console.print("no jobs; submit one with `reorg submit`")
     else:
         console.print(progress.status_table(jobs))
+        found = checksum.status_line(db, jobs[0]) if job_id is not None else None
+        if found:
+            console.print(found, markup=False)
 
 
 @app.command()

@@ -8,7 +8,7 @@ from typing import Annotated, NoReturn
 
 import typer
 
-from cli import db, demo, history, jobs, nodes, submit, worker
+from cli import checksum, db, demo, history, jobs, nodes, submit, worker
 from cli.context import CliState, GlobalOptions
 from cli.errors import debug_requested, handle
 from framework.config import Settings
@@ -24,6 +24,7 @@ app = typer.Typer(
 )
 app.add_typer(submit.app, name="submit")
 app.add_typer(jobs.app)
+app.add_typer(checksum.app)
 app.add_typer(history.app)
 app.add_typer(nodes.app)
 app.add_typer(worker.app)

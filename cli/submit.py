@@ -12,8 +12,11 @@ limits, dry run, JSON) and does the submitting. Adding a job type::
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import Callable
+import os
+import sys
+from collections.abc import Callable, Iterator
 from typing import Annotated, Any
 
 import typer
@@ -83,7 +86,11 @@ def job_type(name: str) -> Callable[[Callable[..., Params]], Callable[..., Param
             as_json = common.pop("as_json")
             params = {k: v for k, v in to_params(**options).items() if v not in (None, [])}
             request = SubmitRequest(type=name, params=params, **common)
-            _report(submit(cli_state(ctx).database(), request), as_json)
+            state = cli_state(ctx)
+            db = state.database()
+            with _child_output_hidden(enabled=not state.options.debug):
+                result = submit(db, request)
+            _report(result, as_json)
 
         # typer reads the signature: the type's own options, then the shared ones.
         ctx_param = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD,
@@ -96,6 +103,48 @@ def job_type(name: str) -> Callable[[Callable[..., Params]], Callable[..., Param
         return to_params
 
     return register
+
+
+@contextlib.contextmanager
+def _child_output_hidden(*, enabled: bool) -> Iterator[None]:
+    """Send what child processes started meanwhile write to stderr to
+    /dev/null, for their whole life, while this process's own ``sys.stderr``
+    stays on the real stderr.
+
+    The child is Spark's JVM, which validation starts for the Spark job
+    types: it prints start-up banners ("WARNING: Using incubator modules",
+    "Setting default log level") and logs failed dry-run tasks, none of which
+    may come before the one ``error:`` line of a rejected submit (DESIGN 11).
+    Its failures reach us as exceptions anyway. ``--debug`` shows everything.
+    """
+    saved = _dup_stderr() if enabled else None
+    if saved is None:
+        yield
+        return
+    # Python's writes keep going to the real stderr through a copy of it. It
+    # stays open afterwards: a logging handler created meanwhile may hold it.
+    real = open(os.dup(saved), "w", buffering=1,  # noqa: SIM115
+                encoding=getattr(sys.stderr, "encoding", None) or "utf-8",
+                errors="backslashreplace")
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+    before, sys.stderr = sys.stderr, real
+    try:
+        yield
+    finally:
+        real.flush()
+        sys.stderr = before
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _dup_stderr() -> int | None:
+    try:
+        sys.stderr.flush()
+        return os.dup(2)
+    except (OSError, ValueError):  # no stderr to save: nothing to hide either
+        return None
 
 
 def _report(result: SubmitResult, as_json: bool) -> None:

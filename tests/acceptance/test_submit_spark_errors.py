@@ -1,0 +1,81 @@
+"""Bad input to the Spark job types through the ``reorg`` command (DESIGN 11):
+an expression Spark cannot parse, resolve, type or evaluate is one ``error:``
+line naming the option, with none of Spark's own output (JVM banners,
+PySpark's JSON query-context records, stack traces of failed dry-run tasks),
+exit code 2, and every table exactly as it was: no job row, no column."""
+
+from __future__ import annotations
+
+import pytest
+from cli_support import assert_one_error_line, dump, execute, make_items, ok, reorg, submit
+
+pytestmark = pytest.mark.spark
+
+BAD_INPUT = 2
+# Every case starts its own `reorg` process, hence its own Spark (seconds each).
+SPARK_TIMEOUT = 180
+
+
+@pytest.fixture
+def items_db(migrated_db: str) -> str:
+    """A migrated database with ``items`` (200 rows) and a queued job on
+    ``other``, so the system tables have rows a bad command could touch."""
+    make_items(migrated_db, 200)
+    make_items(migrated_db, 10, table="other")
+    submit(migrated_db, "--table", "other", "--set", "c=b")
+    return migrated_db
+
+
+# args after `submit backfill --table items`, and what the line must say.
+BAD_BACKFILLS = {
+    "unknown function": (["--set", "c=nosuch_fn(b)"], "--set c=nosuch_fn(b) is not a Spark SQL"),
+    "unknown column": (["--set", "c=upper(nope)"], "--set c=upper(nope) is not a Spark SQL"),
+    "syntax error": (["--set", "c=upper(b"], "--set c=upper(b is not a Spark SQL"),
+    "second statement": (["--set", "c=b; DROP TABLE items"], "is not a Spark SQL"),
+    "text into int": (["--set", "a=b"], "--set a=b yields string but a is integer"),
+    "text into an added int column": (["--set", "d=b", "--add-column", "d:int"],
+                                      "--set d=b yields string but d is int"),
+    "cast fails on the sample rows": (["--set", "a=CAST(b AS int)"],
+                                      "--set a=CAST(b AS int) fails on sample rows"),
+    "raise_error on the sample rows": (["--set", "c=raise_error('boom')"], "boom"),
+    "--udf raises on the sample rows": (["--set", "c=loads(b)", "--udf", "json:loads"],
+                                        "--set c=loads(b) fails on sample rows of public.items: "
+                                        "json.decoder.JSONDecodeError: Expecting value"),
+    "--udf not importable": (["--set", "c=f(b)", "--udf", "nosuch_module:f"], "--udf"),
+    "--where does not parse": (["--set", "c=b", "--where", "nope >"], "--where"),
+    "--where fails on the rows": (["--set", "c=b", "--where", "b::int > 5"],
+                                  "--where fails on rows of public.items: invalid input syntax"),
+    "bad expression in a dry run": (["--set", "c=nosuch_fn(b)", "--dry-run"], "--set"),
+}
+
+
+@pytest.mark.parametrize(("args", "says"), BAD_BACKFILLS.values(), ids=BAD_BACKFILLS.keys())
+def test_bad_backfill_is_one_line_and_changes_nothing(items_db: str, args: list[str],
+                                                      says: str) -> None:
+    before = dump(items_db)
+    result = reorg(items_db, "submit", "backfill", "--table", "items", *args,
+                   timeout=SPARK_TIMEOUT)
+    line = assert_one_error_line(result, BAD_INPUT)
+    assert says in line, line
+    assert result.stdout == ""
+    assert dump(items_db) == before
+
+
+def test_bad_copy_select_is_one_line_and_changes_nothing(items_db: str) -> None:
+    before = dump(items_db)
+    result = reorg(items_db, "submit", "copy", "--table", "items", "--target", "items2",
+                   "--create-target", "--select", "id", "--select", "nosuch_fn(b) AS x",
+                   timeout=SPARK_TIMEOUT)
+    line = assert_one_error_line(result, BAD_INPUT)
+    assert "--select 'nosuch_fn(b) AS x' is not a Spark SQL expression" in line
+    assert dump(items_db) == before
+
+
+def test_good_backfill_prints_the_job_id_alone(items_db: str) -> None:
+    """The same Spark start-up, accepted: stdout is the id, stderr is empty."""
+    result = reorg(items_db, "submit", "backfill", "--table", "items", "--set", "c=upper(b)",
+                   timeout=SPARK_TIMEOUT)
+    job_id = int(ok(result).strip())
+    assert result.stderr == ""
+    assert execute(items_db, "SELECT type, state FROM reorg.jobs WHERE id = %(j)s",
+                   {"j": job_id}) == [("backfill", "queued")]
