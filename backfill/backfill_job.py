@@ -169,10 +169,10 @@ class BackfillJobType:
         a temporary table inside a savepoint that is rolled back."""
         from backfill.spark import compat, landing
         from backfill.spark.jdbc import jdbc_target, read_query, schema_probe
-        from backfill.spark.session import get_spark
+        from backfill.spark.session import get_validation_spark
         from backfill.spark.transform import Transform
 
-        spark = get_spark()
+        spark = get_validation_spark()
         jdbc = jdbc_target(conn.engine.url)
         empty = schema_probe(spark, jdbc, f"SELECT * FROM {table.qualified}")
         sample = spark.read.jdbc(jdbc.url, read_query(table.qualified, where, limit=DRY_RUN_ROWS),

@@ -137,9 +137,9 @@ class CopyJobType:
         from backfill.spark.copying import copy_rows
         from backfill.spark.jdbc import jdbc_target, schema_probe
         from backfill.spark.landing import to_csv
-        from backfill.spark.session import get_spark
+        from backfill.spark.session import get_validation_spark
 
-        spark = get_spark()
+        spark = get_validation_spark()
         jdbc = jdbc_target(conn.engine.url)
         empty = schema_probe(spark, jdbc, f"SELECT * FROM {src.qualified}")
         dst_types: dict[str, Any] = {}

@@ -84,12 +84,19 @@ def _warm_up_spark() -> None:
     # Spark takes seconds to start; pay it while the node is idle, not inside
     # the first subtask's lease. A failure here is only logged: subtasks that
     # need Spark will fail with the same one-line reason.
-    from backfill.spark import session
+    from backfill.spark import cds, session
 
     try:
         session.get_spark()
     except Exception as exc:
         log.warning("Spark did not start: %s", str(exc).strip().splitlines()[0])
+        return
+    # Once per host, build the class-data archive later JVMs start from
+    # (this worker's next start, and every `reorg submit`'s dry run).
+    try:
+        cds.ensure_in_background(session.cds_archive())
+    except Exception as exc:  # only a speed-up: never stop the worker for it
+        log.warning("not building a Spark class-data archive: %s", exc)
 
 
 def configure_logging(debug: bool) -> None:
@@ -99,6 +106,9 @@ def configure_logging(debug: bool) -> None:
     )
     # APScheduler logs every run of every interval job at INFO.
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    # py4j logs each Python thread's gateway connection closing at INFO, and a
+    # reset one it then reopens as a traceback: noise, not failures.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 def _stop_on_signals() -> threading.Event:

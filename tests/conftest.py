@@ -6,6 +6,7 @@ throwaway cluster from local binaries (framework.pgcluster.LocalPostgres).
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import tempfile
@@ -21,6 +22,11 @@ from framework.pgcluster import LocalPostgres
 # Framework fixtures (migrated database, settings, in-process nodes) and the
 # Spark data plane's (the SparkSession, an engine on a fresh database).
 pytest_plugins = ["framework_fixtures", "spark_helpers"]
+
+# Worker processes the tests start would each build a Spark class-data archive
+# in the background on their first Spark start: CPU noise on a small machine,
+# and files in the user's home. test_spark_cds builds its own in a tmp dir.
+os.environ.setdefault("REORG_SPARK_CDS", "off")
 
 
 def _docker_available() -> bool:

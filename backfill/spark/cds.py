@@ -121,13 +121,14 @@ def build(archive: Path) -> bool:
 
 
 # Runs in the training child: the session as reorg starts it (same settings,
-# so the same class path), one Arrow job like a batch's, then a clean exit.
+# so the same class path, but always local: training must not take a
+# cluster's executors), one Arrow job like a batch's, then a clean exit.
 # The JVM dumps when it exits, which it does when its stdin closes; wait for it.
 _TRAIN = """
 import sys
 from backfill.spark import session
 session.DUMP_ARCHIVE = sys.argv[1]
-spark = session.get_spark()
+spark = session.get_validation_spark()
 df = spark.range(1000).selectExpr("id", "md5(cast(id AS string)) AS new", "CAST(NULL AS string) AS old")
 df.where("id >= 10 AND id < 900").toArrow()
 jvm = spark.sparkContext._gateway.proc

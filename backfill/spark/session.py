@@ -20,7 +20,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -209,6 +209,24 @@ def get_spark() -> SparkSession:
             _settings = _settings or settings_from_env()
             _spark = _start(_settings)
     return _spark
+
+
+def get_validation_spark() -> SparkSession:
+    """The session for submit-time checks: the process's own if it has one,
+    else one started locally even where workers use a cluster. The checks
+    analyse expressions and dry-run a few rows; they must not queue for a
+    cluster's executors, or need the CLI's host to be reachable from them."""
+    global _settings
+    with _lock:
+        if _spark is None:
+            _settings = validation_settings(_settings or settings_from_env())
+    return get_spark()
+
+
+def validation_settings(settings: SparkSettings) -> SparkSettings:
+    """``settings`` with a local master; the rest stays (the class path must
+    match the workers', so their class-data archive fits)."""
+    return settings if settings.local else replace(settings, master=DEFAULT_MASTER)
 
 
 def cds_archive(settings: SparkSettings | None = None) -> Path | None:

@@ -22,6 +22,7 @@ from backfill.spark.session import (
     find_jdbc_driver,
     parse_conf_pairs,
     settings_from_env,
+    validation_settings,
 )
 from backfill.spark.sizing import BatchSizer
 
@@ -71,6 +72,16 @@ def test_session_settings():
     assert local["spark.driver.extraJavaOptions"].endswith("-Dx=1")  # added, not replaced
     with pytest.raises(SparkUnavailable, match="KEY=VALUE"):
         parse_conf_pairs(["memory"])
+
+
+def test_submit_validates_on_a_local_session_even_for_a_cluster():
+    cluster = SparkSettings("spark://m:7077", {"spark.driver.extraClassPath": "/x"}, "/j.jar")
+    checked = validation_settings(cluster)
+    assert checked.local and checked.master == "local[*]"
+    # The class path stays: it keys the class-data archive workers build.
+    assert checked.conf == cluster.conf and checked.jdbc_jar == "/j.jar"
+    local = SparkSettings("local[2]")
+    assert validation_settings(local) is local
 
 
 def test_jdbc_urls():
