@@ -18,12 +18,12 @@ gets its old values back wherever the row still holds what the job wrote
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
+from backfill.spark.failures import first_line, from_postgres
 from backfill.spark.merge import MergeSql
 from backfill.tables import (
     TableInfo,
@@ -43,34 +43,6 @@ DRY_RUN_ROWS = 100
 # Measured on 2M rows, 2 slots: 50k-row subtasks ~19 s, 250k-row ~10-18 s (noisy host).
 # An explicit --rows-per-subtask overrides it (framework.submit).
 ROWS_PER_SUBTASK = 250_000
-
-
-# "Caused by: org.postgresql.util.PSQLException: ERROR: invalid input syntax ..."
-_JAVA_CAUSE = re.compile(r"^Caused by: ([\w.$]+): (.+)$", re.MULTILINE)
-_PY4J_CALL = "An error occurred while calling"
-_PYTHON_WORKER = "An exception was thrown from the Python worker"
-
-
-def _first_line(exc: BaseException) -> str:
-    """One line saying what went wrong. Two kinds of Spark error start with
-    a line that does not: a bare Py4JJavaError (one PySpark did not convert,
-    e.g. a failed JDBC read) names the py4j call it came from ("An error
-    occurred while calling o89.getResult."), and its last ``Caused by:`` says
-    what failed; a failed --udf call carries the Python traceback, whose last
-    line does ("ValueError: ...")."""
-    text_ = str(getattr(exc, "orig", None) or exc).strip()
-    causes = _JAVA_CAUSE.findall(text_)
-    if text_.startswith(_PY4J_CALL) and causes:
-        text_ = causes[-1][1].removeprefix("ERROR: ")
-    elif text_.startswith(_PYTHON_WORKER):
-        text_ = [line for line in text_.splitlines() if line.strip()][-1].strip()
-    return text_.splitlines()[0][:300] if text_ else type(exc).__name__
-
-
-def _from_postgres(exc: BaseException) -> bool:
-    """True when a Spark failure came from PostgreSQL through the JDBC driver
-    (the read of the sample rows), not from Spark's own evaluation."""
-    return any(cls.startswith("org.postgresql.") for cls, _ in _JAVA_CAUSE.findall(str(exc)))
 
 
 def merge_sql(job: Job) -> MergeSql:
@@ -157,7 +129,7 @@ class BackfillJobType:
                     {"one": 1})
         except Exception as exc:
             raise InvalidParams(
-                f"--where does not work on {table.display}: {_first_line(exc)}; "
+                f"--where does not work on {table.display}: {first_line(exc)}; "
                 "fix the predicate (PostgreSQL syntax)") from None
 
     @staticmethod
@@ -199,7 +171,7 @@ class BackfillJobType:
         except Exception as exc:
             raise InvalidParams(
                 f"{shown} is not a Spark SQL expression over {table.display}: "
-                f"{_first_line(exc)}") from None
+                f"{first_line(exc)}") from None
         if not compat.can_land(result, target):
             raise InvalidParams(
                 f"{shown} yields {result.simpleString()} but {column} is {column_type}; "
@@ -212,13 +184,13 @@ class BackfillJobType:
                 landing.copy_in(raw, column_type, ["k", "ver", "new"], landing.to_csv(rows))
                 savepoint.rollback()
         except Exception as exc:
-            if where and _from_postgres(exc):
+            if where and from_postgres(exc):
                 # EXPLAIN accepted it; PostgreSQL failed evaluating it on the rows read.
                 raise InvalidParams(
-                    f"--where fails on rows of {table.display}: {_first_line(exc)}; "
+                    f"--where fails on rows of {table.display}: {first_line(exc)}; "
                     "fix the predicate (PostgreSQL syntax)") from None
             raise InvalidParams(
-                f"{shown} fails on sample rows of {table.display}: {_first_line(exc)}; "
+                f"{shown} fails on sample rows of {table.display}: {first_line(exc)}; "
                 "fix the expression") from None
 
     # --- owner steps --------------------------------------------------------

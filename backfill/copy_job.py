@@ -42,6 +42,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
 from backfill.spark.copying import CopySpec, OutputColumn, pg_type_of
+from backfill.spark.failures import first_line, from_postgres
 from backfill.tables import TableInfo, explain_or_fail, inspect_table, quote
 from framework import jobtype
 from framework.jobtype import InvalidParams, Job, SubtaskContext, Target
@@ -50,11 +51,6 @@ DDL_LOCK_TIMEOUT = "5s"
 DRY_RUN_ROWS = 100
 ROWS_PER_SUBTASK = 250_000  # as backfill: a Spark subtask has a fixed cost
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
-
-
-def _first_line(exc: BaseException) -> str:
-    text_ = str(getattr(exc, "orig", None) or exc).strip()
-    return text_.splitlines()[0][:300] if text_ else type(exc).__name__
 
 
 def spec_of(job: Job) -> CopySpec:
@@ -206,8 +202,13 @@ class CopyJobType:
                 copy_rows(raw, spec, to_csv(rows))
                 savepoint.rollback()
         except Exception as exc:
+            if where and from_postgres(exc):
+                # EXPLAIN accepted it; PostgreSQL failed evaluating it on the rows read.
+                raise InvalidParams(
+                    f"--where fails on rows of {src.display}: {first_line(exc)}; "
+                    "fix the predicate (PostgreSQL syntax)") from None
             raise InvalidParams(
-                f"--select fails on sample rows of {src.display}: {_first_line(exc)}; "
+                f"--select fails on sample rows of {src.display}: {first_line(exc)}; "
                 "fix the expression") from None
         return columns
 
@@ -262,7 +263,7 @@ def _analyse(empty: Any, expr: str, display: str) -> tuple[str, Any, str | None]
     except Exception as exc:
         raise InvalidParams(
             f"--select {expr!r} is not a Spark SQL expression over {display}: "
-            f"{_first_line(exc)}") from None
+            f"{first_line(exc)}") from None
     if len(fields) != 1:
         raise InvalidParams(f"--select {expr!r} gives {len(fields)} columns; give one "
                             "expression per --select")

@@ -29,10 +29,12 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
+from backfill.spark import failures
+from backfill.spark.failures import SparkBatchError
 from backfill.spark.jdbc import JdbcTarget, jdbc_target
 from backfill.spark.session import get_spark
 from backfill.spark.sizing import BatchSizer
-from framework.jobtype import SubtaskContext
+from framework.jobtype import LeaseLost, RetryableError, Stopped, SubtaskContext
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -156,7 +158,19 @@ class RangePipeline(ABC):
 
     def run(self) -> None:
         with _active:
-            self._run()
+            try:
+                self._run()
+            except (RetryableError, LeaseLost, Stopped):
+                raise
+            except Exception as exc:
+                # Spark's own text is a py4j call name and a Java stack trace;
+                # the subtask's error (`reorg status`) gets the line that matters.
+                if failures.transient(exc):
+                    raise RetryableError(f"batch failed, will retry: {failures.first_line(exc)}"
+                                         ) from exc
+                if failures.is_spark(exc):
+                    raise SparkBatchError(failures.first_line(exc)) from exc
+                raise
 
     def _run(self) -> None:
         ctx = self.ctx

@@ -70,3 +70,34 @@ def test_add_column_job_pauses_resumes_and_finishes(spark, db, start_node):
     control.resume(db, job_id)
     assert wait_state(db, job_id, TERMINAL)["state"] == "succeeded"
     assert scalar(db, "SELECT count(*) FROM items WHERE d IS DISTINCT FROM a * 2") == 0
+
+
+def test_dropped_jdbc_connections_mid_read_are_retried_not_failed(spark, db, start_node):
+    """The database drops Spark's connections while it reads a batch (as a
+    restart or failover would): the subtask is retried from its checkpoint,
+    the job succeeds and every row is right, none twice."""
+    make_items(db, 6_000)
+    # pg_sleep in the pushed-down predicate makes each read last long enough
+    # to be caught in flight: 1,000 rows take about 0.5 s.
+    job_id = submit(db, SubmitRequest("backfill", {"table": "items", "set": "c=md5(b)",
+                                                   "where": "pg_sleep(0.0005) IS NOT NULL"},
+                                      rows_per_subtask=3_000, batch_rows=1_000)).job_id
+    dropped = 0
+    start_node("n1", slots=2, retry_backoff_seconds=0.2)
+
+    def drop_spark_reads() -> bool:
+        nonlocal dropped
+        dropped += scalar(db, """
+            SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+            WHERE pid <> pg_backend_pid() AND datname = current_database()
+              AND state = 'active' AND query LIKE '%pg_sleep(0.0005)%'
+              AND application_name = 'PostgreSQL JDBC Driver'""")
+        return dropped >= 2
+
+    wait_until(drop_spark_reads, 60, "two Spark reads caught in flight", interval=0.05)
+    assert wait_state(db, job_id, TERMINAL)["state"] == "succeeded"
+    assert scalar(db, "SELECT count(*) FROM items WHERE c IS DISTINCT FROM md5(b)") == 0
+    assert scalar(db, "SELECT sum(row_count) FROM {s}.background_subtask_history "
+                      "WHERE job_id = :j", j=job_id) == 6_000
+    assert scalar(db, "SELECT max(attempts) FROM {s}.background_subtask_history "
+                      "WHERE job_id = :j", j=job_id) >= 2

@@ -1,0 +1,83 @@
+"""What a Spark failure says, in one line, and whether it is worth a retry.
+
+A failed Spark job reaches Python as one exception whose text carries the
+Java cause chain. Its first line names only the py4j call ("An error
+occurred while calling o89.getResult."); the last ``Caused by:`` says what
+failed. A failed ``--udf`` call carries the Python traceback instead, whose
+last line says it.
+
+A database that restarts, fails over or drops connections fails a batch's
+JDBC read just as a bad expression fails its transform; only the first is
+transient. Retried, the subtask resumes from its last checkpoint after a
+backoff; failed, it would roll the whole job back.
+"""
+
+from __future__ import annotations
+
+import re
+
+# "Caused by: org.postgresql.util.PSQLException: ERROR: invalid input syntax ..."
+_JAVA_CAUSE = re.compile(r"^Caused by: ([\w.$]+): (.+)$", re.MULTILINE)
+_DRIVER_EXCEPTION = re.compile(r"^: ([\w.$]+): (.+)$", re.MULTILINE)
+_PY4J_CALL = "An error occurred while calling"
+_PYTHON_WORKER = "An exception was thrown from the Python worker"
+_PSQL = re.compile(r"org\.postgresql\.util\.PSQLException: (.+)")
+
+# PostgreSQL going away or refusing for now (server messages and the JDBC
+# driver's own), as opposed to errors in what was asked of it.
+_TRANSIENT_DB = (
+    "terminating connection",  # 57P01 shutdown or pg_terminate_backend; crash recovery
+    "the database system is",  # 57P03 starting up / shutting down / in recovery mode
+    "too many clients",  # 53300
+    "remaining connection slots are reserved",  # 53300
+    "could not serialize access",  # 40001
+    "conflict with recovery",  # 40001 on a standby
+    "deadlock detected",  # 40P01
+    "Connection to",  # "Connection to host:port refused"
+    "The connection attempt failed",
+    "An I/O error occurred while sending to the backend",
+    "This connection has been closed",
+    "Connection reset",
+)
+# Spark losing an executor or shuffle output (cluster mode); its own task
+# retries came first.
+_TRANSIENT_SPARK = ("ExecutorLostFailure", "FetchFailedException")
+
+
+class SparkBatchError(RuntimeError):
+    """A batch's Spark job failed for a reason a retry would not change (its
+    message is the one line that says why)."""
+
+
+def is_spark(exc: BaseException) -> bool:
+    """True for errors raised by Spark through PySpark or py4j."""
+    return type(exc).__module__.split(".")[0] in ("py4j", "pyspark")
+
+
+def first_line(exc: BaseException) -> str:
+    """One line saying what went wrong (at most 300 characters)."""
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    if text.startswith(_PY4J_CALL):
+        # The deepest cause; a call that failed in the driver has none, its
+        # exception is on the next line (": java.Class: message").
+        causes = _JAVA_CAUSE.findall(text) or _DRIVER_EXCEPTION.findall(text)[:1]
+        if causes:
+            text = causes[-1][1].removeprefix("ERROR: ")
+    elif text.startswith(_PYTHON_WORKER):
+        text = [line for line in text.splitlines() if line.strip()][-1].strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+def from_postgres(exc: BaseException) -> bool:
+    """True when a Spark failure came from PostgreSQL through the JDBC driver,
+    not from Spark's own evaluation."""
+    return any(cls.startswith("org.postgresql.") for cls, _ in _JAVA_CAUSE.findall(str(exc)))
+
+
+def transient(exc: BaseException) -> bool:
+    """True when a Spark failure came from a lost connection or executor, so
+    the same batch may well succeed if tried again."""
+    text = str(exc)
+    if any(marker in text for marker in _TRANSIENT_SPARK):
+        return True
+    return any(marker in message for message in _PSQL.findall(text) for marker in _TRANSIENT_DB)

@@ -1,0 +1,77 @@
+# ruff: noqa: E501 - the samples are verbatim one-line Java messages
+"""Reading Spark failures: the one line that says why, and whether to retry.
+
+The texts are trimmed copies of what PySpark 4 raised on this machine."""
+
+from __future__ import annotations
+
+import pytest
+
+from backfill.spark.failures import first_line, from_postgres, transient
+
+READ_KILLED = """An error occurred while calling o61.getResult.
+: org.apache.spark.SparkException: Exception thrown in awaitResult:
+\tat org.apache.spark.util.SparkThreadUtils$.awaitResult(SparkThreadUtils.scala:56)
+Caused by: org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 0.0 failed 1 times, most recent failure: Lost task 0.0 in stage 0.0 (TID 0) (localhost executor driver): org.postgresql.util.PSQLException: FATAL: terminating connection due to administrator command
+\tat org.postgresql.core.v3.QueryExecutorImpl.receiveErrorResponse(QueryExecutorImpl.java:2733)
+Caused by: org.postgresql.util.PSQLException: FATAL: terminating connection due to administrator command
+\tat org.postgresql.core.v3.QueryExecutorImpl.receiveErrorResponse(QueryExecutorImpl.java:2733)
+"""
+
+SCHEMA_QUERY_REFUSED = """An error occurred while calling o45.jdbc.
+: org.postgresql.util.PSQLException: Connection to 127.0.0.1:5 refused. Check that the hostname and port are correct and that the postmaster is accepting TCP/IP connections.
+\tat org.postgresql.core.v3.ConnectionFactoryImpl.openConnectionImpl(ConnectionFactoryImpl.java:352)
+"""
+
+BAD_CAST = """An error occurred while calling o89.getResult.
+: org.apache.spark.SparkException: Exception thrown in awaitResult:
+Caused by: org.apache.spark.SparkException: Job aborted due to stage failure: Lost task 0.0: org.postgresql.util.PSQLException: ERROR: invalid input syntax for type integer: "x"
+Caused by: org.postgresql.util.PSQLException: ERROR: invalid input syntax for type integer: "x"
+"""
+
+UDF_FAILED = """An exception was thrown from the Python worker. Please see the stack trace below.
+Traceback (most recent call last):
+  File "/x/udfs.py", line 3, in shout
+    raise ValueError("no shouting on Sundays")
+ValueError: no shouting on Sundays
+"""
+
+EXECUTOR_LOST = ("Job aborted due to stage failure: Task 3 in stage 7.0 failed 4 times, most "
+                 "recent failure: Lost task 3.3 (TID 41) (10.0.0.7 executor 2): "
+                 "ExecutorLostFailure (executor 2 exited caused by one of the running tasks)")
+
+
+class Failure(Exception):
+    pass
+
+
+@pytest.mark.parametrize(("text", "line"), [
+    (READ_KILLED, "FATAL: terminating connection due to administrator command"),
+    (SCHEMA_QUERY_REFUSED, "Connection to 127.0.0.1:5 refused. Check that the hostname and port "
+                           "are correct and that the postmaster is accepting TCP/IP connections."),
+    (BAD_CAST, 'invalid input syntax for type integer: "x"'),
+    (UDF_FAILED, "ValueError: no shouting on Sundays"),
+    ("plain message\nsecond line", "plain message"),
+    ("", "Failure"),
+])
+def test_first_line_says_what_failed(text, line):
+    assert first_line(Failure(text)) == line
+
+
+@pytest.mark.parametrize(("text", "retry"), [
+    (READ_KILLED, True),
+    (SCHEMA_QUERY_REFUSED, True),
+    (EXECUTOR_LOST, True),
+    (BAD_CAST, False),
+    (UDF_FAILED, False),
+    # The marker words count only inside a PostgreSQL error, not in user data.
+    ("[CAST_INVALID_INPUT] The value 'terminating connection' cannot be cast", False),
+])
+def test_only_lost_connections_and_executors_are_transient(text, retry):
+    assert transient(Failure(text)) is retry
+
+
+def test_from_postgres_tells_database_errors_from_spark_evaluation():
+    assert from_postgres(Failure(BAD_CAST))
+    assert not from_postgres(Failure(UDF_FAILED))
+    assert not from_postgres(Failure("[DIVIDE_BY_ZERO] Division by zero."))
