@@ -245,6 +245,11 @@ def test_rollback_drops_the_added_column(spark, target_db):
     ({"table": "items", "set": "id=id + 1"}, "primary key"),
     ({"table": "items", "set": "d=cast(b AS int)", "add_column": "d:int"}, "sample rows"),
     ({"table": "items", "set": "c=f(b)", "udf": "no_such_module:f"}, "cannot import"),
+    ({"table": "items", "set": "c=nosuch_fn(b)"}, "--set c=nosuch_fn(b) is not a Spark SQL"),
+    ({"table": "items", "set": "c=b; DROP TABLE items"}, "is not a Spark SQL"),
+    ({"table": "items", "set": "d=b", "add_column": "d:int"}, "--set d=b yields string but d is int"),
+    ({"table": "items", "set": "c=raise_error('boom')"}, "boom"),
+    ({"table": "items", "set": "c=b", "where": "nope >"}, "--where"),
 ])
 def test_bad_input_is_rejected_with_one_line_and_changes_nothing(spark, target_db, params, says):
     make_items(target_db, 200)
