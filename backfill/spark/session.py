@@ -250,11 +250,13 @@ def _start(settings: SparkSettings) -> SparkSession:
         if not jvm_options or archive is None:
             raise
         # The JVM ignores an archive that does not match it, so this should not
-        # happen; if it does, the archive is suspect: drop it, start without.
+        # happen; if it does, try without. Only when that works was the archive
+        # the cause (not, say, a bad --spark-conf): then drop it.
         log.warning("Spark did not start with class-data archive %s; retrying without it",
                     archive)
+        spark = _launch(settings, driver, "")
         cds.discard(archive)
-        return _launch(settings, driver, "")
+        return spark
 
 
 def _launch(settings: SparkSettings, driver: JdbcDriver, jvm_options: str) -> SparkSession:

@@ -72,6 +72,18 @@ def test_a_corrupt_archive_is_ignored_and_spark_still_starts(tmp_path):
     assert probe.stdout.strip() == "rows=5 mapped=False"
 
 
+def test_spark_failing_for_another_reason_keeps_the_archive(tmp_path):
+    """A JVM that cannot start at all (here: a second garbage collector in
+    --spark-conf) says so, and leaves the archive for the fixed setup."""
+    archive = _archive(tmp_path)
+    archive.write_bytes(b"stands in for a good archive" * 1000)
+    env = {**_env(tmp_path), "REORG_SPARK_CONF": "spark.driver.extraJavaOptions=-XX:+UseSerialGC"}
+    probe = subprocess.run([sys.executable, "-c", _PROBE], env=env, cwd=REPO,
+                           capture_output=True, text=True, timeout=300, check=False)
+    assert probe.returncode != 0 and "Spark did not start" in probe.stderr
+    assert archive.is_file()
+
+
 def test_off_disables_it():
     assert cds.archive_dir({"REORG_SPARK_CDS": "off"}) is None
     assert cds.archive_path("x.jar", environ={"REORG_SPARK_CDS": "off"}) is None
