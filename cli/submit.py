@@ -12,17 +12,15 @@ limits, dry run, JSON) and does the submitting. Adding a job type::
 
 from __future__ import annotations
 
-import contextlib
 import inspect
-import os
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
 
 from cli.context import cli_state
 from cli.output import console, count, print_json, table_name
+from cli.stderr import child_stderr_hidden
 from framework.splitting import SplitPlan
 from framework.submit import SubmitRequest, SubmitResult, submit
 
@@ -88,7 +86,7 @@ def job_type(name: str) -> Callable[[Callable[..., Params]], Callable[..., Param
             request = SubmitRequest(type=name, params=params, **common)
             state = cli_state(ctx)
             db = state.database()
-            with _child_output_hidden(enabled=not state.options.debug):
+            with child_stderr_hidden(enabled=not state.options.debug):
                 result = submit(db, request)
             _report(result, as_json)
 
@@ -103,48 +101,6 @@ def job_type(name: str) -> Callable[[Callable[..., Params]], Callable[..., Param
         return to_params
 
     return register
-
-
-@contextlib.contextmanager
-def _child_output_hidden(*, enabled: bool) -> Iterator[None]:
-    """Send what child processes started meanwhile write to stderr to
-    /dev/null, for their whole life, while this process's own ``sys.stderr``
-    stays on the real stderr.
-
-    The child is Spark's JVM, which validation starts for the Spark job
-    types: it prints start-up banners ("WARNING: Using incubator modules",
-    "Setting default log level") and logs failed dry-run tasks, none of which
-    may come before the one ``error:`` line of a rejected submit (DESIGN 11).
-    Its failures reach us as exceptions anyway. ``--debug`` shows everything.
-    """
-    saved = _dup_stderr() if enabled else None
-    if saved is None:
-        yield
-        return
-    # Python's writes keep going to the real stderr through a copy of it. It
-    # stays open afterwards: a logging handler created meanwhile may hold it.
-    real = open(os.dup(saved), "w", buffering=1,  # noqa: SIM115
-                encoding=getattr(sys.stderr, "encoding", None) or "utf-8",
-                errors="backslashreplace")
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)
-    os.close(devnull)
-    before, sys.stderr = sys.stderr, real
-    try:
-        yield
-    finally:
-        real.flush()
-        sys.stderr = before
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
-def _dup_stderr() -> int | None:
-    try:
-        sys.stderr.flush()
-        return os.dup(2)
-    except (OSError, ValueError):  # no stderr to save: nothing to hide either
-        return None
 
 
 def _report(result: SubmitResult, as_json: bool) -> None:
