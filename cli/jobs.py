@@ -62,7 +62,9 @@ def wait(
         raise CliFailure(f"job {job_id} has not finished after {timeout:g}s; "
                          "`reorg status` shows where it is", WAIT_TIMEOUT_EXIT)
     if job["state"] != "succeeded":
-        raise CliFailure(f"job {job_id} {job['state']}: {job['error'] or 'no error recorded'}")
+        why = job["error"] or ("cancelled on request; what it had changed was rolled back"
+                               if job["state"] == "cancelled" else "no error recorded")
+        raise CliFailure(f"job {job_id} {job['state']}: {why}")
     print(f"job {job_id} succeeded: {count(job['rows_done'])} rows in "
           f"{duration(job['elapsed_seconds'])}")
 
