@@ -29,10 +29,9 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
-from backfill.spark import failures
+from backfill.spark import failures, session
 from backfill.spark.failures import SparkBatchError
 from backfill.spark.jdbc import JdbcTarget, jdbc_target
-from backfill.spark.session import get_spark
 from backfill.spark.sizing import BatchSizer
 from framework.jobtype import LeaseLost, RetryableError, Stopped, SubtaskContext
 
@@ -117,7 +116,7 @@ class RangePipeline(ABC):
 
     @property
     def spark(self) -> SparkSession:
-        return get_spark()
+        return session.get_spark()
 
     # --- what a job type provides -------------------------------------------
 
@@ -165,6 +164,9 @@ class RangePipeline(ABC):
             except Exception as exc:
                 # Spark's own text is a py4j call name and a Java stack trace;
                 # the subtask's error (`reorg status`) gets the line that matters.
+                if self.uses_spark and not session.jvm_alive():
+                    raise RetryableError("Spark's JVM exited during the batch; the subtask "
+                                         "will be retried on a new session") from exc
                 if failures.transient(exc):
                     raise RetryableError(f"batch failed, will retry: {failures.first_line(exc)}"
                                          ) from exc

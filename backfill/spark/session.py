@@ -12,6 +12,7 @@ settings come from the environment:
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import logging
 import os
@@ -200,15 +201,57 @@ def started() -> bool:
 
 
 def get_spark() -> SparkSession:
-    """The process's SparkSession, started on first call (several seconds)."""
+    """The process's SparkSession, started on first call (several seconds),
+    and started again if its JVM has died (killed, out of memory)."""
     global _spark, _settings
-    if _spark is not None:
-        return _spark
+    spark = _spark
+    if spark is not None and _jvm_alive(spark):
+        return spark
     with _lock:
+        if _spark is not None and not _jvm_alive(_spark):
+            _forget_dead_session(_spark)
         if _spark is None:
             _settings = _settings or settings_from_env()
             _spark = _start(_settings)
-    return _spark
+        return _spark
+
+
+def jvm_alive() -> bool:
+    """False when this process's session's JVM has exited; the next
+    ``get_spark`` then starts a new one."""
+    spark = _spark
+    return spark is None or _jvm_alive(spark)
+
+
+def _jvm_alive(spark: SparkSession) -> bool:
+    # The JVM PySpark launched is its gateway's child process.
+    proc = getattr(spark.sparkContext._gateway, "proc", None)  # noqa: SLF001
+    return proc is None or proc.poll() is None
+
+
+def _forget_dead_session(spark: SparkSession) -> None:
+    """Drop a session whose JVM is gone, so that a new one can start.
+
+    ``SparkSession.stop`` would call into the dead JVM and fail before
+    clearing PySpark's class-level singletons, which a new session would then
+    reuse (the dead gateway among them); so clear them here."""
+    global _spark
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    proc = getattr(spark.sparkContext._gateway, "proc", None)  # noqa: SLF001
+    log.warning("Spark's JVM (pid %s) exited with code %s; starting a new session",
+                getattr(proc, "pid", "?"), getattr(proc, "returncode", "?"))
+    with contextlib.suppress(Exception):
+        spark.sparkContext.stop()  # its Python side (servers, threads); JVM calls fail
+    SparkContext._gateway = None  # noqa: SLF001
+    SparkContext._jvm = None  # noqa: SLF001
+    SparkContext._active_spark_context = None  # noqa: SLF001
+    SparkSession._instantiatedSession = None  # noqa: SLF001
+    SparkSession._activeSession = None  # noqa: SLF001
+    _spark = None
+    for hook in _stop_hooks:
+        hook()
 
 
 def get_validation_spark() -> SparkSession:
