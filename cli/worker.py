@@ -94,7 +94,7 @@ def _warm_up_spark() -> None:
     # Once per host, build the class-data archive later JVMs start from
     # (this worker's next start, and every `reorg submit`'s dry run).
     try:
-        cds.ensure_in_background(session.cds_archive())
+        cds.ensure_in_background(session.cds_archive(), session.settings_environ())
     except Exception as exc:  # only a speed-up: never stop the worker for it
         log.warning("not building a Spark class-data archive: %s", exc)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -203,11 +202,12 @@ class JobKind(Generic[P]):
 
         thread = threading.Thread(target=run)
         thread.start()
-        deadline = time.monotonic() + 60
-        while lease.row().checkpoints < checkpoints and time.monotonic() < deadline:
-            time.sleep(0.01)
-        ctx.stop("job cancelling", hard=True)
-        thread.join(30)
+        try:
+            wait_until(lambda: lease.row().checkpoints >= checkpoints, 60,
+                       f"{checkpoints} committed batches", interval=0.01)
+        finally:
+            ctx.stop("job cancelling", hard=True)
+            thread.join(30)
         assert not thread.is_alive(), "subtask did not stop after a hard stop"
         return outcome, lease
 

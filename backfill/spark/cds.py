@@ -79,15 +79,19 @@ def discard(archive: Path) -> None:
         archive.unlink()
 
 
-def ensure_in_background(archive: Path | None) -> subprocess.Popen[bytes] | None:
+def ensure_in_background(archive: Path | None, environ: dict[str, str] | None = None
+                         ) -> subprocess.Popen[bytes] | None:
     """Start building ``archive`` in a detached, low-priority child unless it
-    exists; the child takes a lock, so one build runs per archive per host."""
+    exists; the child takes a lock, so one build runs per archive per host.
+    ``environ`` adds variables, e.g. the Spark settings the caller runs with,
+    so that the training session has the caller's class path."""
     if archive is None or archive.is_file():
         return None
     archive.parent.mkdir(parents=True, exist_ok=True)
     log.info("building Spark class-data archive %s in the background", archive)
     return subprocess.Popen(
-        [sys.executable, "-m", "backfill.spark.cds", str(archive)], env=_child_env(),
+        [sys.executable, "-m", "backfill.spark.cds", str(archive)],
+        env={**_child_env(), **(environ or {})},
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True, preexec_fn=lambda: os.nice(10),  # noqa: PLW1509 - no threads yet in the child
     )
@@ -104,6 +108,8 @@ def build(archive: Path) -> bool:
             return False  # another process is building it
         if archive.is_file():
             return True
+        for stale in archive.parent.glob(f"{archive.stem}.*.partial"):
+            stale.unlink(missing_ok=True)  # a killed build's; ours is the only one now
         partial = archive.with_suffix(f".{os.getpid()}.partial")
         # The dump happens when the JVM exits, so the training runs in a child
         # whose exit we can wait for.

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -46,9 +47,22 @@ class _JobCache:
     the JDBC DataFrame (its schema query costs a connection), the target's
     Spark type, and the batch size the sizer settled on."""
 
+    batch_rows: dict[int, int] = field(default_factory=dict)  # job's batch_rows -> learned size
+    spark: Any = None  # the session ``base`` and the registered UDF belong to
     base: Any = None
     target_type: Any = None
-    batch_rows: dict[int, int] = field(default_factory=dict)  # job's batch_rows -> learned size
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def get(self, spark: Any, name: str, make: Callable[[], Any]) -> Any:
+        """``base`` or ``target_type`` for ``spark``, made on first use. A worker
+        whose JVM died runs on a new session, where the old DataFrame is
+        unusable and the UDF not registered: both are made again there."""
+        with self.lock:
+            if self.spark is not spark:
+                self.spark, self.base, self.target_type = spark, None, None
+            if getattr(self, name) is None:
+                setattr(self, name, make())
+            return getattr(self, name)
 
 
 _jobs: dict[tuple[int, str], _JobCache] = {}
@@ -139,18 +153,20 @@ class SubtaskRunner(RangePipeline):
     # --- read: Spark, Arrow (read thread) ---------------------------------------
 
     def compute(self, lo: int, hi: int, scanned: int) -> Staged:
-        if self.cache.base is None:
-            self.cache.base = read_base(self.spark, self.jdbc, self.spec.table, self.spec.where)
-        return self._stage(key_between(self.cache.base, self.key_name, lo, hi,
+        base = self.cache.get(self.spark, "base", lambda: read_base(
+            self.spark, self.jdbc, self.spec.table, self.spec.where))
+        return self._stage(key_between(base, self.key_name, lo, hi,
                                        self.partitions(scanned)))
 
     def _stage(self, df: DataFrame) -> Staged:
         """Transform ``df`` (rows read with versions) into staging CSV."""
-        if self.cache.target_type is None:
+        def register() -> Any:
             target_type = df.schema[self.spec.transform.column].dataType
             self.spec.transform.register(self.spark, target_type)
-            self.cache.target_type = target_type
-        out = self.spec.transform.output(df, self.key_name, self.cache.target_type,
+            return target_type
+
+        target_type = self.cache.get(self.spark, "target_type", register)
+        out = self.spec.transform.output(df, self.key_name, target_type,
                                          with_old=self.spec.overwrite)
         table = out.toArrow()
         has_old = self.spec.overwrite and table.column("old").null_count < table.num_rows

@@ -23,25 +23,26 @@ _PY4J_CALL = "An error occurred while calling"
 _PYTHON_WORKER = "An exception was thrown from the Python worker"
 _PSQL = re.compile(r"org\.postgresql\.util\.PSQLException: (.+)")
 
-# PostgreSQL going away or refusing for now (server messages and the JDBC
-# driver's own), as opposed to errors in what was asked of it.
+# How PostgreSQL (and its JDBC driver) say it went away or refuses for now,
+# as opposed to errors in what was asked of it. Matched at the start of the
+# message: later on, messages quote user data.
 _TRANSIENT_DB = (
-    "terminating connection",  # 57P01 shutdown or pg_terminate_backend; crash recovery
-    "the database system is",  # 57P03 starting up / shutting down / in recovery mode
-    "too many clients",  # 53300
-    "remaining connection slots are reserved",  # 53300
-    "could not serialize access",  # 40001
-    "conflict with recovery",  # 40001 on a standby
-    "deadlock detected",  # 40P01
-    "Connection to",  # "Connection to host:port refused"
+    "FATAL: terminating connection",  # 57P01 shutdown or pg_terminate_backend; crash recovery
+    "FATAL: the database system is",  # 57P03 starting up / shutting down / in recovery mode
+    "FATAL: sorry, too many clients",  # 53300
+    "FATAL: remaining connection slots are reserved",  # 53300
+    "ERROR: could not serialize access",  # 40001
+    "ERROR: canceling statement due to conflict with recovery",  # 40001 on a standby
+    "ERROR: deadlock detected",  # 40P01
+    "Connection to ",  # "Connection to host:port refused."
     "The connection attempt failed",
     "An I/O error occurred while sending to the backend",
     "This connection has been closed",
-    "Connection reset",
 )
-# Spark losing an executor or shuffle output (cluster mode); its own task
-# retries came first.
-_TRANSIENT_SPARK = ("ExecutorLostFailure", "FetchFailedException")
+# Spark losing an executor or shuffle output (cluster mode), after its own
+# task retries. (An executor that dies of the same cause every time is retried
+# too, up to the subtask's attempts.)
+_TRANSIENT_SPARK = re.compile(r"\bExecutorLostFailure \(executor |\bFetchFailedException\b")
 
 
 class SparkBatchError(RuntimeError):
@@ -78,6 +79,6 @@ def transient(exc: BaseException) -> bool:
     """True when a Spark failure came from a lost connection or executor, so
     the same batch may well succeed if tried again."""
     text = str(exc)
-    if any(marker in text for marker in _TRANSIENT_SPARK):
+    if _TRANSIENT_SPARK.search(text):
         return True
-    return any(marker in message for message in _PSQL.findall(text) for marker in _TRANSIENT_DB)
+    return any(message.startswith(_TRANSIENT_DB) for message in _PSQL.findall(text))

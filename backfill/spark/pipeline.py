@@ -18,6 +18,7 @@ process shares between the job's subtasks).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -104,6 +105,7 @@ class RangePipeline(ABC):
         # The job's batch_rows -> the size the sizer settled on, shared by the
         # job's subtasks in this process (None: each subtask learns alone).
         self.learned = learned
+        self._spark: SparkSession | None = None
         batch_rows = ctx.job.batch_rows
         self.sizer = BatchSizer(batch_rows, target_seconds)
         meta = ctx.meta or {}
@@ -116,7 +118,12 @@ class RangePipeline(ABC):
 
     @property
     def spark(self) -> SparkSession:
-        return session.get_spark()
+        """The session this subtask attempt runs on, fixed at first use: if its
+        JVM dies, the attempt fails as a whole (and is retried on a new one)
+        rather than mixing DataFrames of two sessions."""
+        if self._spark is None:
+            self._spark = session.get_spark()
+        return self._spark
 
     # --- what a job type provides -------------------------------------------
 
@@ -164,7 +171,7 @@ class RangePipeline(ABC):
             except Exception as exc:
                 # Spark's own text is a py4j call name and a Java stack trace;
                 # the subtask's error (`reorg status`) gets the line that matters.
-                if self.uses_spark and not session.jvm_alive():
+                if self._spark is not None and not session.alive(self._spark):
                     raise RetryableError("Spark's JVM exited during the batch; the subtask "
                                          "will be retried on a new session") from exc
                 if failures.transient(exc):
@@ -206,7 +213,10 @@ class RangePipeline(ABC):
                 last_commit = time.monotonic()
         finally:
             if sc is not None and pending is not None and not pending.done():
-                sc.cancelJobGroup(self.group)  # leaving early: don't finish a read nobody applies
+                # Leaving early: don't finish a read nobody applies. (On a dead
+                # JVM this fails too; the error that brought us here matters.)
+                with contextlib.suppress(Exception):
+                    sc.cancelJobGroup(self.group)
             pool.shutdown(wait=True)
             unregister()
 

@@ -216,11 +216,10 @@ def get_spark() -> SparkSession:
         return _spark
 
 
-def jvm_alive() -> bool:
-    """False when this process's session's JVM has exited; the next
-    ``get_spark`` then starts a new one."""
-    spark = _spark
-    return spark is None or _jvm_alive(spark)
+def alive(spark: SparkSession) -> bool:
+    """False once ``spark``'s JVM has exited; ``get_spark`` then starts a new
+    session, and work on this one can only be retried on that."""
+    return _jvm_alive(spark)
 
 
 def _jvm_alive(spark: SparkSession) -> bool:
@@ -239,11 +238,15 @@ def _forget_dead_session(spark: SparkSession) -> None:
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    proc = getattr(spark.sparkContext._gateway, "proc", None)  # noqa: SLF001
+    gateway = spark.sparkContext._gateway  # noqa: SLF001
+    proc = getattr(gateway, "proc", None)
     log.warning("Spark's JVM (pid %s) exited with code %s; starting a new session",
                 getattr(proc, "pid", "?"), getattr(proc, "returncode", "?"))
     with contextlib.suppress(Exception):
         spark.sparkContext.stop()  # its Python side (servers, threads); JVM calls fail
+    if gateway is not None:
+        with contextlib.suppress(Exception):
+            gateway.close()  # the old gateway's sockets and callback server
     SparkContext._gateway = None  # noqa: SLF001
     SparkContext._jvm = None  # noqa: SLF001
     SparkContext._active_spark_context = None  # noqa: SLF001
@@ -270,6 +273,17 @@ def validation_settings(settings: SparkSettings) -> SparkSettings:
     """``settings`` with a local master; the rest stays (the class path must
     match the workers', so their class-data archive fits)."""
     return settings if settings.local else replace(settings, master=DEFAULT_MASTER)
+
+
+def settings_environ(settings: SparkSettings | None = None) -> dict[str, str]:
+    """The session's settings as the variables ``settings_from_env`` reads,
+    for a child process that must start Spark the same way."""
+    settings = settings or _settings or settings_from_env()
+    environ = {"REORG_SPARK_MASTER": settings.master,
+               "REORG_SPARK_CONF": ";".join(f"{k}={v}" for k, v in settings.conf.items())}
+    if settings.jdbc_jar:
+        environ["REORG_JDBC_JAR"] = settings.jdbc_jar
+    return environ
 
 
 def cds_archive(settings: SparkSettings | None = None) -> Path | None:

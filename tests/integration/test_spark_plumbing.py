@@ -21,6 +21,7 @@ from backfill.spark.session import (
     build_conf,
     find_jdbc_driver,
     parse_conf_pairs,
+    settings_environ,
     settings_from_env,
     validation_settings,
 )
@@ -82,6 +83,15 @@ def test_submit_validates_on_a_local_session_even_for_a_cluster():
     assert checked.conf == cluster.conf and checked.jdbc_jar == "/j.jar"
     local = SparkSettings("local[2]")
     assert validation_settings(local) is local
+
+
+def test_a_child_process_gets_the_same_spark_settings():
+    """The class-data archive's training child must start Spark as its worker
+    does (options included), or the archive would not fit the worker's JVM."""
+    settings = SparkSettings("spark://m:7077", {"spark.driver.extraClassPath": "/a:/b",
+                                                "spark.executor.memory": "2g"}, "/j.jar")
+    assert settings_from_env(settings_environ(settings)) == settings
+    assert settings_from_env(settings_environ(SparkSettings())) == SparkSettings()
 
 
 def test_jdbc_urls():

@@ -64,8 +64,12 @@ def test_first_line_says_what_failed(text, line):
     (EXECUTOR_LOST, True),
     (BAD_CAST, False),
     (UDF_FAILED, False),
-    # The marker words count only inside a PostgreSQL error, not in user data.
+    # The marker words count only where PostgreSQL starts its message, not in
+    # user data it quotes, nor in Spark's or a UDF's own messages.
     ("[CAST_INVALID_INPUT] The value 'terminating connection' cannot be cast", False),
+    (BAD_CAST.replace('"x"', '"Connection reset"'), False),
+    (BAD_CAST.replace('"x"', '"FATAL: terminating connection"'), False),
+    ("ValueError: lost ExecutorLostFailure", False),
 ])
 def test_only_lost_connections_and_executors_are_transient(text, retry):
     assert transient(Failure(text)) is retry
