@@ -25,6 +25,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from backfill.spark.failures import first_line, from_postgres
 from backfill.spark.merge import MergeSql
+from backfill.spark.validation import start_spark_first
 from backfill.tables import (
     TableInfo,
     inspect_table,
@@ -70,6 +71,7 @@ class BackfillJobType:
     # --- submit -------------------------------------------------------------
 
     def validate(self, conn: Connection, params: dict[str, Any]) -> Target:
+        start_spark_first(conn, params.get("table", ""))
         table = inspect_table(conn, params.get("table", ""))
         column, expr = parse_assignment(params.get("set", ""))
         where = (params.get("where") or "").strip() or None

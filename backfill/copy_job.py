@@ -43,6 +43,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from backfill.spark.copying import CopySpec, OutputColumn, pg_type_of
 from backfill.spark.failures import first_line, from_postgres
+from backfill.spark.validation import start_spark_first
 from backfill.tables import TableInfo, explain_or_fail, inspect_table, quote
 from framework import jobtype
 from framework.jobtype import InvalidParams, Job, SubtaskContext, Target
@@ -71,6 +72,7 @@ class CopyJobType:
     # --- submit -------------------------------------------------------------
 
     def validate(self, conn: Connection, params: dict[str, Any]) -> Target:
+        start_spark_first(conn, params.get("table", ""))
         src = inspect_table(conn, params.get("table", ""))
         selects = [s.strip() for s in params.get("select") or [] if s and s.strip()]
         if not selects:

@@ -8,6 +8,7 @@ that way; small query helpers; waits for jobs run by real nodes."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections.abc import Callable, Iterator
@@ -136,6 +137,25 @@ def make_job(job_id: int, params: dict[str, Any], *, table: str, key: str = "id"
                max_rows_per_sec=max_rows_per_sec, row_estimate=None, concurrency=concurrency)
 
 
+@contextlib.contextmanager
+def validating(engine: Engine) -> Iterator[Connection]:
+    """A transaction, rolled back at the end, on a session set up as
+    ``reorg submit`` validates: with the CLI's timeouts, not the worker's
+    (``engine``'s), which are far shorter than a first Spark job under load."""
+    from framework.config import Settings
+    from framework.db import session_options
+
+    url = engine.url.render_as_string(hide_password=False)
+    cli = sa.create_engine(engine.url, poolclass=sa.pool.NullPool, connect_args={
+        "options": session_options(Settings(url), "cli")})
+    try:
+        with cli.connect() as conn, conn.begin() as tx:
+            yield conn
+            tx.rollback()
+    finally:
+        cli.dispose()
+
+
 P = TypeVar("P", bound="RangePipeline")
 
 
@@ -151,9 +171,8 @@ class JobKind(Generic[P]):
     def submit(self, engine: Engine, job_id: int, params: dict[str, Any], *,
                batch_rows: int = 1_000) -> Job:
         """validate (rolled back, as the CLI does) + prepare (as the owner does)."""
-        with engine.connect() as conn, conn.begin() as tx:
+        with validating(engine) as conn:
             target = self.job_type.validate(conn, params)
-            tx.rollback()
         job = make_job(job_id, {**self.defaults, **target.params, "work_schema": "public"},
                        table=target.table, batch_rows=batch_rows, type_name=self.job_type.name)
         with engine.begin() as conn:
@@ -215,10 +234,8 @@ class JobKind(Generic[P]):
         """``validate`` refuses ``params`` with one line that contains ``says``,
         and no table changes."""
         before = catalogue(engine)
-        with engine.connect() as conn, conn.begin() as tx:
-            with pytest.raises(InvalidParams) as err:
-                self.job_type.validate(conn, params)
-            tx.rollback()
+        with validating(engine) as conn, pytest.raises(InvalidParams) as err:
+            self.job_type.validate(conn, params)
         message = str(err.value)
         assert says in message and "\n" not in message, message
         assert catalogue(engine) == before

@@ -130,7 +130,7 @@ def test_cancelled_job_is_rolled_back_and_wait_exits_1(migrated_db: str,
 @pytest.mark.spark
 def test_demo_on_a_configured_database(migrated_db: str) -> None:
     # The default job type, as the README's first command runs it: backfill on Spark.
-    result = reorg(migrated_db, "demo", "--rows", "20000", "--workers", "2", timeout=240)
+    result = reorg(migrated_db, "demo", "--rows", "20000", "--workers", "1", timeout=240)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "submitted backfill job" in result.stdout
     assert "demo passed" in result.stdout and "20,000 rows" in result.stdout

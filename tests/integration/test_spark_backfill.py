@@ -265,3 +265,47 @@ def test_validate_normalises_params(spark, target_db):
     assert target.table == '"public"."items"' and target.key_column == '"id"'
     assert target.params["column"] == "c" and target.params["expr"] == "md5(b)"
     assert target.params["where"] == "a > 1" and target.params["overwrite"] is True
+
+
+# Validates in a fresh process (Spark not started yet) and records whether the
+# validation connection had a transaction open while Spark started.
+_VALIDATE_COLD = """
+import sys
+import psycopg
+import sqlalchemy as sa
+from backfill.backfill_job import BackfillJobType
+from backfill.spark import session
+from framework.db import sqlalchemy_url
+
+engine = sa.create_engine(sqlalchemy_url(sys.argv[1]))
+with engine.connect() as conn, conn.begin() as tx:
+    start = session.get_validation_spark
+    def watched():
+        if not session.started():
+            status = conn.connection.driver_connection.info.transaction_status
+            print("transaction open while Spark started:",
+                  status != psycopg.pq.TransactionStatus.IDLE)
+        return start()
+    session.get_validation_spark = watched
+    target = BackfillJobType().validate(conn, {"table": "items", "set": "c=md5(b)"})
+    tx.rollback()
+print("valid:", target.params["column"])
+"""
+
+
+def test_spark_starts_before_the_validation_transaction_opens(target_db, fresh_db):
+    """Starting Spark takes seconds (a minute when the JDBC driver is
+    downloaded); inside the validation transaction it would leave that
+    transaction idle until idle_in_transaction_session_timeout ends the
+    session, and a good expression would be rejected."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    make_items(target_db, 100)
+    done = subprocess.run([sys.executable, "-c", _VALIDATE_COLD, fresh_db],
+                          cwd=Path(__file__).resolve().parents[2], capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[:2] == ["transaction open while Spark started: False",
+                                           "valid: c"], done.stdout
