@@ -23,7 +23,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
-from backfill.spark.failures import first_line, from_postgres
+from backfill.spark.failures import first_line, from_postgres, lost_connection
 from backfill.spark.merge import MergeSql
 from backfill.spark.validation import start_spark_first
 from backfill.tables import (
@@ -35,6 +35,7 @@ from backfill.tables import (
     resolve_type,
 )
 from framework import jobtype
+from framework.db import DatabaseUnreachable
 from framework.jobtype import InvalidParams, Job, SubtaskContext, Target
 
 DDL_LOCK_TIMEOUT = "5s"
@@ -186,6 +187,10 @@ class BackfillJobType:
                 landing.copy_in(raw, column_type, ["k", "ver", "new"], landing.to_csv(rows))
                 savepoint.rollback()
         except Exception as exc:
+            if lost_connection(exc):
+                raise DatabaseUnreachable(
+                    f"the dry run of {shown} on sample rows was cut off by the database "
+                    f"({first_line(exc)}); submit again") from None
             if where and from_postgres(exc):
                 # EXPLAIN accepted it; PostgreSQL failed evaluating it on the rows read.
                 raise InvalidParams(

@@ -42,10 +42,11 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
 from backfill.spark.copying import CopySpec, OutputColumn, pg_type_of
-from backfill.spark.failures import first_line, from_postgres
+from backfill.spark.failures import first_line, from_postgres, lost_connection
 from backfill.spark.validation import start_spark_first
 from backfill.tables import TableInfo, explain_or_fail, inspect_table, quote
 from framework import jobtype
+from framework.db import DatabaseUnreachable
 from framework.jobtype import InvalidParams, Job, SubtaskContext, Target
 
 DDL_LOCK_TIMEOUT = "5s"
@@ -204,6 +205,10 @@ class CopyJobType:
                 copy_rows(raw, spec, to_csv(rows))
                 savepoint.rollback()
         except Exception as exc:
+            if lost_connection(exc):
+                raise DatabaseUnreachable(
+                    "the dry run of --select on sample rows was cut off by the database "
+                    f"({first_line(exc)}); submit again") from None
             if where and from_postgres(exc):
                 # EXPLAIN accepted it; PostgreSQL failed evaluating it on the rows read.
                 raise InvalidParams(

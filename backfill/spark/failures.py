@@ -82,3 +82,11 @@ def transient(exc: BaseException) -> bool:
     if _TRANSIENT_SPARK.search(text):
         return True
     return any(message.startswith(_TRANSIENT_DB) for message in _PSQL.findall(text))
+
+
+def lost_connection(exc: BaseException) -> bool:
+    """True when a check failed because a database connection broke (ours,
+    through psycopg, or Spark's, through JDBC): not the input's fault."""
+    from framework.errors import is_retryable
+
+    return is_retryable(exc) or transient(exc)

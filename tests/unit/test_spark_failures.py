@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from backfill.spark.failures import first_line, from_postgres, transient
+from backfill.spark.failures import first_line, from_postgres, lost_connection, transient
 
 READ_KILLED = """An error occurred while calling o61.getResult.
 : org.apache.spark.SparkException: Exception thrown in awaitResult:
@@ -79,3 +79,14 @@ def test_from_postgres_tells_database_errors_from_spark_evaluation():
     assert from_postgres(Failure(BAD_CAST))
     assert not from_postgres(Failure(UDF_FAILED))
     assert not from_postgres(Failure("[DIVIDE_BY_ZERO] Division by zero."))
+
+
+def test_a_broken_connection_during_a_check_is_not_the_inputs_fault():
+    import sqlalchemy as sa
+
+    ours = sa.exc.OperationalError(
+        "COPY ...", {}, Exception("terminating connection due to idle-in-transaction timeout"))
+    assert lost_connection(ours)
+    assert lost_connection(Failure(READ_KILLED))  # Spark's JDBC read
+    assert not lost_connection(Failure(BAD_CAST))
+    assert not lost_connection(Failure(UDF_FAILED))
