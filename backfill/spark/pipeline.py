@@ -169,14 +169,16 @@ class RangePipeline(ABC):
             except (RetryableError, LeaseLost, Stopped):
                 raise
             except Exception as exc:
-                # Spark's own text is a py4j call name and a Java stack trace;
-                # the subtask's error (`reorg status`) gets the line that matters.
+                # A dead JVM, a dropped database connection or a lost executor:
+                # retried from the checkpoint, not failing (and rolling back) the job.
                 if self._spark is not None and not session.alive(self._spark):
                     raise RetryableError("Spark's JVM exited during the batch; the subtask "
                                          "will be retried on a new session") from exc
                 if failures.transient(exc):
                     raise RetryableError(f"batch failed, will retry: {failures.first_line(exc)}"
                                          ) from exc
+                # Spark's own text is a py4j call name and a Java stack trace;
+                # the subtask's error (`reorg status`) gets the line that matters.
                 if failures.is_spark(exc):
                     raise SparkBatchError(failures.first_line(exc)) from exc
                 raise
