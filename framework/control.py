@@ -4,7 +4,10 @@ InvalidParams with a one-line reason, and changes nothing."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+
+from sqlalchemy.engine import Connection
 
 from framework.db import Database
 from framework.jobtype import InvalidParams
@@ -14,56 +17,68 @@ from framework.store import jobs, progress
 J = JobState
 
 
-def _state_or_fail(db: Database, conn, job_id: int) -> JobState:
+def _state_or_fail(db: Database, conn: Connection, job_id: int) -> JobState:
     state = jobs.state(db, conn, job_id)
     if state is None:
         raise InvalidParams(f"job {job_id} does not exist; `reorg status` lists jobs")
     return state
 
 
-def cancel(db: Database, job_id: int) -> JobState:
+# A user transition: from the job's state, the CAS to try (None: refuse with the
+# message), or the state to report without changing anything (already there).
+_Cas = Callable[[Database, Connection, int], JobState | None]
+
+
+def _request(db: Database, job_id: int,
+             decide: Callable[[JobState], _Cas | JobState | str]) -> JobState:
+    """Read the state, let ``decide`` pick the compare-and-set, run it; a
+    refusal or a lost race raises InvalidParams and changes nothing."""
     with db.begin() as conn:
         state = _state_or_fail(db, conn, job_id)
-        if state in (J.CANCELLING, J.REVERTING) or (state is J.FAILED):
+        choice = decide(state)
+        if isinstance(choice, JobState):
+            return choice
+        if isinstance(choice, str):
+            raise InvalidParams(choice)
+        if choice(db, conn, job_id) is None:
+            raise InvalidParams(f"job {job_id} changed state meanwhile; try again")
+        return jobs.state(db, conn, job_id) or state
+
+
+def cancel(db: Database, job_id: int) -> JobState:
+    def decide(state: JobState) -> _Cas | JobState | str:
+        if state in (J.CANCELLING, J.REVERTING, J.FAILED):
             return state  # already on its way back; cancelling twice is harmless
         if state not in JOB_CANCELLABLE:
-            raise InvalidParams(f"job {job_id} already {state}; there is nothing to cancel")
-        if jobs.transition(db, conn, job_id, JOB_CANCELLABLE, J.CANCELLING, actor="user",
-                           detail="cancel requested") is None:
-            raise InvalidParams(f"job {job_id} changed state meanwhile; try again")
-    return J.CANCELLING
+            return f"job {job_id} already {state}; there is nothing to cancel"
+        return lambda db, conn, job_id: jobs.request_cancel(db, conn, job_id, actor="user")
+
+    return _request(db, job_id, decide)
 
 
 def pause(db: Database, job_id: int) -> JobState:
-    with db.begin() as conn:
-        state = _state_or_fail(db, conn, job_id)
+    def decide(state: JobState) -> _Cas | JobState | str:
         if state in (J.PAUSING, J.PAUSED):
             return state
         if state is not J.RUNNING:
-            raise InvalidParams(f"job {job_id} is {state}; only a running job can be paused")
-        if jobs.transition(db, conn, job_id, J.RUNNING, J.PAUSING, actor="user",
-                           detail="pause requested") is None:
-            raise InvalidParams(f"job {job_id} changed state meanwhile; try again")
-    return J.PAUSING
+            return f"job {job_id} is {state}; only a running job can be paused"
+        return lambda db, conn, job_id: jobs.request_pause(db, conn, job_id, actor="user")
+
+    return _request(db, job_id, decide)
 
 
 def resume(db: Database, job_id: int) -> JobState:
-    with db.begin() as conn:
-        state = _state_or_fail(db, conn, job_id)
+    def decide(state: JobState) -> _Cas | JobState | str:
         if state in (J.RESUMING, J.RUNNING):
             return state
-        if state is J.PAUSING:
-            # Not paused yet: go straight back to running.
-            moved = jobs.transition(db, conn, job_id, J.PAUSING, J.RUNNING, actor="user",
-                                    detail="resume requested while pausing")
-            if moved is not None:
-                return J.RUNNING
+        if state is J.PAUSING:  # not paused yet: straight back to running
+            return lambda db, conn, job_id: jobs.resume_while_pausing(db, conn, job_id,
+                                                                      actor="user")
         if state is not J.PAUSED:
-            raise InvalidParams(f"job {job_id} is {state}; only a paused job can be resumed")
-        if jobs.transition(db, conn, job_id, J.PAUSED, J.RESUMING, actor="user",
-                           detail="resume requested") is None:
-            raise InvalidParams(f"job {job_id} changed state meanwhile; try again")
-    return J.RESUMING
+            return f"job {job_id} is {state}; only a paused job can be resumed"
+        return lambda db, conn, job_id: jobs.request_resume(db, conn, job_id, actor="user")
+
+    return _request(db, job_id, decide)
 
 
 def alter(db: Database, job_id: int, *, batch_rows: int | None = None,

@@ -1,8 +1,9 @@
 """One reorg node: a worker pool plus a candidate for owner, on one schedule.
 
-``reorg worker`` runs exactly this. The APScheduler loop runs three jobs:
-heartbeat, owner tick (campaign, then duties while elected) and lease renewal
-(every ttl/3, on its own connection). SIGTERM drains: stop claiming, let the
+``reorg worker`` runs exactly this. The APScheduler loop runs five jobs:
+heartbeat, owner tick (campaign, then duties while elected), owner lease
+renewal (every owner ttl/3, apart from the ticks), worker lease renewal (every
+ttl/3, on its own connection) and the lease watchdog. SIGTERM drains: stop claiming, let the
 current batches commit, release leases at once, resign ownership, deregister.
 """
 
@@ -61,12 +62,12 @@ class Node:
 
     def start(self) -> None:
         with self.worker_db.begin() as conn:
-            released = subtasks.release_all_of(self.worker_db, conn, self.node_id)
+            released = subtasks.requeue_after_restart(self.worker_db, conn, self.node_id)
             nodes.register(self.worker_db, conn, node_id=self.node_id,
                            host=socket.gethostname(), pid=os.getpid(),
                            version=reorg_version(), slots=self.slots)
         if released:
-            log.info("released %d subtasks held by a previous run of %s", released,
+            log.info("requeued %d subtasks held by a previous run of %s", released,
                      self.node_id)
         every = {"max_instances": 1, "coalesce": True, "misfire_grace_time": None}
         self.scheduler.add_job(self._heartbeat, "interval", id="heartbeat",
@@ -74,6 +75,11 @@ class Node:
         self.scheduler.add_job(self._owner_tick, "interval", id="owner",
                                seconds=self.owner_tick_seconds,
                                next_run_time=datetime.now(UTC), **every)
+        # The owner's term is renewed apart from its ticks: a tick may run a
+        # step longer than the lease (a split, a rollback).
+        self.scheduler.add_job(self.owner.keep_term, "interval", id="owner-lease",
+                               seconds=leases.renew_interval(self.settings.owner_lease_seconds),
+                               **every)
         self.scheduler.add_job(self.pool.renew_leases, "interval", id="renew",
                                seconds=leases.renew_interval(self.settings.lease_seconds),
                                **every)
@@ -98,7 +104,7 @@ class Node:
         try:
             self.owner.resign()
             with self.worker_db.begin() as conn:
-                subtasks.release_all_of(self.worker_db, conn, self.node_id)
+                subtasks.release_all_held_by(self.worker_db, conn, self.node_id)
                 nodes.deregister(self.worker_db, conn, self.node_id)
         except Exception as exc:
             log.warning("could not deregister cleanly: %s", one_line(exc))

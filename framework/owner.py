@@ -19,9 +19,9 @@ import sqlalchemy as sa
 
 from framework import faults, jobtype, leases
 from framework.db import Database
-from framework.errors import one_line
+from framework.errors import is_retryable, one_line
 from framework.jobtype import Job
-from framework.splitting import plan_split
+from framework.splitting import max_key, plan_split
 from framework.states import JobState
 from framework.store import history, jobs, nodes, owner_lease, subtasks
 from framework.store.owner_lease import OwnerTerm
@@ -33,6 +33,17 @@ J = JobState
 STEP_QUEUED = 0  # nothing done to the table yet
 STEP_PREPARED = 1  # schema step done, subtasks inserted for this step
 STEP_DONE = 2  # final schema step done
+
+
+# Catch-up ranges (rows that arrived past the split's last key) are added at
+# most this many times: a table with a steady stream of inserts always has a
+# new tail, and the job must end. Rows arriving after the last round are named
+# in the job's success event.
+MAX_CATCH_UP_ROUNDS = 3
+# A job the owner cannot drive (a transient error) is looked at again after
+# this backoff, doubling per failure; other jobs go on meanwhile.
+JOB_BACKOFF_SECONDS = 1.0
+JOB_BACKOFF_CAP_SECONDS = 60.0
 
 
 class TermLost(RuntimeError):
@@ -55,6 +66,8 @@ class Owner:
         self.clock = clock
         self.term: OwnerTerm | None = None
         self._renewed_at = 0.0
+        # job id -> (consecutive failures, monotonic time to look again)
+        self._backoff: dict[int, tuple[int, float]] = {}
 
     # --- election -------------------------------------------------------
 
@@ -68,9 +81,27 @@ class Owner:
                 self.term = owner_lease.campaign(self.db, conn, self.node_id)
                 if self.term:
                     log.info("elected owner, revision %s", self.term.revision)
+                    self._backoff.clear()
         if self.term is not None:
             self._renewed_at = sent
         return self.term
+
+    def keep_term(self) -> None:
+        """Renew the term on a schedule of its own (every third of the lease),
+        so that a long step of a tick (a split, a rollback, DDL waiting for a
+        lock) does not outlast it. Never campaigns: that is the tick's job."""
+        term = self.term
+        if term is None:
+            return
+        sent = self.clock()
+        try:
+            with self.db.begin() as conn:
+                renewed = owner_lease.renew(self.db, conn, term)
+        except Exception as exc:
+            log.warning("owner lease renewal failed: %s", one_line(exc))
+            return
+        if renewed and self.term == term:
+            self._renewed_at = max(self._renewed_at, sent)
 
     def trusted(self) -> bool:
         return self.term is not None and leases.still_trusted(
@@ -94,10 +125,9 @@ class Owner:
             for job in self._live_jobs():
                 if not self.trusted():
                     break
-                try:
-                    action = self._drive(term, job)
-                except _Raced:
-                    action = "raced with another change; will look again"
+                if self._backing_off(job["id"]):
+                    continue
+                action = self._drive_one(term, job)
                 if action:
                     result.actions.append(f"job {job['id']}: {action}")
             result.actions += self._housekeeping(term)
@@ -106,6 +136,46 @@ class Owner:
             self.term = None
             result.is_owner = False
         return result
+
+    def _drive_one(self, term: OwnerTerm, row: dict) -> str | None:
+        """Drive one job; whatever goes wrong with it stays with it: one poison
+        job (its table dropped, its type not installed here) must not stop the
+        owner from driving every other job and its housekeeping."""
+        try:
+            action = self._drive(term, row)
+        except _Raced:
+            return "raced with another change; will look again"
+        except TermLost:
+            raise
+        except Exception as exc:
+            return self._job_error(term, row, exc)
+        self._backoff.pop(row["id"], None)
+        return action
+
+    def _job_error(self, term: OwnerTerm, row: dict, exc: Exception) -> str:
+        error = one_line(exc)
+        state = JobState(row["state"])
+        if not is_retryable(exc) and state in (J.QUEUED, J.RUNNING):
+            log.error("job %s cannot be driven, failing it: %s", row["id"], error, exc_info=exc)
+            with self._fenced(term) as conn:
+                jobs.fail(self.db, conn, term, row["id"], actor=self._actor(term),
+                          error=f"owner: {error}", detail="the owner cannot drive the job")
+            return f"failed: {error}"
+        wait = self._back_off(row["id"])
+        log.warning("job %s: %s; looking again in %.0fs", row["id"], error, wait)
+        with self._fenced(term) as conn:
+            jobs.note_error(self.db, conn, term, row["id"], f"{error} (retrying)")
+        return f"{error}; will retry in {wait:.0f}s"
+
+    def _back_off(self, job_id: int) -> float:
+        failures = self._backoff.get(job_id, (0, 0.0))[0] + 1
+        wait = leases.retry_backoff(failures, JOB_BACKOFF_SECONDS, JOB_BACKOFF_CAP_SECONDS)
+        self._backoff[job_id] = (failures, self.clock() + wait)
+        return wait
+
+    def _backing_off(self, job_id: int) -> bool:
+        entry = self._backoff.get(job_id)
+        return entry is not None and self.clock() < entry[1]
 
     def _live_jobs(self) -> list[dict]:
         with self.db.begin() as conn:
@@ -119,43 +189,48 @@ class Owner:
         if state is J.RUNNING:
             return self._check_running(term, row, job)
         if state is J.PAUSING:
-            return self._when_quiet(term, job, J.PAUSING, J.PAUSED)
+            return self._pause_when_quiet(term, job)
         if state is J.RESUMING:
-            return self._transition(term, job.id, J.RESUMING, J.RUNNING,
-                                    run_on_node=row["run_on_node"] and self.node_id)
+            with self._fenced(term) as conn:
+                moved = jobs.resumed(self.db, conn, term, job.id, actor=self._actor(term),
+                                     owner_node=self.node_id)
+            return "running" if moved else None
         if state in (J.CANCELLING, J.FAILED):
-            return self._wind_down(term, job, state)
+            return self._wind_down(term, job)
         if state is J.REVERTING:
             return self._revert(term, job, JobState(row["revert_target"] or J.REVERTED))
         return None
 
     def _start(self, term: OwnerTerm, job: Job) -> str:
-        kind = jobtype.get(job.type)
-        # The split reads the whole key column; it runs before, and outside, the
-        # transaction that takes DDL locks, so the table is never locked for it.
-        with self.db.begin(isolation_level="REPEATABLE READ") as conn:
-            plan = plan_split(conn, job.target_table, job.key_column,
-                              job.params.get("rows_per_subtask"))
-        local = len(plan.ranges) < self.db.settings.local_job_max_subtasks
         try:
+            kind = jobtype.get(job.type)
+            # The split reads the whole key column; it runs before, and outside,
+            # the transaction that takes DDL locks, so the table is never locked
+            # for it (``keep_term`` keeps the term alive meanwhile).
+            with self.db.begin(isolation_level="REPEATABLE READ") as conn:
+                faults.hit("owner.before_split")
+                plan = plan_split(conn, job.target_table, job.key_column,
+                                  job.params.get("rows_per_subtask"))
+            local = len(plan.ranges) < self.db.settings.local_job_max_subtasks
             with self._fenced(term) as conn:
                 kind.prepare(conn, job)
                 faults.hit("owner.after_prepare")
                 subtasks.insert_ranges(self.db, conn, term, job.id, STEP_PREPARED, plan.ranges)
-                self._must(jobs.transition(
-                    self.db, conn, job.id, J.QUEUED, J.RUNNING, actor=self._actor(term),
-                    term=term, step=STEP_PREPARED, row_estimate=plan.row_count,
-                    run_on_node=self.node_id if local else None,
+                self._must(jobs.start(
+                    self.db, conn, term, job.id, actor=self._actor(term), step=STEP_PREPARED,
+                    row_estimate=plan.row_count, run_on_node=self.node_id if local else None,
                     detail=f"{len(plan.ranges)} subtasks of ~{plan.rows_per_range} rows"
                            + (", local to the owner's node" if local else ""),
                 ))
-        except TermLost:
+        except (TermLost, _Raced):
             raise
-        except Exception as exc:  # the schema step failed: nothing was applied
+        except Exception as exc:
+            if is_retryable(exc):  # e.g. the DDL's lock timeout on a busy table
+                raise
+            # The schema step failed for good: nothing was applied.
             with self._fenced(term) as conn:
-                jobs.transition(self.db, conn, job.id, J.QUEUED, J.FAILED,
-                                actor=self._actor(term), term=term, error=one_line(exc),
-                                detail="prepare failed")
+                jobs.fail(self.db, conn, term, job.id, actor=self._actor(term),
+                          error=one_line(exc), detail="prepare failed")
             return f"prepare failed: {one_line(exc)}"
         return f"started with {len(plan.ranges)} subtasks"
 
@@ -168,10 +243,13 @@ class Owner:
             subtasks.fail_exhausted(self.db, conn, term, job.id, self.db.settings.max_attempts)
         with self.db.begin() as conn:
             snap = subtasks.step_snapshot(self.db, conn, job.id, job.step)
-        if snap.failed or snap.cancelled:
-            error = self._first_subtask_error(job.id)
-            return self._transition(term, job.id, J.RUNNING, J.FAILED, error=error,
-                                    detail=f"{snap.failed} subtask(s) failed")
+            error = subtasks.first_error(self.db, conn, job.id) if (
+                snap.failed or snap.cancelled) else None
+        if error is not None:
+            with self._fenced(term) as conn:
+                moved = jobs.fail(self.db, conn, term, job.id, actor=self._actor(term),
+                                  error=error, detail=f"{snap.failed} subtask(s) failed")
+            return "failed" if moved else None
         if snap.all_succeeded or snap.total == 0:
             return self._advance(term, job)
         return None
@@ -184,21 +262,48 @@ class Owner:
             snap = subtasks.step_snapshot(self.db, conn, job.id, job.step)
             if not (snap.all_succeeded or snap.total == 0):
                 return None
+            tail = self._cover_tail(conn, term, job)
+            if tail.added:
+                return tail.detail
             kind.advance(conn, job)
             faults.hit("owner.after_advance_step")
-            self._must(jobs.transition(self.db, conn, job.id, J.RUNNING, J.SUCCEEDED,
-                                       actor=self._actor(term), term=term, step=STEP_DONE,
-                                       detail=f"{snap.succeeded} subtasks succeeded"))
+            self._must(jobs.succeed(self.db, conn, term, job.id, actor=self._actor(term),
+                                    step=STEP_DONE,
+                                    detail=f"{snap.succeeded} subtasks succeeded{tail.detail}"))
         return "succeeded"
 
-    def _when_quiet(self, term: OwnerTerm, job: Job, src: JobState, dst: JobState) -> str | None:
+    def _cover_tail(self, conn: sa.Connection, term: OwnerTerm, job: Job) -> _Tail:
+        """Rows inserted past the last range's end after the split (a serial
+        key keeps growing while the job runs) get ranges of their own before
+        the job may succeed, up to MAX_CATCH_UP_ROUNDS times."""
+        last = subtasks.last_range(self.db, conn, job.id, job.step)
+        newest = max_key(conn, job.target_table, job.key_column)
+        covered = last.end_key if last else None
+        if newest is None or (covered is not None and newest < covered):
+            return _Tail(False, "")
+        round_no = (last.catch_up_round if last else 0) + 1
+        if round_no > MAX_CATCH_UP_ROUNDS:
+            return _Tail(False, f"; rows inserted with keys >= {covered} after the last of "
+                                f"{MAX_CATCH_UP_ROUNDS} catch-up ranges were not processed")
+        plan = plan_split(conn, job.target_table, job.key_column,
+                          job.params.get("rows_per_subtask"), from_key=covered)
+        subtasks.insert_ranges(self.db, conn, term, job.id, job.step, plan.ranges,
+                               first_ordinal=last.ordinal + 1 if last else 0,
+                               meta={"catch_up": round_no})
+        jobs.add_to_estimate(self.db, conn, term, job.id, plan.row_count)
+        return _Tail(True, f"{plan.row_count} rows arrived past the last range; "
+                           f"catch-up round {round_no} added {len(plan.ranges)} subtask(s)")
+
+    def _pause_when_quiet(self, term: OwnerTerm, job: Job) -> str | None:
         with self.db.begin() as conn:
             snap = subtasks.step_snapshot(self.db, conn, job.id, job.step)
         if snap.live_leases:
             return None
-        return self._transition(term, job.id, src, dst)
+        with self._fenced(term) as conn:
+            moved = jobs.paused(self.db, conn, term, job.id, actor=self._actor(term))
+        return "paused" if moved else None
 
-    def _wind_down(self, term: OwnerTerm, job: Job, state: JobState) -> str | None:
+    def _wind_down(self, term: OwnerTerm, job: Job) -> str | None:
         """Cancel or failure: wait until no worker holds a live lease, mark the
         rest cancelled, then revert."""
         with self._fenced(term) as conn:
@@ -206,27 +311,31 @@ class Owner:
             snap = subtasks.step_snapshot(self.db, conn, job.id, job.step)
             if snap.live_leases or snap.pending or snap.running:
                 return None
-            target = J.CANCELLED if state is J.CANCELLING else J.REVERTED
-            self._must(jobs.transition(self.db, conn, job.id, state, J.REVERTING,
-                                       actor=self._actor(term), term=term,
-                                       revert_target=target))
+            self._must(jobs.begin_revert(self.db, conn, term, job.id, actor=self._actor(term)))
         return "reverting"
 
     def _revert(self, term: OwnerTerm, job: Job, target: JobState) -> str:
-        kind = jobtype.get(job.type)
         try:
             with self._fenced(term) as conn:
+                detail = "table restored"
                 if job.step >= STEP_PREPARED:
-                    kind.rollback(conn, job)
+                    if table_exists(conn, job.target_table):
+                        jobtype.get(job.type).rollback(conn, job)
+                    else:
+                        detail = (f"table {job.target_table} no longer exists (dropped or "
+                                  "renamed): nothing to restore")
                 faults.hit("owner.after_rollback")
-                self._must(jobs.transition(self.db, conn, job.id, J.REVERTING, target,
-                                           actor=self._actor(term), term=term,
-                                           detail="table restored"))
-        except TermLost:
+                self._must(jobs.finish_revert(self.db, conn, term, job.id, target,
+                                              actor=self._actor(term), detail=detail))
+        except (TermLost, _Raced):
             raise
-        except Exception as exc:  # retried on the next tick; the job stays reverting
+        except Exception as exc:  # retried with backoff; the job stays reverting
             log.exception("rollback of job %s failed", job.id)
-            return f"rollback failed, will retry: {one_line(exc)}"
+            wait = self._back_off(job.id)
+            with self._fenced(term) as conn:
+                jobs.note_error(self.db, conn, term, job.id,
+                                f"rollback failed, retrying: {one_line(exc)}")
+            return f"rollback failed, will retry in {wait:.0f}s: {one_line(exc)}"
         return str(target)
 
     def _housekeeping(self, term: OwnerTerm) -> list[str]:
@@ -251,13 +360,6 @@ class Owner:
 
     # --- helpers --------------------------------------------------------
 
-    def _transition(self, term: OwnerTerm, job_id: int, src: JobState, dst: JobState,
-                    **kwargs) -> str | None:
-        with self._fenced(term) as conn:
-            moved = jobs.transition(self.db, conn, job_id, src, dst, actor=self._actor(term),
-                                    term=term, **kwargs)
-        return str(dst) if moved else None
-
     @contextmanager
     def _fenced(self, term: OwnerTerm) -> Iterator[sa.Connection]:
         """A transaction that starts by holding the owner term (see
@@ -275,22 +377,21 @@ class Owner:
     def _actor(self, term: OwnerTerm) -> str:
         return f"owner {self.node_id} rev {term.revision}"
 
-    def _first_subtask_error(self, job_id: int) -> str:
-        with self.db.begin() as conn:
-            return conn.execute(
-                self.db.sql("""
-                    SELECT 'subtask ' || ordinal || ': ' || coalesce(error, state)
-                    FROM {s}.background_subtask
-                    WHERE job_id = :id AND state IN ('failed', 'cancelled')
-                    ORDER BY (state = 'failed') DESC, ordinal LIMIT 1"""),
-                {"id": job_id},
-            ).scalar() or "a subtask failed"
-
 
 class _Raced(RuntimeError):
     """A compare-and-set found the job moved by someone else (e.g. a cancel
     raced an advance): the transaction rolls back and the job is looked at
     again next tick."""
+
+
+@dataclass(frozen=True)
+class _Tail:
+    added: bool  # ranges were added: the job runs on
+    detail: str
+
+
+def table_exists(conn: sa.Connection, table: str) -> bool:
+    return conn.execute(sa.text("SELECT to_regclass(:t) IS NOT NULL"), {"t": table}).scalar() is True
 
 
 def _job(row: dict) -> Job:

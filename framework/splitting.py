@@ -47,20 +47,34 @@ def boundaries_of(sorted_keys: Sequence[int], rows_per_range: int) -> list[int]:
 
 
 def plan_split(
-    conn: Connection, table: str, key: str, rows_per_range: int | None = None
+    conn: Connection, table: str, key: str, rows_per_range: int | None = None,
+    *, from_key: int | None = None,
 ) -> SplitPlan:
-    """Read the cut points from the table. Call inside a REPEATABLE READ
+    """Read the cut points from the table (from ``from_key`` on, when given: the
+    tail that arrived after an earlier split). Call inside a REPEATABLE READ
     transaction so the count and the cut points come from one snapshot."""
-    count, max_key = conn.execute(text(f"SELECT count(*), max({key}) FROM {table}")).one()
+    tail = f"WHERE {key} >= :from_key" if from_key is not None else ""
+    bound = {"from_key": from_key} if from_key is not None else {}
+    count, max_key = conn.execute(
+        text(f"SELECT count(*), max({key}) FROM {table} {tail}"), bound).one()
     if count == 0:
         return SplitPlan([], 0, rows_per_range or DEFAULT_ROWS_PER_RANGE)
     per = rows_per_range or rows_per_range_for(count)
     boundaries = list(conn.execute(
         text(f"""
             SELECT k FROM (
-                SELECT {key} AS k, row_number() OVER (ORDER BY {key}) AS rn FROM {table}
+                SELECT {key} AS k, row_number() OVER (ORDER BY {key}) AS rn
+                FROM {table} {tail}
             ) numbered
             WHERE (rn - 1) % :per = 0 ORDER BY k"""),
-        {"per": per},
+        {"per": per, **bound},
     ).scalars())
+    if from_key is not None:
+        boundaries[0] = from_key  # the tail starts where the covered ranges end
     return SplitPlan(ranges_from_boundaries(boundaries, max_key), count, per)
+
+
+def max_key(conn: Connection, table: str, key: str) -> int | None:
+    """The table's largest key: one index probe."""
+    value = conn.execute(text(f"SELECT max({key}) FROM {table}")).scalar()
+    return int(value) if value is not None else None

@@ -19,11 +19,13 @@ Subtask states::
 
     pending ──► running ──► succeeded
        ▲           │  ├───► failed
-       └───────────┘  └───► cancelled      (pending ──► cancelled too)
+       └───────────┘  └───► cancelled      (pending ──► cancelled or failed too)
 
 A running subtask whose lease (``exec_expired``) has passed stays ``running``
 but is claimable again; it resumes from ``curr_key``. A worker that releases a
-subtask (pause, drain, retryable error) moves it back to ``pending``.
+subtask (pause, drain, retryable error) moves it back to ``pending``. A
+pending subtask that has used its last attempt (its holder crashed and
+restarted) is failed by the owner: claims skip it.
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
 
 S = SubtaskState
 SUBTASK_TRANSITIONS: dict[SubtaskState, frozenset[SubtaskState]] = {
-    S.PENDING: frozenset({S.RUNNING, S.CANCELLED}),
+    S.PENDING: frozenset({S.RUNNING, S.FAILED, S.CANCELLED}),
     S.RUNNING: frozenset({S.PENDING, S.SUCCEEDED, S.FAILED, S.CANCELLED}),
     S.SUCCEEDED: frozenset(),
     S.FAILED: frozenset(),

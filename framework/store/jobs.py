@@ -16,7 +16,13 @@ from sqlalchemy.engine import Connection
 
 from framework.db import Database
 from framework.jobtype import Job
-from framework.states import JOB_ACTIVE, JOB_TERMINAL, JobState, check_job_transition
+from framework.states import (
+    JOB_ACTIVE,
+    JOB_TERMINAL,
+    JOB_TRANSITIONS,
+    JobState,
+    check_job_transition,
+)
 from framework.store.owner_lease import FENCE, OwnerTerm
 
 JOB_COLUMNS = (
@@ -24,6 +30,7 @@ JOB_COLUMNS = (
     "max_rows_per_sec, row_estimate, concurrency"
 )
 _TERMINAL_SQL = ", ".join(f"'{s}'" for s in sorted(JOB_TERMINAL))
+J = JobState
 
 
 class ActiveJobExists(RuntimeError):
@@ -104,65 +111,161 @@ def active_on_table(db: Database, conn: Connection, table: str) -> int | None:
     ).scalar()
 
 
-def transition(
-    db: Database,
-    conn: Connection,
-    job_id: int,
-    src: JobState | Iterable[JobState],
-    dst: JobState,
-    *,
-    actor: str,
-    term: OwnerTerm | None = None,
-    detail: str | None = None,
-    error: str | None = None,
-    revert_target: JobState | None = None,
-    step: int | None = None,
-    row_estimate: int | None = None,
-    run_on_node: str | None = None,
+def _move(
+    db: Database, conn: Connection, job_id: int, sources: Iterable[JobState], dst: JobState,
+    *, actor: str, term: OwnerTerm | None, detail: str | None = None,
+    sets: str = "", **params: object,
 ) -> JobState | None:
-    """Move a job from one of ``src`` to ``dst``; returns the state it left, or
-    None when it was in none of them (or, for an owner, the term is over)."""
-    sources = [src] if isinstance(src, JobState) else list(src)
-    for s in sources:
-        check_job_transition(s, dst)
+    """The one compare-and-set every named transition below goes through:
+    move the job from one of ``sources`` to ``dst`` (each edge checked against
+    ``JOB_TRANSITIONS``), apply ``sets`` (extra ``col = expr`` assignments,
+    ``old.state`` names the state left), and write the audit event, all in one
+    statement. Returns the state it left, or None when the job was in none of
+    ``sources`` (or, for an owner, the term is over)."""
+    sources = frozenset(sources)
+    for src in sources:
+        check_job_transition(src, dst)
     fence = FENCE if term is not None else "TRUE"
+    finished = ", finished_at = clock_timestamp()" if dst in JOB_TERMINAL else ""
     left = conn.execute(
         db.sql(f"""
             WITH old AS (
                 SELECT id, state FROM {{s}}.jobs
                 WHERE id = :job_id AND state = ANY(:sources) FOR UPDATE),
             moved AS (
-                UPDATE {{s}}.jobs j SET
-                    state = :dst, updated_at = clock_timestamp(),
-                    error = coalesce(:error, j.error),
-                    revert_target = coalesce(:revert_target, j.revert_target),
-                    step = coalesce(:step, j.step),
-                    row_estimate = coalesce(:row_estimate, j.row_estimate),
-                    run_on_node = CASE WHEN :dst = 'running' THEN :run_on_node
-                                       ELSE j.run_on_node END,
-                    started_at = CASE WHEN :dst = 'running'
-                                      THEN coalesce(j.started_at, clock_timestamp())
-                                      ELSE j.started_at END,
-                    finished_at = CASE WHEN :dst IN ({_TERMINAL_SQL})
-                                       THEN clock_timestamp() ELSE NULL END
+                UPDATE {{s}}.jobs j SET state = :dst, updated_at = clock_timestamp()
+                    {finished} {", " + sets if sets else ""}
                 FROM old WHERE j.id = old.id AND {fence}
                 RETURNING j.id, old.state AS from_state),
             event AS (
                 INSERT INTO {{s}}.job_events (job_id, actor, from_state, to_state, detail)
                 SELECT id, :actor, from_state, :dst, :detail FROM moved)
             SELECT from_state FROM moved"""),
-        {
-            "job_id": job_id, "sources": [str(s) for s in sources], "dst": str(dst),
-            "actor": actor, "detail": detail, "error": error,
-            "revert_target": str(revert_target) if revert_target else None,
-            "step": step, "row_estimate": row_estimate, "run_on_node": run_on_node,
-            **(term.params() if term else {}),
-        },
+        {"job_id": job_id, "sources": sorted(str(s) for s in sources), "dst": str(dst),
+         "actor": actor, "detail": detail, **params, **(term.params() if term else {})},
     ).scalar()
     if left is None:
         return None
     notify(db, conn)
     return JobState(left)
+
+
+def _into(dst: JobState) -> frozenset[JobState]:
+    """Every state the transition map lets reach ``dst``: the guard of a
+    transition that is allowed from all of them."""
+    return frozenset(s for s, nxt in JOB_TRANSITIONS.items() if dst in nxt)
+
+
+# --- owner transitions (fenced on the term) ------------------------------------
+
+def start(
+    db: Database, conn: Connection, term: OwnerTerm, job_id: int, *, actor: str, step: int,
+    row_estimate: int, run_on_node: str | None, detail: str,
+) -> JobState | None:
+    """queued -> running, once prepared and split; ``run_on_node`` binds a small
+    job to the owner's node."""
+    return _move(db, conn, job_id, {J.QUEUED}, J.RUNNING, actor=actor, term=term, detail=detail,
+                 sets="step = :step, row_estimate = :row_estimate, run_on_node = :node, "
+                      "started_at = coalesce(j.started_at, clock_timestamp()), error = NULL",
+                 step=step, row_estimate=row_estimate, node=run_on_node)
+
+
+def fail(
+    db: Database, conn: Connection, term: OwnerTerm, job_id: int, *, actor: str, error: str,
+    detail: str,
+) -> JobState | None:
+    """queued (prepare failed) or running (a subtask failed for good) -> failed."""
+    return _move(db, conn, job_id, _into(J.FAILED), J.FAILED, actor=actor, term=term,
+                 detail=detail, sets="error = :error", error=error)
+
+
+def succeed(
+    db: Database, conn: Connection, term: OwnerTerm, job_id: int, *, actor: str, step: int,
+    detail: str,
+) -> JobState | None:
+    return _move(db, conn, job_id, _into(J.SUCCEEDED), J.SUCCEEDED, actor=actor, term=term,
+                 detail=detail, sets="step = :step", step=step)
+
+
+def begin_revert(
+    db: Database, conn: Connection, term: OwnerTerm, job_id: int, *, actor: str,
+) -> JobState | None:
+    """cancelling or failed -> reverting; the state left says where the revert
+    ends (cancelled after a cancel, reverted after a failure)."""
+    return _move(db, conn, job_id, _into(J.REVERTING), J.REVERTING, actor=actor, term=term,
+                 sets="revert_target = CASE old.state WHEN 'cancelling' THEN 'cancelled' "
+                      "ELSE 'reverted' END")
+
+
+def finish_revert(
+    db: Database, conn: Connection, term: OwnerTerm, job_id: int, target: JobState, *,
+    actor: str, detail: str,
+) -> JobState | None:
+    """reverting -> cancelled | reverted (the job's ``revert_target``)."""
+    return _move(db, conn, job_id, {J.REVERTING}, target, actor=actor, term=term,
+                 detail=detail)
+
+
+def paused(db: Database, conn: Connection, term: OwnerTerm, job_id: int, *,
+           actor: str) -> JobState | None:
+    """pausing -> paused, once no worker holds a live lease on the job."""
+    return _move(db, conn, job_id, {J.PAUSING}, J.PAUSED, actor=actor, term=term)
+
+
+def resumed(db: Database, conn: Connection, term: OwnerTerm, job_id: int, *, actor: str,
+            owner_node: str) -> JobState | None:
+    """resuming -> running; a small job bound to a node follows the owner."""
+    return _move(db, conn, job_id, {J.RESUMING}, J.RUNNING, actor=actor, term=term,
+                 sets="run_on_node = CASE WHEN j.run_on_node IS NULL THEN NULL "
+                      "ELSE :owner_node END", owner_node=owner_node)
+
+
+# --- user transitions (plain compare-and-set) -----------------------------------
+
+def request_cancel(db: Database, conn: Connection, job_id: int, *, actor: str) -> JobState | None:
+    return _move(db, conn, job_id, _into(J.CANCELLING), J.CANCELLING, actor=actor, term=None,
+                 detail="cancel requested")
+
+
+def request_pause(db: Database, conn: Connection, job_id: int, *, actor: str) -> JobState | None:
+    return _move(db, conn, job_id, _into(J.PAUSING), J.PAUSING, actor=actor, term=None,
+                 detail="pause requested")
+
+
+def request_resume(db: Database, conn: Connection, job_id: int, *, actor: str) -> JobState | None:
+    return _move(db, conn, job_id, _into(J.RESUMING), J.RESUMING, actor=actor, term=None,
+                 detail="resume requested")
+
+
+def resume_while_pausing(
+    db: Database, conn: Connection, job_id: int, *, actor: str
+) -> JobState | None:
+    """pausing -> running: a resume that arrives before the pause completed.
+    The job keeps its node binding (a small job stays on its node)."""
+    return _move(db, conn, job_id, {J.PAUSING}, J.RUNNING, actor=actor, term=None,
+                 detail="resume requested while pausing")
+
+
+# --- owner writes that are not transitions ---------------------------------------
+
+def note_error(db: Database, conn: Connection, term: OwnerTerm, job_id: int, error: str) -> bool:
+    """Show why the owner cannot move a job on yet (e.g. a lock timeout in
+    prepare, retried later) without changing its state."""
+    return conn.execute(
+        db.sql(f"""UPDATE {{s}}.jobs SET error = :error, updated_at = clock_timestamp()
+                   WHERE id = :job_id AND {FENCE}"""),
+        {"job_id": job_id, "error": error, **term.params()},
+    ).rowcount == 1
+
+
+def add_to_estimate(db: Database, conn: Connection, term: OwnerTerm, job_id: int,
+                    rows: int) -> bool:
+    """Rows of a range added after the split count toward the job's total."""
+    return conn.execute(
+        db.sql(f"""UPDATE {{s}}.jobs SET row_estimate = coalesce(row_estimate, 0) + :rows
+                   WHERE id = :job_id AND {FENCE}"""),
+        {"job_id": job_id, "rows": rows, **term.params()},
+    ).rowcount == 1
 
 
 def bind_to_node(
@@ -241,4 +344,4 @@ def channel(db: Database) -> str:
     return f"reorg_{db.schema}"
 
 
-__all__ = ["JOB_ACTIVE", "ActiveJobExists", "insert", "transition", "get", "live", "events"]
+__all__ = ["JOB_ACTIVE", "ActiveJobExists", "insert", "get", "live", "events"]

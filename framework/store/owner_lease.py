@@ -8,9 +8,13 @@ apart from its successor even if it comes back with the same id::
     node B                          ...lease expires... ──campaign──► rev 8
     node A  (wakes) write fenced on rev 7 ──► 0 rows
 
-Every owner write embeds ``FENCE``, which takes a share lock on the lease row:
-a new term cannot begin while a fenced write of the old one is in flight, and
-once it has begun every write of the old term finds no row.
+Every owner write embeds ``FENCE``, which takes a KEY SHARE lock on the lease
+row, and ``campaign`` locks the row FOR UPDATE, which conflicts with it: a new
+term cannot begin while a fenced write of the old one is in flight, and once
+it has begun every write of the old term finds no row. ``renew`` is a plain
+UPDATE of non-key columns, which KEY SHARE lets through: the owner keeps its
+term alive while one of its own long steps (a split, a rollback, DDL waiting
+for a lock) holds the fence.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ FENCE = """EXISTS (
     SELECT 1 FROM {s}.owner_lease ol
     WHERE ol.id = 1 AND ol.owner_id = :owner_id AND ol.revision = :owner_revision
       AND ol.expires_at > clock_timestamp()
-    FOR SHARE)"""
+    FOR KEY SHARE)"""
 
 
 @dataclass(frozen=True)
@@ -38,14 +42,22 @@ class OwnerTerm:
 
 
 def campaign(db: Database, conn: Connection, node_id: str) -> OwnerTerm | None:
-    """Take the lease if it is free or expired; a new term gets a new revision."""
+    """Take the lease if it is free or expired; a new term gets a new revision.
+
+    FOR UPDATE waits for no one: while any fenced owner transaction is in
+    flight (it holds KEY SHARE) the row is skipped and nobody is elected."""
     revision = conn.execute(
         db.sql("""
-            UPDATE {s}.owner_lease
-            SET owner_id = :node_id, revision = revision + 1, elected_at = clock_timestamp(),
+            WITH free AS (
+                SELECT id FROM {s}.owner_lease
+                WHERE id = 1 AND expires_at <= clock_timestamp()
+                FOR UPDATE SKIP LOCKED)
+            UPDATE {s}.owner_lease ol
+            SET owner_id = :node_id, revision = ol.revision + 1,
+                elected_at = clock_timestamp(),
                 expires_at = clock_timestamp() + make_interval(secs => :ttl)
-            WHERE id = 1 AND expires_at <= clock_timestamp()
-            RETURNING revision"""),
+            FROM free WHERE ol.id = free.id
+            RETURNING ol.revision"""),
         {"node_id": node_id, "ttl": db.settings.owner_lease_seconds},
     ).scalar()
     return OwnerTerm(node_id, revision) if revision is not None else None
@@ -79,7 +91,7 @@ def resign(db: Database, conn: Connection, term: OwnerTerm) -> bool:
 
 def hold(db: Database, conn: Connection, term: OwnerTerm) -> bool:
     """Check the term at the start of a multi-statement owner transaction and
-    keep the lease row share-locked until it commits: no new term can begin
+    keep the lease row KEY SHARE locked until it commits: no new term can begin
     while this transaction's DDL and writes are in flight."""
     return conn.execute(db.sql(f"SELECT {FENCE}"), term.params()).scalar() is True
 

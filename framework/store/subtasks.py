@@ -41,19 +41,61 @@ class Claim:
 
 def insert_ranges(
     db: Database, conn: Connection, term: OwnerTerm, job_id: int, step: int,
-    ranges: list[tuple[int, int]],
+    ranges: list[tuple[int, int]], *, first_ordinal: int = 0,
+    meta: dict[str, Any] | None = None,
 ) -> int:
     return conn.execute(
         db.sql(f"""
             INSERT INTO {{s}}.background_subtask
-                (job_id, step, ordinal, state, start_key, end_key, curr_key)
-            SELECT :job_id, :step, r.ordinal - 1, 'pending', r.lo, r.hi, r.lo
+                (job_id, step, ordinal, state, start_key, end_key, curr_key, meta)
+            SELECT :job_id, :step, :first + r.ordinal - 1, 'pending', r.lo, r.hi, r.lo,
+                   CAST(:meta AS jsonb)
             FROM unnest(CAST(:los AS bigint[]), CAST(:his AS bigint[]))
                  WITH ORDINALITY AS r(lo, hi, ordinal)
             WHERE {FENCE}"""),
         {"job_id": job_id, "step": step, "los": [lo for lo, _ in ranges],
-         "his": [hi for _, hi in ranges], **term.params()},
+         "his": [hi for _, hi in ranges], "first": first_ordinal,
+         "meta": json.dumps(meta or {}), **term.params()},
     ).rowcount
+
+
+@dataclass(frozen=True)
+class LastRange:
+    """The highest range of a job step: where its coverage ends."""
+
+    ordinal: int
+    end_key: int
+    catch_up_round: int  # 0 for the split's own ranges
+
+
+def last_range(db: Database, conn: Connection, job_id: int, step: int) -> LastRange | None:
+    """One probe of the (job_id, step, ordinal) index, live and history rows
+    alike (ordinals grow with keys, so the last ordinal ends the coverage)."""
+    row = conn.execute(
+        db.sql("""
+            SELECT ordinal, end_key, coalesce((meta->>'catch_up')::int, 0) AS catch_up_round
+            FROM (
+                (SELECT ordinal, end_key, meta FROM {s}.background_subtask
+                 WHERE job_id = :job_id AND step = :step ORDER BY ordinal DESC LIMIT 1)
+                UNION ALL
+                (SELECT ordinal, end_key, meta FROM {s}.background_subtask_history
+                 WHERE job_id = :job_id AND step = :step ORDER BY ordinal DESC LIMIT 1)
+            ) last ORDER BY ordinal DESC LIMIT 1"""),
+        {"job_id": job_id, "step": step},
+    ).mappings().first()
+    return LastRange(**row) if row else None
+
+
+def first_error(db: Database, conn: Connection, job_id: int) -> str:
+    """The error to show for a failed job: its first failed subtask's."""
+    return conn.execute(
+        db.sql("""
+            SELECT 'subtask ' || ordinal || ': ' || coalesce(error, state)
+            FROM {s}.background_subtask
+            WHERE job_id = :id AND state IN ('failed', 'cancelled')
+            ORDER BY (state = 'failed') DESC, ordinal LIMIT 1"""),
+        {"id": job_id},
+    ).scalar() or "a subtask failed"
 
 
 @dataclass(frozen=True)
@@ -94,15 +136,21 @@ def step_snapshot(db: Database, conn: Connection, job_id: int, step: int) -> Ste
 def fail_exhausted(
     db: Database, conn: Connection, term: OwnerTerm, job_id: int, max_attempts: int
 ) -> int:
-    """Fail subtasks whose lease expired on their last allowed attempt."""
+    """Fail subtasks that used their last allowed attempt and are not being
+    worked on: a running one whose lease expired, or a pending one (handed back
+    after its holder crashed; claims skip it, so nothing else would end it)."""
     return conn.execute(
         db.sql(f"""
             UPDATE {{s}}.background_subtask SET
                 state = 'failed', finished_at = clock_timestamp(), updated_at = clock_timestamp(),
-                error = coalesce(error, '') || 'lease expired on attempt ' || attempts
-                        || ' of ' || :max_attempts
-            WHERE job_id = :job_id AND state = 'running' AND exec_expired <= clock_timestamp()
-              AND attempts >= :max_attempts AND {FENCE}"""),
+                error = coalesce(error || '; ', '')
+                        || CASE WHEN state = 'running' THEN 'lease expired'
+                                ELSE 'holder restarted' END
+                        || ' on attempt ' || attempts || ' of ' || :max_attempts
+            WHERE job_id = :job_id AND attempts >= :max_attempts
+              AND (state = 'pending'
+                   OR (state = 'running' AND exec_expired <= clock_timestamp()))
+              AND {FENCE}"""),
         {"job_id": job_id, "max_attempts": max_attempts, **term.params()},
     ).rowcount
 
@@ -256,9 +304,26 @@ def fail(db: Database, conn: Connection, claim: Claim, error: str) -> bool:
     ).rowcount == 1
 
 
-def release_all_of(db: Database, conn: Connection, exec_id: str) -> int:
-    """A node restarting with the same id hands back what its previous
-    incarnation held; clearing exec_id fences that incarnation out."""
+def release_all_held_by(db: Database, conn: Connection, exec_id: str) -> int:
+    """A draining node hands back what it still holds (slots stuck past the
+    drain timeout); like ``release`` this is voluntary and gives the attempt
+    back. Clearing exec_id fences the stuck slots out."""
+    return conn.execute(
+        db.sql("""
+            UPDATE {s}.background_subtask SET
+                state = 'pending', exec_id = NULL, exec_expired = NULL,
+                attempts = greatest(attempts - 1, 0), updated_at = clock_timestamp()
+            WHERE exec_id = :exec_id AND state = 'running'"""),
+        {"exec_id": exec_id},
+    ).rowcount
+
+
+def requeue_after_restart(db: Database, conn: Connection, exec_id: str) -> int:
+    """A node restarting with the same id hands back at once what its previous
+    incarnation held, instead of letting the leases run out. That incarnation
+    died mid-attempt, so the attempt counts (a subtask that kills its worker
+    must not be retried forever); one on its last attempt is failed by the
+    owner (``fail_exhausted``). Clearing exec_id fences the old incarnation out."""
     return conn.execute(
         db.sql("""
             UPDATE {s}.background_subtask SET

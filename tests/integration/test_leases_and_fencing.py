@@ -33,8 +33,8 @@ def _job_with_ranges(db, n_ranges: int = 3) -> tuple[int, owner_lease.OwnerTerm]
         term = owner_lease.campaign(db, conn, "owner-a")
         subtasks.insert_ranges(db, conn, term, job_id, 1,
                                [(1 + 10 * i, 11 + 10 * i) for i in range(n_ranges)])
-        jobs.transition(db, conn, job_id, JobState.QUEUED, JobState.RUNNING, actor="t",
-                        term=term, step=1)
+        jobs.start(db, conn, term, job_id, actor="t", step=1, row_estimate=30,
+                   run_on_node=None, detail="test")
     return job_id, term
 
 
@@ -49,16 +49,15 @@ def test_each_owner_term_has_a_higher_revision_and_deposed_writes_hit_nothing(db
     with db.begin() as conn:
         assert not owner_lease.renew(db, conn, term_a)
         assert not owner_lease.hold(db, conn, term_a)
-        assert jobs.transition(db, conn, job_id, JobState.RUNNING, JobState.FAILED,
-                               actor="a", term=term_a) is None
+        assert jobs.fail(db, conn, term_a, job_id, actor="a", error="x", detail="x") is None
         assert subtasks.insert_ranges(db, conn, term_a, job_id, 1, [(100, 200)]) == 0
         assert subtasks.cancel_unleased(db, conn, term_a, job_id) == 0
         assert history.move_finished(db, conn, term_a, job_id, 100) == 0
     with db.begin() as conn:
         assert jobs.state(db, conn, job_id) is JobState.RUNNING
         # The new owner's writes go through.
-        assert jobs.transition(db, conn, job_id, JobState.RUNNING, JobState.PAUSING,
-                               actor="b", term=term_b) is JobState.RUNNING
+        assert jobs.fail(db, conn, term_b, job_id, actor="b", error="x",
+                         detail="x") is JobState.RUNNING
 
 
 def test_same_node_reelected_after_expiry_gets_a_new_revision(db):
