@@ -180,11 +180,12 @@ class BackfillJobType:
                 f"{shown} yields {result.simpleString()} but {column} is {column_type}; "
                 f"wrap it in CAST(... AS {target.simpleString()})")
         try:
-            rows = transform.output(sample, table.key, target, with_old=False).toArrow()
+            rows = transform.output(sample, table.key, target).toArrow()
             with conn.begin_nested() as savepoint:
                 raw = conn.connection.driver_connection
                 conn.exec_driver_sql(landing.create_staging_sql(column_type))
-                landing.copy_in(raw, column_type, ["k", "ver", "new"], landing.to_csv(rows))
+                landing.copy_in(raw, column_type, list(MergeSql.STAGE_COLUMNS),
+                                landing.to_csv(rows))
                 savepoint.rollback()
         except Exception as exc:
             if lost_connection(exc):

@@ -4,12 +4,15 @@ failed job never drops a column it did not create."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import sqlalchemy as sa
 from helpers import wait_until
-from spark_helpers import TERMINAL, job_of, rows, scalar, wait_state
+from spark_helpers import TERMINAL, JobKind, make_items, rows, scalar, snapshot, wait_state
 
-from backfill.backfill_job import register
+from backfill.backfill_job import BackfillJobType, merge_sql, register, spec_of
+from backfill.spark.engine import SubtaskRunner
 from framework import control, faults
 from framework.submit import SubmitRequest, submit
 
@@ -66,6 +69,55 @@ def test_cancel_restores_values_spark_cannot_carry_exactly(spark, db, start_node
     assert 0 < final["rows_done"] < ROWS, final  # caught mid-run
     after = rows(db, f"SELECT id, {column}::text FROM vals ORDER BY id")
     assert [a for a, b in zip(after, before, strict=True) if a != b] == []
+
+
+def test_a_write_the_merge_waits_for_is_recomputed_and_imaged_as_written(
+        spark, target_db, monkeypatch):
+    """READ COMMITTED re-check (EvalPlanQual): a writer changes rows after Spark
+    read them and commits only once the merge statement waits for its row
+    locks. The merge must skip those rows and recompute them, and their
+    before-images must be the writer's values (what the job overwrote), so a
+    rollback gives the application its write back."""
+    make_items(target_db, 1_000)
+    with target_db.begin() as conn:
+        conn.execute(sa.text("UPDATE items SET c = 'orig ' || id"))
+    backfill = JobKind(BackfillJobType(), SubtaskRunner, spec_of)
+    job = backfill.submit(target_db, 120, {"table": "items", "set": "c=md5(b)"},
+                          batch_rows=10_000)
+    writer = sa.create_engine(target_db.url)
+    written, done = threading.Event(), threading.Event()
+
+    def write_until_the_merge_waits() -> None:
+        with writer.begin() as conn:
+            conn.execute(sa.text("UPDATE items SET b = b || '+', c = 'app ' || id "
+                                 "WHERE id % 7 = 0"))
+            written.set()
+            wait_until(lambda: scalar(target_db, """
+                SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'
+                AND query LIKE 'WITH applied AS (UPDATE%'""") > 0, 30, "the merge to wait")
+        done.set()
+
+    real_read = SubtaskRunner._read
+
+    def read_then_write(self, lo, n):
+        batch = real_read(self, lo, n)
+        threading.Thread(target=write_until_the_merge_waits, daemon=True).start()
+        assert written.wait(30)  # uncommitted, so the merge's snapshot still sees Spark's read
+        return batch
+
+    monkeypatch.setattr(SubtaskRunner, "_read", read_then_write)
+    runner = backfill.run_range(target_db, job, 1, 1, 1_001)
+    writer.dispose()
+    assert done.is_set()
+    assert [s.recomputed for s in runner.stats] == [1_000 // 7]
+    assert scalar(target_db, "SELECT count(*) FROM items WHERE c IS DISTINCT FROM md5(b)") == 0
+    images = rows(target_db, f"SELECT k, old FROM {merge_sql(job).images} WHERE k % 7 = 0 "
+                             "ORDER BY k")
+    assert images == [(k, f"app {k}") for k in range(7, 1_001, 7)]
+    before = snapshot(target_db)
+    backfill.rollback(target_db, job)
+    assert snapshot(target_db) == [
+        (i, a, b, f"app {i}" if i % 7 == 0 else f"orig {i}") for i, a, b, _ in before]
 
 
 def test_a_column_added_by_hand_after_submit_fails_the_job_and_stays(spark, db, start_node):
