@@ -180,11 +180,12 @@ class BackfillJobType:
                 f"{shown} yields {result.simpleString()} but {column} is {column_type}; "
                 f"wrap it in CAST(... AS {target.simpleString()})")
         try:
-            rows = transform.output(sample, table.key, target, with_old=False).toArrow()
+            rows = transform.output(sample, table.key, target).toArrow()
             with conn.begin_nested() as savepoint:
                 raw = conn.connection.driver_connection
                 conn.exec_driver_sql(landing.create_staging_sql(column_type))
-                landing.copy_in(raw, column_type, ["k", "ver", "new"], landing.to_csv(rows))
+                landing.copy_in(raw, column_type, list(MergeSql.STAGE_COLUMNS),
+                                landing.to_csv(rows))
                 savepoint.rollback()
         except Exception as exc:
             if lost_connection(exc):
@@ -209,9 +210,30 @@ class BackfillJobType:
             for stmt in merge_sql(job).create_images():
                 conn.execute(text(stmt))
         else:
-            conn.execute(text(
-                f"ALTER TABLE {job.target_table} ADD COLUMN IF NOT EXISTS {quote(p['column'])} "
-                f"{p['column_type']}"))
+            self._add_column(conn, job)
+
+    @staticmethod
+    def _add_column(conn: Connection, job: Job) -> None:
+        """Add the column, or fail the job if it exists: someone added it since
+        submit, so its values are not the job's to overwrite without
+        before-images, nor its column to drop on rollback. Plain ADD COLUMN
+        (no IF NOT EXISTS) is the guard; it runs in the owner's transaction
+        with the subtask insert, so a retried prepare finds nothing of its own.
+        The lock first (ADD COLUMN takes it anyway) so the check below holds
+        until then and the error can say how to go on."""
+        column = job.params["column"]
+        conn.execute(text(f"LOCK TABLE {job.target_table} IN ACCESS EXCLUSIVE MODE"))
+        exists = conn.execute(text(
+            "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(:t) "
+            "AND attname = :c AND attnum > 0 AND NOT attisdropped)"),
+            {"t": job.target_table, "c": column}).scalar()
+        if exists:
+            raise InvalidParams(
+                f"column {column} already exists in {job.target_table}: it was added after "
+                "the job was submitted, so the job neither writes nor drops it; submit again "
+                "without --add-column to overwrite it (its old values are kept for rollback)")
+        conn.execute(text(f"ALTER TABLE {job.target_table} ADD COLUMN {quote(column)} "
+                          f"{job.params['column_type']}"))
 
     def run_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
         from backfill.spark.engine import run_subtask

@@ -225,7 +225,14 @@ class CopyJobType:
         spec = spec_of(job)
         conn.execute(text(f"SET LOCAL lock_timeout = '{DDL_LOCK_TIMEOUT}'"))
         # Plain CREATE TABLE: a table that appeared since submit fails the job
-        # before anything is copied (and is never ours to drop).
+        # before anything is copied (and is never ours to drop). The check
+        # first only gives that failure a message saying how to go on.
+        if spec.created and conn.execute(text("SELECT to_regclass(:t) IS NOT NULL"),
+                                         {"t": spec.target}).scalar():
+            raise InvalidParams(
+                f"target table {job.params['target']} already exists: it was created after the "
+                "job was submitted, so the job neither writes nor drops it; submit again "
+                "without --create-target to copy into it, or name a new table")
         for stmt in spec.create_target() if spec.created else [spec.create_keys()]:
             conn.execute(text(stmt))
 

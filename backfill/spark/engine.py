@@ -106,7 +106,6 @@ class Staged:
 
     data: bytes  # CSV
     rows: int
-    has_old: bool  # some before-image is not NULL (overwrite mode): keep images
 
 
 @dataclass(frozen=True)
@@ -159,22 +158,16 @@ class SubtaskRunner(RangePipeline):
                                        self.partitions(scanned)))
 
     def _stage(self, df: DataFrame) -> Staged:
-        """Transform ``df`` (rows read with versions) into staging CSV."""
+        """Transform ``df`` (rows read with versions) into staging CSV. Old values
+        are not staged: the merge takes them inside PostgreSQL (``merge``)."""
         def register() -> Any:
             target_type = df.schema[self.spec.transform.column].dataType
             self.spec.transform.register(self.spark, target_type)
             return target_type
 
         target_type = self.cache.get(self.spark, "target_type", register)
-        out = self.spec.transform.output(df, self.key_name, target_type,
-                                         with_old=self.spec.overwrite)
-        table = out.toArrow()
-        has_old = self.spec.overwrite and table.column("old").null_count < table.num_rows
-        if self.spec.overwrite and not has_old:
-            # All old values NULL (e.g. filling a new column): restoring NULL needs
-            # no per-row image, only the batch's range and xid.
-            table = table.drop_columns(["old"])
-        return Staged(landing.to_csv(table), table.num_rows, has_old)
+        table = self.spec.transform.output(df, self.key_name, target_type).toArrow()
+        return Staged(landing.to_csv(table), table.num_rows)
 
     # --- merge (main thread, in the batch transaction) ---------------------------
 
@@ -189,10 +182,9 @@ class SubtaskRunner(RangePipeline):
         conn.exec_driver_sql(landing.create_staging_sql(self.spec.column_type))
         staged: Staged = batch.payload
         while staged.rows:
-            landing.copy_in(raw, self.spec.column_type, m.stage_columns(staged.has_old),
-                            staged.data)
-            result = conn.execute(text(m.merge(images=staged.has_old)), bounds)
-            applied = result.scalar_one() if staged.has_old else result.rowcount
+            landing.copy_in(raw, self.spec.column_type, list(m.STAGE_COLUMNS), staged.data)
+            result = conn.execute(text(m.merge()), bounds)
+            applied = result.scalar_one() if m.overwrite else result.rowcount
             if applied == staged.rows:
                 break
             rounds += 1
@@ -210,7 +202,7 @@ class SubtaskRunner(RangePipeline):
         keys = list(conn.execute(text(m.changed())).scalars())
         conn.exec_driver_sql(m.clear_stage())
         if not keys:
-            return Staged(b"", 0, False)
+            return Staged(b"", 0)
         if round_no > MAX_ROUNDS:
             raise RetryableError(f"{len(keys)} rows kept changing under batch; retrying the subtask")
         if round_no > OPTIMISTIC_ROUNDS:

@@ -32,10 +32,9 @@ def staging_name(column_type: str) -> str:
 
 
 def create_staging_sql(column_type: str) -> str:
-    # ver is xid so the merge compares xmin = ver without a cast per row; old
-    # is left out of the COPY (NULL) when no row has a before-image.
+    # ver is xid so the merge compares xmin = ver without a cast per row.
     return (f"CREATE TEMP TABLE IF NOT EXISTS {quote(staging_name(column_type))} "
-            f"(k bigint, ver xid, new {column_type}, old {column_type}) ON COMMIT DELETE ROWS")
+            f"(k bigint, ver xid, new {column_type}) ON COMMIT DELETE ROWS")
 
 
 def to_csv(table: pa.Table) -> bytes:

@@ -7,12 +7,16 @@ transaction's id (rows this transaction updated carry its id) and are
 recomputed. No savepoints in a merge transaction: rows updated inside one
 would carry the subtransaction's id and look changed.
 
-Before-images (overwrite mode) need no copy of the new value: a row the job
-wrote and nobody touched since still has ``xmin`` = the batch transaction's
-id, so rollback restores exactly those rows and later application writes
-win. ``images`` keeps (key, old value, xid) for non-NULL old values only;
-``batches`` keeps (range, xid) per batch, so rows whose old value was NULL
-are found by range and xid without storing a row each.
+Before-images (overwrite mode) are taken by PostgreSQL in the merge
+statement itself, never from what Spark read: Spark's types do not carry
+every PostgreSQL value exactly (unconstrained numeric is decimal(38,18)
+there), and rollback must put back the exact old value (DESIGN 8). They need
+no copy of the new value: a row the job wrote and nobody touched since still
+has ``xmin`` = the batch transaction's id, so rollback restores exactly those
+rows and later application writes win. ``images`` keeps (key, old value,
+xid) for non-NULL old values only; ``batches`` keeps (range, xid) per batch,
+so rows whose old value was NULL are found by range and xid without storing
+a row each.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ class MergeSql:
     work_schema: str
     overwrite: bool  # True: keep before-images; False: the job added the column
 
+    STAGE_COLUMNS = ("k", "ver", "new")  # what Spark computes; never the old value
+
     @property
     def stage(self) -> str:
         return quote(staging_name(self.column_type))
@@ -47,21 +53,31 @@ class MergeSql:
     def batches(self) -> str:
         return f"{quote(self.work_schema)}.{quote(f'backfill_{self.job_id}_batches')}"
 
-    @staticmethod
-    def stage_columns(with_old: bool) -> list[str]:
-        return ["k", "ver", "new", "old"] if with_old else ["k", "ver", "new"]
-
-    def merge(self, *, images: bool) -> str:
-        """Apply staged rows still at their read version. With ``images`` (some
-        old value is not NULL) it also keeps their before-images and returns
-        the count applied in a row; without, the statement's rowcount is it.
-        The key range lets the planner scan only the batch's slice of the index."""
+    def merge(self) -> str:
+        """Apply staged rows still at their read version. In overwrite mode it
+        also keeps their before-images and returns the count applied in a row;
+        otherwise the statement's rowcount is it. The key range (on ``o`` too:
+        PostgreSQL does not carry ranges across the join's equality) lets the
+        planner scan only the batch's slice of the index."""
         t, k, col = self.table, self.key, quote(self.column)
-        update = (f"UPDATE {t} t SET {col} = s.new FROM {self.stage} s "
-                  f"WHERE t.{k} >= :lo AND t.{k} < :hi AND t.{k} = s.k AND t.xmin = s.ver")
-        if not images:
-            return update
-        return (f"WITH applied AS ({update} RETURNING t.{k} AS k, s.old), "
+        where = f"t.{k} >= :lo AND t.{k} < :hi AND t.{k} = s.k AND t.xmin = s.ver"
+        if not self.overwrite:
+            return f"UPDATE {t} t SET {col} = s.new FROM {self.stage} s WHERE {where}"
+        # RETURNING shows only the new value, so ``o`` joins the target again
+        # by key to give the old one. ``o`` is read in the statement's snapshot,
+        # like ``t``: for a row updated here both are the one version visible
+        # to it, the one whose xmin = s.ver. If a concurrent writer changed the
+        # row after that snapshot, READ COMMITTED waits for it and re-checks
+        # the row's newest version (EvalPlanQual) against the same s and o
+        # rows; that version's xmin is the writer's, never s.ver (Spark read a
+        # committed version, and a committed transaction writes no more), so
+        # the row is skipped, found by ``changed`` and recomputed, and no image
+        # is taken from a version this statement did not overwrite. (PostgreSQL
+        # 18's self-join elimination never removes the result relation, so
+        # ``o`` stays a read of the old version.)
+        return (f"WITH applied AS (UPDATE {t} t SET {col} = s.new FROM {self.stage} s, {t} o "
+                f"WHERE {where} AND o.{k} = t.{k} AND o.{k} >= :lo AND o.{k} < :hi "
+                f"RETURNING t.{k} AS k, o.{col} AS old), "
                 f"img AS (INSERT INTO {self.images} (k, old, xid) "
                 f"SELECT k, old, pg_current_xact_id() FROM applied WHERE old IS NOT NULL) "
                 f"SELECT count(*) FROM applied")

@@ -2,10 +2,12 @@
 which may call a Python function given as ``module:function`` (registered
 under the function's name, e.g. ``--udf mylib:normalise --set c=normalise(b)``).
 
-Every batch becomes the same four columns, in the order the staging table
-has them: ``k`` (key), ``ver`` (row version read), ``new`` (computed value)
-and, when overwriting an existing column, ``old`` (the value read, kept as
-the before-image).
+Every batch becomes the same three columns, in the order the staging table
+has them: ``k`` (key), ``ver`` (row version read) and ``new`` (computed
+value). The old value never travels through Spark: its types do not carry
+every PostgreSQL value exactly, so the merge takes before-images inside
+PostgreSQL (``merge``). Spark prunes the target column from the read unless
+the expression uses it.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import DataType
 
-OUTPUT_COLUMNS = ("k", "ver", "new", "old")
+OUTPUT_COLUMNS = ("k", "ver", "new")
 
 _registered: set[tuple[str, str]] = set()
 _lock = threading.Lock()
@@ -95,12 +97,9 @@ class Transform:
             spark.udf.register(name, func, return_type)
             _registered.add(token)
 
-    def output(self, df: DataFrame, key: str, target_type: DataType, *, with_old: bool) -> DataFrame:
-        """The batch rows as (k, ver, new[, old]); ``new`` cast to the target's Spark type."""
+    def output(self, df: DataFrame, key: str, target_type: DataType) -> DataFrame:
+        """The batch rows as (k, ver, new); ``new`` cast to the target's Spark type."""
         from pyspark.sql import functions as F
 
-        cols = [spark_col(key).alias("k"), F.col(VERSION_COLUMN).alias("ver"),
-                F.expr(self.expr).cast(target_type).alias("new")]
-        if with_old:
-            cols.append(spark_col(self.column).alias("old"))
-        return df.select(*cols)
+        return df.select(spark_col(key).alias("k"), F.col(VERSION_COLUMN).alias("ver"),
+                         F.expr(self.expr).cast(target_type).alias("new"))

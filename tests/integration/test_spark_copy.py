@@ -352,3 +352,20 @@ def test_cancelled_copy_job_removes_exactly_what_it_copied(spark, db, start_node
     with db.begin() as conn:
         assert conn.execute(sa.text("SELECT to_regclass(:t)"),
                             {"t": f"reorg.copy_{job_id}_keys"}).scalar() is None
+
+
+def test_a_target_created_by_hand_after_submit_fails_the_job_and_stays(spark, db, start_node,
+                                                                       _registered):
+    make_items(db, 2_000)
+    job_id = submit(db, SubmitRequest("copy", copy_params(), rows_per_subtask=500,
+                                      batch_rows=100)).job_id
+    with db.begin() as conn:  # someone creates the target, with rows, before the owner prepares
+        conn.execute(sa.text("CREATE TABLE items_copy (id bigint PRIMARY KEY, note text)"))
+        conn.execute(sa.text("INSERT INTO items_copy VALUES (1, 'theirs'), (5000, 'theirs')"))
+    start_node("n1", slots=2)
+    final = wait_state(db, job_id, TERMINAL)
+    assert final["state"] in ("failed", "reverted"), final
+    assert "items_copy already exists" in (final["error"] or ""), final
+    assert "--create-target" in final["error"], final
+    assert table_rows(db, "items_copy") == [(1, "theirs"), (5000, "theirs")]
+    assert final["rows_done"] == 0
