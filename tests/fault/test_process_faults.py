@@ -167,3 +167,30 @@ def _proc_state(pid: int) -> str:
             return f.read().rsplit(")", 1)[1].split()[0]
     except FileNotFoundError:
         return "gone"
+
+
+@pytest.mark.parametrize("max_attempts,outcome", [(1, "reverted"), (2, "succeeded")])
+def test_a_holder_restarted_under_its_own_id_never_leaves_its_subtasks_stuck(
+        db, workers, max_attempts, outcome):
+    """Issue 11 defect 2: the restart handed the crashed incarnation's subtasks
+    back as pending with their attempt used; on the last attempt no claim would
+    take them and nothing failed them, and the job sat at 20 % for ever. Now the
+    crash counts as an attempt: the owner fails an exhausted one (the job rolls
+    back), and one with attempts left is resumed."""
+    make_items(db, 4_000)
+    job_id = submit(db, SubmitRequest("sql-update", {"table": "items", "set": "c=md5(b)"},
+                                      rows_per_subtask=1_000, batch_rows=100)).job_id
+    attempts = {"REORG_MAX_ATTEMPTS": str(max_attempts)}
+    # Dies like kill -9 at its 3rd checkpoint, both slots mid-subtask.
+    victim = workers.start("victim", faults="worker.before_checkpoint=exit@3", **attempts)
+    assert victim.proc.wait(60) == 137
+    held = q(db, "SELECT count(*) FROM {s}.background_subtask "
+                 "WHERE exec_id = 'victim' AND state = 'running'")[0][0]
+    assert held == 2
+    workers.start("victim", **attempts)
+    done = wait_done(db, job_id)
+    assert done["state"] == outcome
+    wrong = q(db, "SELECT count(*) FROM items WHERE c IS DISTINCT FROM md5(b)")[0][0]
+    assert wrong == (4_000 if outcome == "reverted" else 0)
+    if outcome == "reverted":
+        assert "holder restarted on attempt 1 of 1" in done["error"]
