@@ -55,7 +55,7 @@ def embed(expression: str) -> str:
     return f"({expression}\n)"
 
 
-def _bare_select(stmt: ast.Node) -> bool:
+def _bare_select(stmt: ast.Node | None) -> bool:
     if not isinstance(stmt, ast.SelectStmt) or stmt.op not in (0, "SETOP_NONE"):
         return False
     if any(getattr(stmt, name, None) for name in _MUST_BE_EMPTY):

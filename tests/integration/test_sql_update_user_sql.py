@@ -81,14 +81,29 @@ def test_parenthesised_or_predicate_stays_inside_each_range(db, start_node):
     assert wrong.scalar() == 0
 
 
+@pytest.mark.parametrize("add", [False, True], ids=["overwrite", "add-column"])
+def test_trailing_comments_cannot_swallow_the_rest_of_the_statement(db, start_node, add):
+    """One expression may end in a ``--`` comment; the batch still keeps to
+    its range and predicate."""
+    make_g(db, 3_000)
+    col = "w" if add else "v"
+    params = {"table": "g", "set": f"{col}=v*2 -- double", "where": "g = 1 -- only ones"}
+    job_id = submit(db, SubmitRequest("sql-update", params | (
+        {"add_column": "w:bigint"} if add else {}), rows_per_subtask=1_000, batch_rows=300)).job_id
+    start_node("n1")
+    assert wait_state(db, job_id, TERMINAL)["state"] == "succeeded"
+    expected = "CASE WHEN g = 1 THEN id * 2 END" if add else \
+        "CASE WHEN g = 1 THEN id * 2 ELSE id END"
+    wrong = run(db, f"SELECT count(*) FROM g WHERE {col} IS DISTINCT FROM {expected}")
+    assert wrong.scalar() == 0
+
+
 TRICKS = {
     "--where ends its parenthesis": {"set": "v=v*2", "where": "TRUE) OR (g = 1"},
-    "--where comments out the rest": {"set": "v=v*2", "where": "g = 1 --"},
     "--where block comment": {"set": "v=v*2", "where": "g = 1 /*"},
     "--where second statement": {"set": "v=v*2", "where": "TRUE; DELETE FROM g"},
     "--where dollar quote": {"set": "v=v*2", "where": "g = 1 OR $x$"},
     "--set ends its parenthesis": {"set": "v=1) , g = (2"},
-    "--set comments out the rest": {"set": "v=v*2 --"},
     "--set second statement": {"set": "v=1; DELETE FROM g"},
     "--set dollar quote": {"set": "v=$$1"},
     "--set alias": {"set": "v=1 AS x"},
@@ -228,3 +243,19 @@ def test_failed_job_restores_old_values_including_nulls(db, start_node):
     job = wait_state(db, job_id, TERMINAL, 30)
     assert job["state"] == "reverted"
     assert odd_rows(db) == before
+
+
+def test_composite_old_values_with_null_fields_are_restored(db, start_node):
+    """``(1,)`` and ``(,)`` are not NULL values, though ``IS NULL`` may say so."""
+    run(db, "CREATE TYPE pair AS (a int, b int)")
+    run(db, "CREATE TABLE cp (id bigint PRIMARY KEY, p pair)")
+    run(db, """INSERT INTO cp SELECT i, CASE i % 4 WHEN 0 THEN NULL WHEN 1 THEN ROW(i, NULL)::pair
+                                                WHEN 2 THEN ROW(NULL, NULL)::pair ELSE ROW(i, i)::pair END
+               FROM generate_series(1, 2000) i""")
+    before = run(db, "SELECT id, p::text, p IS NULL FROM cp ORDER BY id").all()
+    faults.arm("worker.before_checkpoint", "raise@4")
+    job_id = submit(db, SubmitRequest("sql-update", {"table": "cp", "set": "p=ROW(0, 0)::pair"},
+                                      rows_per_subtask=1_000, batch_rows=200)).job_id
+    start_node("n1", slots=1)
+    assert wait_state(db, job_id, TERMINAL, 30)["state"] == "reverted"
+    assert run(db, "SELECT id, p::text, p IS NULL FROM cp ORDER BY id").all() == before
