@@ -23,6 +23,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
+from backfill.expressions import one_expression
 from backfill.spark.failures import first_line, from_postgres, lost_connection
 from backfill.spark.merge import MergeSql
 from backfill.spark.validation import start_spark_first
@@ -81,6 +82,7 @@ class BackfillJobType:
             raise InvalidParams(f"column {column} is the primary key; reorg never rewrites keys")
         column_type = self._column_type(conn, table, column, params.get("add_column"))
         if where:
+            where = one_expression(where, "--where")
             self._check_where(conn, table, where)
         if udf:
             from backfill.spark.transform import UdfError, load_udf
@@ -123,13 +125,15 @@ class BackfillJobType:
 
     @staticmethod
     def _check_where(conn: Connection, table: TableInfo, where: str) -> None:
-        # EXPLAIN parses and type-checks without running anything; the bind
-        # parameter keeps a second statement after a semicolon out.
+        # EXPLAIN of the read every batch makes: it parses and type-checks
+        # without running anything; the bind parameter keeps it on the
+        # extended protocol, which refuses a second statement.
+        from backfill.spark.jdbc import read_query
+
         try:
             with conn.begin_nested():
-                conn.execute(text(
-                    f"EXPLAIN SELECT 1 FROM {table.qualified} WHERE ({where}) AND :one = 1"),
-                    {"one": 1})
+                conn.execute(text(f"EXPLAIN SELECT * FROM {read_query(table.qualified, where)} "
+                                  "WHERE :one = 1"), {"one": 1})
         except Exception as exc:
             raise InvalidParams(
                 f"--where does not work on {table.display}: {first_line(exc)}; "

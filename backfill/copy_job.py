@@ -41,6 +41,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
+from backfill.expressions import embed, one_expression
 from backfill.spark.copying import CopySpec, OutputColumn, pg_type_of
 from backfill.spark.failures import first_line, from_postgres, lost_connection
 from backfill.spark.validation import start_spark_first
@@ -82,8 +83,9 @@ class CopyJobType:
                 "--select 'upper(b) AS b'")
         where = (params.get("where") or "").strip() or None
         if where:
-            explain_or_fail(conn, f"SELECT 1 FROM {src.qualified} WHERE ({where})", "--where",
-                            src.display)
+            where = one_expression(where, "--where")
+            explain_or_fail(conn, f"SELECT 1 FROM {src.qualified} WHERE {embed(where)}",
+                            "--where", src.display)
         create = bool(params.get("create_target"))
         target_name = (params.get("target") or "").strip()
         if not target_name:
@@ -375,7 +377,7 @@ def _check_no_overlap(conn: Connection, src: TableInfo, dst: TableInfo, where: s
         return
     clash = conn.execute(text(
         f"SELECT d.{k} FROM {dst.qualified} d WHERE d.{k} >= :lo AND d.{k} <= :hi AND EXISTS "
-        f"(SELECT 1 FROM {src.qualified} s WHERE s.{k} = d.{k} AND ({where or 'TRUE'})) "
+        f"(SELECT 1 FROM {src.qualified} s WHERE s.{k} = d.{k} AND {embed(where or 'TRUE')}) "
         "ORDER BY 1 LIMIT 1"), {"lo": lo, "hi": hi}).scalar()
     if clash is not None:
         raise InvalidParams(

@@ -7,10 +7,15 @@ committed with its fenced checkpoint (DESIGN 3). PostgreSQL evaluates EXPR on
 the row version it locks, so a concurrent application write is never
 overwritten by a value computed from an older read (DESIGN 9).
 
+Submit EXPLAINs (never runs) that very statement, built by the same function
+(``backfill.sql_update_sql``), against a temporary clone of the table: the
+column may not exist yet, and a clone needs only ACCESS SHARE on the user's
+table, so a submit never queues a stronger lock on a production table.
+
 Rollback (DESIGN 8): a column the job added is dropped; when the job overwrote
-an existing column, each row's before-image (old and new value) was recorded in
-the same statement as the update, and rollback restores the old value wherever
-the row still holds the value the job wrote (later application writes win).
+an existing column, rows the job wrote and nobody wrote since (same ``xmin``
+as the batch transaction) get their old values back; later application
+writes win.
 """
 
 from __future__ import annotations
@@ -21,8 +26,11 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
+from backfill.expressions import one_expression
+from backfill.spark.failures import first_line
+from backfill.sql_update_sql import UpdateSql, alias_of
 from backfill.tables import (
-    explain_or_fail,
+    TableInfo,
     inspect_table,
     parse_assignment,
     parse_column_spec,
@@ -33,6 +41,10 @@ from framework import jobtype
 from framework.jobtype import InvalidParams, Job, SubtaskContext, Target
 
 DDL_LOCK_TIMEOUT = "5s"
+# Submit's stand-ins for the table and the job's work tables (temporary,
+# dropped with the validation savepoint).
+_CLONE, _CLONE_IMAGES, _CLONE_BATCHES = (
+    "pg_temp.reorg_check_target", "pg_temp.reorg_check_images", "pg_temp.reorg_check_batches")
 
 
 class SqlUpdate:
@@ -41,7 +53,10 @@ class SqlUpdate:
     def validate(self, conn: Connection, params: dict[str, Any]) -> Target:
         table = inspect_table(conn, params.get("table", ""))
         column, expr = parse_assignment(params.get("set", ""))
+        expr = one_expression(expr, "--set")
         where = (params.get("where") or "").strip() or None
+        if where:
+            where = one_expression(where, "--where")
         if column == table.key:
             raise InvalidParams(f"column {column} is the primary key; reorg never rewrites keys")
         add = params.get("add_column")
@@ -64,34 +79,25 @@ class SqlUpdate:
             )
         else:
             type_ = table.columns[column]
-        self._check_expression(conn, table.qualified, table.display, expr, where, type_)
+        _check_statement(conn, table, column, expr, where, type_, adding=bool(add))
         return Target(table.qualified, table.key_sql, {
             **params, "column": column, "expr": expr, "where": where, "column_type": type_,
             "overwrite": not add,
         })
 
-    @staticmethod
-    def _check_expression(conn: Connection, table: str, display: str, expr: str,
-                          where: str | None, type_: str) -> None:
-        # The predicate first, on its own, so an error names the right option.
-        if where:
-            explain_or_fail(conn, f"SELECT 1 FROM {table} WHERE ({where})", "--where", display)
-        explain_or_fail(conn, f"SELECT CAST(({expr}) AS {type_}) FROM {table}", "--set", display)
-
     def prepare(self, conn: Connection, job: Job) -> None:
         p = job.params
         conn.execute(text(f"SET LOCAL lock_timeout = '{DDL_LOCK_TIMEOUT}'"))
         if p["overwrite"]:
-            conn.execute(text(
-                f"CREATE TABLE IF NOT EXISTS {_images(job)} "
-                f"(reorg_k bigint PRIMARY KEY, reorg_old {p['column_type']}, "
-                f"reorg_new {p['column_type']})"))
+            for stmt in update_sql(job).create_images(p["column_type"]):
+                conn.execute(text(stmt))
         else:
             conn.execute(text(
                 f"ALTER TABLE {job.target_table} ADD COLUMN {quote(p['column'])} "
                 f"{p['column_type']}"))
 
     def run_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
+        sql = update_sql(ctx.job)
         curr = ctx.curr_key
         while curr < ctx.end_key:
             ctx.raise_if_stopped()
@@ -104,7 +110,10 @@ class SqlUpdate:
                 unregister = ctx.on_stop(driver.cancel)
                 try:
                     upper, scanned = _next_batch(conn, ctx.job, curr, ctx.end_key)
-                    conn.execute(text(_update_sql(ctx.job)), {"lo": curr, "hi": upper})
+                    bounds = {"lo": curr, "hi": upper}
+                    conn.execute(text(sql.update()), bounds)
+                    if sql.batches:
+                        conn.execute(text(sql.record_batch()), bounds)
                     ctx.checkpoint(conn, upper, scanned)
                 finally:
                     unregister()
@@ -112,25 +121,69 @@ class SqlUpdate:
             ctx.throttle(scanned, time.monotonic() - started)
 
     def advance(self, conn: Connection, job: Job) -> None:
-        conn.execute(text(f"DROP TABLE IF EXISTS {_images(job)}"))
+        if job.params["overwrite"]:
+            for stmt in update_sql(job).drop_images():
+                conn.execute(text(stmt))
 
     def rollback(self, conn: Connection, job: Job) -> None:
         p = job.params
         conn.execute(text(f"SET LOCAL lock_timeout = '{DDL_LOCK_TIMEOUT}'"))
-        if p["overwrite"]:
-            col = quote(p["column"])
-            conn.execute(text(
-                f"UPDATE {job.target_table} t SET {col} = bi.reorg_old FROM {_images(job)} bi "
-                f"WHERE t.{job.key_column} = bi.reorg_k "
-                f"AND t.{col} IS NOT DISTINCT FROM bi.reorg_new"))
-            conn.execute(text(f"DROP TABLE IF EXISTS {_images(job)}"))
-        else:
+        if not p["overwrite"]:
             conn.execute(text(
                 f"ALTER TABLE {job.target_table} DROP COLUMN IF EXISTS {quote(p['column'])}"))
+            return
+        sql = update_sql(job)
+        prepared = conn.execute(text("SELECT to_regclass(:t) IS NOT NULL"),
+                                {"t": sql.batches}).scalar()
+        if prepared:
+            for stmt in sql.restore():
+                conn.execute(text(stmt))
+        for stmt in sql.drop_images():
+            conn.execute(text(stmt))
 
 
-def _images(job: Job) -> str:
-    return f'{quote(job.params["work_schema"])}."before_image_{job.id}"'
+def update_sql(job: Job) -> UpdateSql:
+    p = job.params
+    work = quote(p["work_schema"])
+    images = batches = None
+    if p["overwrite"]:
+        images = f"{work}.{quote(f'sql_update_{job.id}_images')}"
+        batches = f"{work}.{quote(f'sql_update_{job.id}_batches')}"
+    return UpdateSql(job.target_table, alias_of(job.target_table), job.key_column, p["column"],
+                     p["expr"], p["where"], images, batches)
+
+
+def _check_statement(conn: Connection, table: TableInfo, column: str, expr: str,
+                     where: str | None, type_: str, *, adding: bool) -> None:
+    """EXPLAIN the batch's statement on a clone of the table (LIKE takes ACCESS
+    SHARE only), with the column added when the job will add it. The predicate
+    first, with the column set to itself, so an error names the right option."""
+    like = "INCLUDING DEFAULTS INCLUDING GENERATED INCLUDING IDENTITY"
+    probe = UpdateSql(_CLONE, alias_of(table.qualified), table.key_sql, column, expr, where,
+                      None if adding else _CLONE_IMAGES, None if adding else _CLONE_BATCHES)
+    with conn.begin_nested() as savepoint:
+        conn.execute(text(f"CREATE TEMP TABLE {_CLONE} (LIKE {table.qualified} {like}) "
+                          "ON COMMIT DROP"))
+        if adding:
+            conn.execute(text(f"ALTER TABLE {_CLONE} ADD COLUMN {quote(column)} {type_}"))
+        else:
+            for stmt in probe.create_images(type_, temporary=True):
+                conn.execute(text(stmt))
+        if where:
+            _explain(conn, UpdateSql(**{**probe.__dict__, "expr": quote(column)}), "--where",
+                     where, table.display)
+        _explain(conn, probe, "--set", f"{column}={expr}", table.display)
+        savepoint.rollback()
+
+
+def _explain(conn: Connection, sql: UpdateSql, option: str, shown: str, display: str) -> None:
+    try:
+        with conn.begin_nested():
+            conn.execute(text(f"EXPLAIN {sql.update()}"), {"lo": 0, "hi": 1})
+    except Exception as exc:
+        raise InvalidParams(
+            f"{option} {shown!r} does not work on {display}: {first_line(exc)}; fix it"
+        ) from None
 
 
 def _next_batch(conn: Connection, job: Job, curr: int, end: int) -> tuple[int, int]:
@@ -147,25 +200,6 @@ def _next_batch(conn: Connection, job: Job, curr: int, end: int) -> tuple[int, i
     if count < job.batch_rows or last is None:
         return end, count
     return last + 1, count
-
-
-def _update_sql(job: Job) -> str:
-    p, t, k = job.params, job.target_table, job.key_column
-    col, where = quote(p["column"]), p["where"] or "TRUE"
-    in_range = f"{k} >= :lo AND {k} < :hi AND ({where})"
-    if not p["overwrite"]:
-        return f"UPDATE {t} SET {col} = ({p['expr']}) WHERE {in_range}"
-    # Lock the rows, remember their old values, update them from the locked
-    # versions and record the new values, all in one statement.
-    return f"""
-        WITH locked AS (
-            SELECT {k} AS reorg_k, {col} AS reorg_old FROM {t} WHERE {in_range} FOR UPDATE),
-        updated AS (
-            UPDATE {t} SET {col} = ({p['expr']}) FROM locked WHERE {t}.{k} = locked.reorg_k
-            RETURNING locked.reorg_k, locked.reorg_old, {t}.{col} AS reorg_new)
-        INSERT INTO {_images(job)} (reorg_k, reorg_old, reorg_new)
-        SELECT reorg_k, reorg_old, reorg_new FROM updated
-        ON CONFLICT (reorg_k) DO UPDATE SET reorg_new = EXCLUDED.reorg_new"""
 
 
 def register() -> None:

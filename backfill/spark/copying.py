@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
+from backfill.expressions import embed
 from backfill.spark import landing
 from backfill.spark.pipeline import Batch, RangePipeline, key_between, spark_column
 from backfill.tables import quote
@@ -86,7 +87,8 @@ class CopySpec:
         extra = "".join(f", CAST({quote(c.source)} AS text) AS {quote(TEXT_PREFIX + str(i))}"
                         for i, c in enumerate(self.columns) if c.source)
         tail = f" LIMIT {int(limit)}" if limit is not None else ""
-        return (f"(SELECT *{extra} FROM {self.source} WHERE ({self.where or 'TRUE'}){tail}) "
+        where = embed(self.where or "TRUE")
+        return (f"(SELECT *{extra} FROM {self.source} WHERE {where}{tail}) "
                 "reorg_src")
 
     def output(self, df: DataFrame, target_types: dict[str, DataType] | None) -> DataFrame:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import make_url
 
+from backfill.expressions import embed
 from backfill.spark.session import DRIVER_CLASS
 
 if TYPE_CHECKING:
@@ -73,7 +74,9 @@ def jdbc_target(url: Any) -> JdbcTarget:
 
 def read_query(table: str, where: str | None, extra: str | None = None,
                limit: int | None = None) -> str:
-    conds = " AND ".join(f"({c})" for c in (where, extra) if c) or "TRUE"
+    # ``where`` is the user's (checked by expressions.one_expression); embedded,
+    # it can neither end its parenthesis nor comment out what follows.
+    conds = " AND ".join(embed(c) for c in (where, extra) if c) or "TRUE"
     tail = f" LIMIT {int(limit)}" if limit is not None else ""
     return f"(SELECT *, {VERSION_SQL} FROM {table} WHERE {conds}{tail}) reorg_src"
 

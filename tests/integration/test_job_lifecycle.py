@@ -107,7 +107,8 @@ def test_cancel_mid_run_restores_overwritten_values_but_keeps_later_app_writes(d
     assert after[1][3] == "app"  # DESIGN 9: the later write wins over the restore
     del after[1], before[1]
     assert after == before  # DESIGN 8
-    assert scalar(db, "SELECT to_regclass('reorg.before_image_' || :j)", j=str(job_id)) is None
+    assert scalar(db, "SELECT count(*) FROM pg_tables WHERE schemaname = :s AND tablename "
+                      "LIKE 'sql_update_' || :j || '_%'", s=db.schema, j=str(job_id)) == 0
 
 
 def test_pause_stops_all_work_and_resume_finishes(db, start_node):

@@ -250,6 +250,15 @@ def test_rollback_drops_the_added_column(spark, target_db):
     ({"table": "items", "set": "d=b", "add_column": "d:int"}, "--set d=b yields string but d is int"),
     ({"table": "items", "set": "c=raise_error('boom')"}, "boom"),
     ({"table": "items", "set": "c=b", "where": "nope >"}, "--where"),
+    # User text cannot leave its place (issue 11): a PostgreSQL predicate is
+    # one expression; Spark parses --set as one expression of its own.
+    ({"table": "items", "set": "c=b", "where": "FALSE) OR (a = 1"},
+     "--where 'FALSE) OR (a = 1' is not one SQL expression"),
+    ({"table": "items", "set": "c=b", "where": "TRUE; DELETE FROM items"},
+     "is not one SQL expression"),
+    ({"table": "items", "set": "c=b", "where": "a = 1 OR $$"}, "is not one SQL expression"),
+    ({"table": "items", "set": "c=1) FROM items --"}, "is not a Spark SQL expression"),
+    ({"table": "items", "set": "c=b, a"}, "is not a Spark SQL expression"),
 ])
 def test_bad_input_is_rejected_with_one_line_and_changes_nothing(spark, target_db, params, says):
     make_items(target_db, 200)
