@@ -102,21 +102,15 @@ class SqlUpdate:
         while curr < ctx.end_key:
             ctx.raise_if_stopped()
             started = time.monotonic()
-            with engine.begin() as conn:
-                # A hard stop (lease lost, cancel) cancels the running statement,
-                # so the open batch rolls back at once.
-                driver = conn.connection.driver_connection
-                assert driver is not None
-                unregister = ctx.on_stop(driver.cancel)
-                try:
-                    upper, scanned = _next_batch(conn, ctx.job, curr, ctx.end_key)
-                    bounds = {"lo": curr, "hi": upper}
-                    conn.execute(text(sql.update()), bounds)
-                    if sql.batches:
-                        conn.execute(text(sql.record_batch()), bounds)
-                    ctx.checkpoint(conn, upper, scanned)
-                finally:
-                    unregister()
+            # A hard stop (lease lost, cancel) cancels the running statement,
+            # so the open batch rolls back at once.
+            with engine.begin() as conn, ctx.cancel_on_stop(conn):
+                upper, scanned = _next_batch(conn, ctx.job, curr, ctx.end_key)
+                bounds = {"lo": curr, "hi": upper}
+                conn.execute(text(sql.update()), bounds)
+                if sql.batches:
+                    conn.execute(text(sql.record_batch()), bounds)
+                ctx.checkpoint(conn, upper, scanned)
             curr = upper
             ctx.throttle(scanned, time.monotonic() - started)
 
@@ -132,6 +126,7 @@ class SqlUpdate:
             conn.execute(text(
                 f"ALTER TABLE {job.target_table} DROP COLUMN IF EXISTS {quote(p['column'])}"))
             return
+        _restore_legacy_images(conn, job)
         sql = update_sql(job)
         prepared = conn.execute(text("SELECT to_regclass(:t) IS NOT NULL"),
                                 {"t": sql.batches}).scalar()
@@ -140,6 +135,20 @@ class SqlUpdate:
                 conn.execute(text(stmt))
         for stmt in sql.drop_images():
             conn.execute(text(stmt))
+
+
+def _restore_legacy_images(conn: Connection, job: Job) -> None:
+    """A job prepared by reorg 0.1.0 kept (key, old, new) images in
+    ``before_image_<id>`` and is restored by value, as that version did (its
+    batches fail under this version, so the job rolls back instead of hanging)."""
+    legacy = f'{quote(job.params["work_schema"])}."before_image_{job.id}"'
+    if not conn.execute(text("SELECT to_regclass(:t) IS NOT NULL"), {"t": legacy}).scalar():
+        return
+    col = quote(job.params["column"])
+    conn.execute(text(
+        f"UPDATE {job.target_table} t SET {col} = bi.reorg_old FROM {legacy} bi "
+        f"WHERE t.{job.key_column} = bi.reorg_k AND t.{col} IS NOT DISTINCT FROM bi.reorg_new"))
+    conn.execute(text(f"DROP TABLE {legacy}"))
 
 
 def update_sql(job: Job) -> UpdateSql:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any, Protocol
@@ -139,6 +139,40 @@ class SubtaskContext:
                     self._on_stop.remove(callback)
 
         return unregister
+
+    @contextlib.contextmanager
+    def cancel_on_stop(self, conn: Connection) -> Iterator[None]:
+        """While the block runs, a hard stop cancels the statement running on
+        ``conn`` (the batch rolls back now, not when the statement ends).
+
+        The canceller runs on a thread of its own and may fire late. Once it
+        has sent a cancel, the connection is never used again: it is
+        invalidated instead of going back to the pool, where a late cancel
+        would hit whatever statement its next user runs, and the stop is
+        raised, so the batch is abandoned, never committed."""
+        driver = conn.connection.driver_connection
+        lock = threading.Lock()
+        state = {"open": True, "sent": False}
+
+        def cancel() -> None:
+            with lock:
+                if not state["open"]:
+                    return
+                state["sent"] = True
+            cancel_safe = getattr(driver, "cancel_safe", None)  # psycopg >= 3.2: bounded
+            cancel_safe(timeout=5.0) if cancel_safe else driver.cancel()  # type: ignore[union-attr]
+
+        unregister = self.on_stop(cancel)
+        try:
+            yield
+        finally:
+            unregister()
+            with lock:
+                state["open"] = False
+                sent = state["sent"]
+            if sent:
+                conn.invalidate()
+                self.raise_if_stopped()
 
     def stop(self, reason: str, *, hard: bool) -> None:
         """Ask the subtask to stop. A soft stop (pause, drain) lets the current

@@ -238,15 +238,9 @@ class ChecksumPipeline(RangePipeline):
             read_hi = None  # the last range: also every key above it
         if spec.compare_in == "postgres":
             cond, params = spec.range_cond(read_lo, read_hi)
-            with self.engine.begin() as conn:
-                raw = conn.connection.driver_connection
-                assert raw is not None
-                unregister = ctx.on_stop(raw.cancel)  # a hard stop cancels the compare
-                try:
-                    conn.exec_driver_sql("SET LOCAL jit = off")
-                    rows = conn.execute(text(spec.compare_sql(cond)), params).all()
-                finally:
-                    unregister()
+            with self.engine.begin() as conn, ctx.cancel_on_stop(conn):
+                conn.exec_driver_sql("SET LOCAL jit = off")
+                rows = conn.execute(text(spec.compare_sql(cond)), params).all()
             return Compared(read_lo, read_hi, [(int(r.k), r.kind) for r in rows])
         if self._sides is None:
             props = self.jdbc.read_props()

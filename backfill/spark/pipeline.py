@@ -279,20 +279,14 @@ class RangePipeline(ABC):
     def _apply(self, batch: Batch) -> float:
         started = time.monotonic()
         ctx = self.ctx
-        with self.engine.begin() as conn:
+        with self.engine.begin() as conn, ctx.cancel_on_stop(conn):
             raw = conn.connection.driver_connection
             assert raw is not None
-            # A hard stop cancels the running statement: the batch rolls back now,
-            # not when the statement would have finished.
-            unregister = ctx.on_stop(raw.cancel)
-            try:
-                self.begin(conn)
-                result = self.apply(conn, raw, batch)
-                meta = {**self.batch_meta(batch, result), "batch_rows": self.sizer.rows,
-                        "for_batch_rows": ctx.job.batch_rows}
-                ctx.checkpoint(conn, batch.hi, batch.scanned, meta)
-            finally:
-                unregister()
+            self.begin(conn)
+            result = self.apply(conn, raw, batch)
+            meta = {**self.batch_meta(batch, result), "batch_rows": self.sizer.rows,
+                    "for_batch_rows": ctx.job.batch_rows}
+            ctx.checkpoint(conn, batch.hi, batch.scanned, meta)
         self.committed(batch, result)
         seconds = time.monotonic() - started
         self.record(batch, result, seconds)
