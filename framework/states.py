@@ -73,7 +73,8 @@ JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
 S = SubtaskState
 SUBTASK_TRANSITIONS: dict[SubtaskState, frozenset[SubtaskState]] = {
     S.PENDING: frozenset({S.RUNNING, S.FAILED, S.CANCELLED}),
-    S.RUNNING: frozenset({S.PENDING, S.SUCCEEDED, S.FAILED, S.CANCELLED}),
+    # running -> running: a subtask whose lease expired is claimed again.
+    S.RUNNING: frozenset({S.RUNNING, S.PENDING, S.SUCCEEDED, S.FAILED, S.CANCELLED}),
     S.SUCCEEDED: frozenset(),
     S.FAILED: frozenset(),
     S.CANCELLED: frozenset(),

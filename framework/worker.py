@@ -183,7 +183,7 @@ class WorkerPool:
             jobtype.get(ctx.job.type).run_subtask(ctx, self.db.engine)
             ctx.raise_if_stopped()
             with self.db.begin() as conn:
-                if subtasks.finish(self.db, conn, claim):
+                if subtasks.finish_if_held(self.db, conn, claim):
                     return SlotResult(claim.id, "succeeded")
             return SlotResult(claim.id, "lost", "finish refused: lease lost or range not done")
         except Exception as exc:
@@ -198,16 +198,16 @@ class WorkerPool:
         error = one_line(exc)
         with self.db.begin() as conn:
             if isinstance(exc, Stopped) or reason is not None:
-                outcome, held = "released", subtasks.release(self.db, conn, claim)
+                outcome, held = "released", subtasks.release_if_held(self.db, conn, claim)
                 error = reason or error
             elif is_retryable(exc) and claim.attempts < self.db.settings.max_attempts:
                 backoff = leases.retry_backoff(
                     claim.attempts, self.db.settings.retry_backoff_seconds)
-                outcome, held = "retry", subtasks.retry_later(self.db, conn, claim, error, backoff)
+                outcome, held = "retry", subtasks.retry_later_if_held(self.db, conn, claim, error, backoff)
             else:
                 log.error("subtask %s failed: %s", claim.id, error, exc_info=exc)
                 outcome = "failed"
-                held = subtasks.fail(self.db, conn, claim, f"attempt {claim.attempts}: {error}")
+                held = subtasks.fail_if_held(self.db, conn, claim, f"attempt {claim.attempts}: {error}")
         # Every one of those writes is fenced: 0 rows means another worker has
         # the subtask now, and whatever this one was doing is void.
         return SlotResult(claim.id, outcome if held else "lost", error)

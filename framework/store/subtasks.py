@@ -15,10 +15,25 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from framework.db import Database
+from framework.states import SUBTASK_TRANSITIONS, SubtaskState
 from framework.store.owner_lease import FENCE, OwnerTerm
 
-_HELD = "id = :id AND exec_id = :exec_id AND epoch = :epoch AND state = 'running'"
+S = SubtaskState
+
 _LEASE_LIVE = "exec_expired > clock_timestamp()"
+
+
+def _from(dst: SubtaskState) -> str:
+    """The guard of every transition into ``dst``: the states the transition
+    map (``framework.states.SUBTASK_TRANSITIONS``) lets reach it."""
+    sources = sorted(s for s, nxt in SUBTASK_TRANSITIONS.items() if dst in nxt)
+    return "state IN (" + ", ".join(f"'{s}'" for s in sources) + ")"
+
+
+def _held(dst: SubtaskState) -> str:
+    """Held by the caller's claim (fenced on exec_id and epoch, DESIGN 2) and
+    allowed to move to ``dst``."""
+    return f"id = :id AND exec_id = :exec_id AND epoch = :epoch AND {_from(dst)}"
 
 
 @dataclass(frozen=True)
@@ -147,9 +162,8 @@ def fail_exhausted(
                         || CASE WHEN state = 'running' THEN 'lease expired'
                                 ELSE 'holder restarted' END
                         || ' on attempt ' || attempts || ' of ' || :max_attempts
-            WHERE job_id = :job_id AND attempts >= :max_attempts
-              AND (state = 'pending'
-                   OR (state = 'running' AND exec_expired <= clock_timestamp()))
+            WHERE job_id = :job_id AND attempts >= :max_attempts AND {_from(S.FAILED)}
+              AND (state = 'pending' OR exec_expired <= clock_timestamp())
               AND {FENCE}"""),
         {"job_id": job_id, "max_attempts": max_attempts, **term.params()},
     ).rowcount
@@ -162,10 +176,9 @@ def cancel_unleased(db: Database, conn: Connection, term: OwnerTerm, job_id: int
             UPDATE {{s}}.background_subtask SET
                 state = 'cancelled', finished_at = clock_timestamp(),
                 updated_at = clock_timestamp()
-            WHERE job_id = :job_id
-              AND (state = 'pending'
-                   OR (state = 'running' AND (exec_expired IS NULL
-                                              OR exec_expired <= clock_timestamp())))
+            WHERE job_id = :job_id AND {_from(S.CANCELLED)}
+              AND (state = 'pending' OR exec_expired IS NULL
+                   OR exec_expired <= clock_timestamp())
               AND {FENCE}"""),
         {"job_id": job_id, **term.params()},
     ).rowcount
@@ -180,24 +193,24 @@ def claim(db: Database, conn: Connection, exec_id: str) -> Claim | None:
     the epoch increment fences out whoever held the subtask before.
     """
     row = conn.execute(
-        db.sql("""
+        db.sql(f"""
             WITH candidate AS (
                 SELECT st.id
-                FROM {s}.background_subtask st
-                JOIN {s}.jobs j ON j.id = st.job_id
+                FROM {{s}}.background_subtask st
+                JOIN {{s}}.jobs j ON j.id = st.job_id
                 WHERE j.state = 'running' AND st.step = j.step
                   AND (j.run_on_node IS NULL OR j.run_on_node = :exec_id)
-                  AND (st.state = 'pending'
-                       OR (st.state = 'running' AND st.exec_expired <= clock_timestamp()))
+                  AND st.{_from(S.RUNNING)}
+                  AND (st.state = 'pending' OR st.exec_expired <= clock_timestamp())
                   AND (st.not_before IS NULL OR st.not_before <= clock_timestamp())
                   AND st.attempts < :max_attempts
-                  AND (SELECT count(*) FROM {s}.background_subtask r
+                  AND (SELECT count(*) FROM {{s}}.background_subtask r
                        WHERE r.job_id = j.id AND r.state = 'running'
                          AND r.exec_expired > clock_timestamp()) < j.concurrency
                 ORDER BY j.priority DESC, j.id, st.ordinal
                 LIMIT 1
                 FOR UPDATE OF st SKIP LOCKED)
-            UPDATE {s}.background_subtask st SET
+            UPDATE {{s}}.background_subtask st SET
                 state = 'running', exec_id = :exec_id,
                 exec_expired = clock_timestamp() + make_interval(secs => :ttl),
                 epoch = st.epoch + 1, attempts = st.attempts + 1,
@@ -247,25 +260,26 @@ def checkpoint(
             UPDATE {{s}}.background_subtask SET
                 curr_key = :curr_key, row_count = row_count + :rows,
                 meta = coalesce(CAST(:meta AS jsonb), meta), updated_at = clock_timestamp()
-            WHERE {_HELD} AND {_LEASE_LIVE} AND curr_key <= :curr_key AND :curr_key <= end_key"""),
+            WHERE {_held(S.RUNNING)} AND {_LEASE_LIVE}
+              AND curr_key <= :curr_key AND :curr_key <= end_key"""),
         {**claim.fence(), "curr_key": curr_key, "rows": rows,
          "meta": json.dumps(meta) if meta is not None else None},
     ).rowcount == 1
 
 
-def finish(db: Database, conn: Connection, claim: Claim) -> bool:
+def finish_if_held(db: Database, conn: Connection, claim: Claim) -> bool:
     """Mark the subtask succeeded; only a fully covered range can succeed."""
     return conn.execute(
         db.sql(f"""
             UPDATE {{s}}.background_subtask SET
                 state = 'succeeded', finished_at = clock_timestamp(),
                 updated_at = clock_timestamp(), error = NULL
-            WHERE {_HELD} AND {_LEASE_LIVE} AND curr_key = end_key"""),
+            WHERE {_held(S.SUCCEEDED)} AND {_LEASE_LIVE} AND curr_key = end_key"""),
         claim.fence(),
     ).rowcount == 1
 
 
-def release(db: Database, conn: Connection, claim: Claim) -> bool:
+def release_if_held(db: Database, conn: Connection, claim: Claim) -> bool:
     """Hand the subtask back at once (pause, cancel, drain) so another worker
     can continue without waiting for the lease to expire. A voluntary release
     does not use up an attempt."""
@@ -274,12 +288,12 @@ def release(db: Database, conn: Connection, claim: Claim) -> bool:
             UPDATE {{s}}.background_subtask SET
                 state = 'pending', exec_id = NULL, exec_expired = NULL,
                 attempts = greatest(attempts - 1, 0), updated_at = clock_timestamp()
-            WHERE {_HELD}"""),
+            WHERE {_held(S.PENDING)}"""),
         claim.fence(),
     ).rowcount == 1
 
 
-def retry_later(
+def retry_later_if_held(
     db: Database, conn: Connection, claim: Claim, error: str, backoff_seconds: float
 ) -> bool:
     return conn.execute(
@@ -288,18 +302,18 @@ def retry_later(
                 state = 'pending', exec_id = NULL, exec_expired = NULL, error = :error,
                 not_before = clock_timestamp() + make_interval(secs => :backoff),
                 updated_at = clock_timestamp()
-            WHERE {_HELD}"""),
+            WHERE {_held(S.PENDING)}"""),
         {**claim.fence(), "error": error, "backoff": backoff_seconds},
     ).rowcount == 1
 
 
-def fail(db: Database, conn: Connection, claim: Claim, error: str) -> bool:
+def fail_if_held(db: Database, conn: Connection, claim: Claim, error: str) -> bool:
     return conn.execute(
         db.sql(f"""
             UPDATE {{s}}.background_subtask SET
                 state = 'failed', error = :error, finished_at = clock_timestamp(),
                 updated_at = clock_timestamp()
-            WHERE {_HELD}"""),
+            WHERE {_held(S.FAILED)}"""),
         {**claim.fence(), "error": error},
     ).rowcount == 1
 
@@ -309,11 +323,11 @@ def release_all_held_by(db: Database, conn: Connection, exec_id: str) -> int:
     drain timeout); like ``release`` this is voluntary and gives the attempt
     back. Clearing exec_id fences the stuck slots out."""
     return conn.execute(
-        db.sql("""
-            UPDATE {s}.background_subtask SET
+        db.sql(f"""
+            UPDATE {{s}}.background_subtask SET
                 state = 'pending', exec_id = NULL, exec_expired = NULL,
                 attempts = greatest(attempts - 1, 0), updated_at = clock_timestamp()
-            WHERE exec_id = :exec_id AND state = 'running'"""),
+            WHERE exec_id = :exec_id AND {_from(S.PENDING)}"""),
         {"exec_id": exec_id},
     ).rowcount
 
@@ -325,10 +339,10 @@ def requeue_after_restart(db: Database, conn: Connection, exec_id: str) -> int:
     must not be retried forever); one on its last attempt is failed by the
     owner (``fail_exhausted``). Clearing exec_id fences the old incarnation out."""
     return conn.execute(
-        db.sql("""
-            UPDATE {s}.background_subtask SET
+        db.sql(f"""
+            UPDATE {{s}}.background_subtask SET
                 state = 'pending', exec_id = NULL, exec_expired = NULL,
                 updated_at = clock_timestamp()
-            WHERE exec_id = :exec_id AND state = 'running'"""),
+            WHERE exec_id = :exec_id AND {_from(S.PENDING)}"""),
         {"exec_id": exec_id},
     ).rowcount

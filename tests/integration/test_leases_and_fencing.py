@@ -84,9 +84,9 @@ def test_claims_fence_out_the_previous_holder(db):
     with db.begin() as conn:
         assert subtasks.renew(db, conn, [first]) == {}
         assert not subtasks.checkpoint(db, conn, first, 5, 4)
-        assert not subtasks.finish(db, conn, first)
-        assert not subtasks.release(db, conn, first)
-        assert not subtasks.fail(db, conn, first, "zombie")
+        assert not subtasks.finish_if_held(db, conn, first)
+        assert not subtasks.release_if_held(db, conn, first)
+        assert not subtasks.fail_if_held(db, conn, first, "zombie")
         assert subtasks.checkpoint(db, conn, second, 5, 4)
 
 
@@ -106,9 +106,9 @@ def test_curr_key_never_moves_backward_and_finish_needs_the_whole_range(db):
         assert subtasks.checkpoint(db, conn, claim, 6, 5)
         assert not subtasks.checkpoint(db, conn, claim, 4, 1)  # backward
         assert not subtasks.checkpoint(db, conn, claim, 99, 1)  # past the range
-        assert not subtasks.finish(db, conn, claim)  # range not done
+        assert not subtasks.finish_if_held(db, conn, claim)  # range not done
         assert subtasks.checkpoint(db, conn, claim, 11, 5)
-        assert subtasks.finish(db, conn, claim)
+        assert subtasks.finish_if_held(db, conn, claim)
         row = conn.execute(db.sql("SELECT curr_key, row_count, state FROM {s}.background_subtask")).one()
     assert tuple(row) == (11, 10, "succeeded")
 

@@ -66,3 +66,18 @@ def test_a_failed_or_cancelled_subtask_never_becomes_succeeded():
 def test_illegal_job_transitions_raise(src, dst):
     with pytest.raises(IllegalTransition):
         check_job_transition(src, dst)
+
+
+def test_store_guards_are_built_from_the_transition_maps():
+    """The compare-and-set guards the stores run come from these maps, so the
+    tests above test running code."""
+    from framework.store import jobs, subtasks
+
+    assert jobs._into(J.CANCELLING) == JOB_CANCELLABLE
+    assert jobs._into(J.FAILED) == {J.QUEUED, J.RUNNING}
+    assert jobs._into(J.REVERTING) == {J.CANCELLING, J.FAILED}
+    assert subtasks._from(S.SUCCEEDED) == "state IN ('running')"
+    assert subtasks._from(S.FAILED) == "state IN ('pending', 'running')"
+    # A subtask is claimed from pending, or again from running once its lease expired.
+    assert subtasks._from(S.RUNNING) == "state IN ('pending', 'running')"
+    assert subtasks._held(S.PENDING).endswith("state IN ('running')")
