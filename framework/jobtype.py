@@ -103,6 +103,8 @@ class SubtaskContext:
     _on_stop: list[Callable[[], None]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _hard: bool = False
+    # Set by the checkpoint that reached end_key: it finished the subtask too.
+    finished: bool = False
 
     def should_stop(self) -> bool:
         return self.stop_event.is_set()

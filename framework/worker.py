@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -25,7 +26,7 @@ from framework.db import Database
 from framework.errors import is_retryable, one_line
 from framework.jobtype import LEASE_LOST, LeaseLost, Stopped, SubtaskContext
 from framework.states import JobState
-from framework.store import jobs, subtasks
+from framework.store import subtasks
 from framework.store.subtasks import Claim
 
 log = logging.getLogger("reorg.worker")
@@ -56,7 +57,8 @@ class WorkerPool:
     node_id: str
     slots: int
     clock: Callable[[], float] = time.monotonic
-    results: list[SlotResult] = field(default_factory=list)
+    # The latest outcomes, for tests; bounded so a long-lived worker does not grow.
+    results: deque[SlotResult] = field(default_factory=lambda: deque(maxlen=10_000))
 
     def __post_init__(self) -> None:
         self._wake = threading.Event()
@@ -109,6 +111,8 @@ class WorkerPool:
             return
         for h in held:
             info = alive.get(h.claim.id)
+            if info is None and h.ctx.finished:
+                continue  # its last batch finished it just now
             if info is None:
                 log.warning("lost lease on subtask %s", h.claim.id)
                 h.ctx.stop(LEASE_LOST, hard=True)
@@ -138,9 +142,10 @@ class WorkerPool:
     # --- slots ----------------------------------------------------------
 
     def _slot_loop(self) -> None:
+        size = ClaimSize()
         while not self._draining.is_set():
             try:
-                ran = self.run_one()
+                ran = self.run_claimed(size)
             except Exception as exc:  # the database may be briefly away; keep the slot alive
                 log.warning("claim failed: %s", one_line(exc))
                 ran = False
@@ -150,37 +155,59 @@ class WorkerPool:
 
     def run_one(self) -> bool:
         """Claim and run one subtask; False when there was nothing to claim."""
+        return self.run_claimed(ClaimSize(limit=1))
+
+    def run_claimed(self, size: ClaimSize) -> bool:
+        """Claim as many subtasks as ``size`` says and run them one after
+        another; False when there was nothing to claim. Quick subtasks are
+        claimed several at a time (one claim statement for many); the claimed
+        ones wait under live leases, renewed with the running one."""
         if self._draining.is_set():
             return False
         sent = self.clock()
         with self.db.begin() as conn:
-            claim = subtasks.claim(self.db, conn, self.node_id)
-            job = jobs.get(self.db, conn, claim.job_id) if claim else None
-        if claim is None or job is None:
+            claims = subtasks.claim(self.db, conn, self.node_id, size.next())
+        if not claims:
             return False
+        contexts = [self._hold(claim, sent) for claim in claims]
+        try:
+            for claim, ctx in zip(claims, contexts, strict=True):
+                started = self.clock()
+                result = self._run(claim, ctx)
+                with self._lock:
+                    self._held.pop(claim.id, None)
+                size.observe(self.clock() - started)
+                self.results.append(result)
+                log.info("subtask %s (job %s): %s%s", claim.id, claim.job_id, result.outcome,
+                         f" ({result.error})" if result.error else "")
+        finally:
+            with self._lock:
+                for claim in claims:
+                    self._held.pop(claim.id, None)
+        return True
+
+    def _hold(self, claim: Claim, renewed_at: float) -> SubtaskContext:
         ctx = SubtaskContext(
-            job=job, subtask_id=claim.id, start_key=claim.start_key, end_key=claim.end_key,
-            curr_key=claim.curr_key, epoch=claim.epoch, meta=dict(claim.meta),
+            job=claim.job, subtask_id=claim.id, start_key=claim.start_key,
+            end_key=claim.end_key, curr_key=claim.curr_key, epoch=claim.epoch,
+            meta=dict(claim.meta),
             checkpoint=lambda conn, key, rows, meta=None: self._checkpoint(
                 ctx, claim, conn, key, rows, meta),
             stop_event=threading.Event(),
         )
         with self._lock:
-            self._held[claim.id] = _Held(claim, ctx, sent)
-        try:
-            result = self._run(claim, ctx)
-        finally:
-            with self._lock:
-                self._held.pop(claim.id, None)
-        self.results.append(result)
-        log.info("subtask %s (job %s): %s%s", claim.id, claim.job_id, result.outcome,
-                 f" ({result.error})" if result.error else "")
-        return True
+            self._held[claim.id] = _Held(claim, ctx, renewed_at)
+        return ctx
 
     def _run(self, claim: Claim, ctx: SubtaskContext) -> SlotResult:
-        faults.hit("worker.after_claim")
         try:
+            # A claimed subtask may have waited behind others of its claim: a
+            # pause, cancel or drain meanwhile hands it back before it starts.
+            ctx.raise_if_stopped()
+            faults.hit("worker.after_claim")
             jobtype.get(ctx.job.type).run_subtask(ctx, self.db.engine)
+            if ctx.finished:  # the last checkpoint finished it, in the batch's transaction
+                return SlotResult(claim.id, "succeeded")
             ctx.raise_if_stopped()
             with self.db.begin() as conn:
                 if subtasks.finish_if_held(self.db, conn, claim):
@@ -215,8 +242,32 @@ class WorkerPool:
     def _checkpoint(self, ctx: SubtaskContext, claim: Claim, conn: Connection, key: int,
                     rows: int, meta: dict | None) -> None:
         faults.hit("worker.before_checkpoint")
-        if not subtasks.checkpoint(self.db, conn, claim, key, rows, meta):
+        state = subtasks.checkpoint(self.db, conn, claim, key, rows, meta)
+        if state is None:
             ctx.stop(LEASE_LOST, hard=True)
             raise LeaseLost(f"subtask {claim.id} epoch {claim.epoch}: checkpoint refused")
         ctx.curr_key = key
+        # Done once the batch's transaction commits; until then a failure
+        # rolls the finish back with the batch.
+        ctx.finished = state == "succeeded"
         faults.hit("worker.after_checkpoint")
+
+
+class ClaimSize:
+    """How many subtasks a slot claims at once: about ``CLAIM_SECONDS`` of
+    work by the recent subtask times (one for long subtasks, so idle workers
+    elsewhere are not kept from work; up to ``limit`` for quick ones)."""
+
+    CLAIM_SECONDS = 0.5
+
+    def __init__(self, limit: int = 32) -> None:
+        self.limit = limit
+        self.seconds: float | None = None  # moving average of one subtask's run time
+
+    def next(self) -> int:
+        if self.seconds is None:
+            return 1
+        return max(1, min(self.limit, int(self.CLAIM_SECONDS / max(self.seconds, 1e-3))))
+
+    def observe(self, seconds: float) -> None:
+        self.seconds = seconds if self.seconds is None else 0.8 * self.seconds + 0.2 * seconds

@@ -15,7 +15,9 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from framework.db import Database
+from framework.jobtype import Job
 from framework.states import SUBTASK_TRANSITIONS, SubtaskState
+from framework.store.jobs import JOB_COLUMNS
 from framework.store.owner_lease import FENCE, OwnerTerm
 
 S = SubtaskState
@@ -47,6 +49,7 @@ class Claim:
     attempts: int
     meta: dict[str, Any]
     exec_id: str
+    job: Job
 
     def fence(self) -> dict[str, object]:
         return {"id": self.id, "exec_id": self.exec_id, "epoch": self.epoch}
@@ -186,43 +189,66 @@ def cancel_unleased(db: Database, conn: Connection, term: OwnerTerm, job_id: int
 
 # --- worker side ------------------------------------------------------------
 
-def claim(db: Database, conn: Connection, exec_id: str) -> Claim | None:
-    """Claim one pending subtask, or a running one whose lease has expired.
+_JOB = "jobrow_"  # prefix of the job's columns in a claim's row
 
-    SKIP LOCKED lets many workers claim at once without queueing on each other;
-    the epoch increment fences out whoever held the subtask before.
+
+def claim(db: Database, conn: Connection, exec_id: str, limit: int = 1) -> list[Claim]:
+    """Claim up to ``limit`` subtasks: pending ones, or running ones whose lease
+    has expired, of the first running jobs (by priority) with room under their
+    ``concurrency``, in range order.
+
+    Each job's candidates come from one ordered scan of the claimable index
+    (job_id, step, ordinal), which stops after the rows it needs, however many
+    subtasks the job has. SKIP LOCKED lets many workers claim at once without
+    queueing on each other; the epoch increment fences out whoever held a
+    subtask before. The job's row comes back with each claim.
     """
-    row = conn.execute(
+    rows = conn.execute(
         db.sql(f"""
-            WITH candidate AS (
-                SELECT st.id
-                FROM {{s}}.background_subtask st
-                JOIN {{s}}.jobs j ON j.id = st.job_id
-                WHERE j.state = 'running' AND st.step = j.step
-                  AND (j.run_on_node IS NULL OR j.run_on_node = :exec_id)
-                  AND st.{_from(S.RUNNING)}
-                  AND (st.state = 'pending' OR st.exec_expired <= clock_timestamp())
-                  AND (st.not_before IS NULL OR st.not_before <= clock_timestamp())
-                  AND st.attempts < :max_attempts
-                  AND (SELECT count(*) FROM {{s}}.background_subtask r
-                       WHERE r.job_id = j.id AND r.state = 'running'
-                         AND r.exec_expired > clock_timestamp()) < j.concurrency
-                ORDER BY j.priority DESC, j.id, st.ordinal
-                LIMIT 1
-                FOR UPDATE OF st SKIP LOCKED)
+            WITH job AS (
+                SELECT j.id, j.step, j.priority,
+                       j.concurrency - (
+                           SELECT count(*) FROM {{s}}.background_subtask r
+                           WHERE r.job_id = j.id AND r.state = 'running'
+                             AND r.exec_expired > clock_timestamp()) AS room
+                FROM {{s}}.jobs j
+                WHERE j.state = 'running'
+                  AND (j.run_on_node IS NULL OR j.run_on_node = :exec_id)),
+            candidate AS (
+                SELECT c.id FROM (SELECT * FROM job WHERE room > 0
+                                  ORDER BY priority DESC, id) job
+                CROSS JOIN LATERAL (
+                    SELECT st.id FROM {{s}}.background_subtask st
+                    WHERE st.job_id = job.id AND st.step = job.step
+                      AND st.{_from(S.RUNNING)}
+                      AND (st.state = 'pending' OR st.exec_expired <= clock_timestamp())
+                      AND (st.not_before IS NULL OR st.not_before <= clock_timestamp())
+                      AND st.attempts < :max_attempts
+                    ORDER BY st.ordinal
+                    LIMIT least(:limit, job.room)
+                    FOR UPDATE OF st SKIP LOCKED) c
+                LIMIT :limit)
             UPDATE {{s}}.background_subtask st SET
                 state = 'running', exec_id = :exec_id,
                 exec_expired = clock_timestamp() + make_interval(secs => :ttl),
                 epoch = st.epoch + 1, attempts = st.attempts + 1,
                 started_at = coalesce(st.started_at, clock_timestamp()),
                 updated_at = clock_timestamp()
-            FROM candidate WHERE st.id = candidate.id
+            FROM candidate, {{s}}.jobs j
+            WHERE st.id = candidate.id AND j.id = st.job_id
             RETURNING st.id, st.job_id, st.start_key, st.end_key, st.curr_key, st.epoch,
-                      st.attempts, st.meta"""),
+                      st.attempts, st.meta,
+                      {", ".join(f"j.{c.strip()} AS {_JOB}{c.strip()}"
+                                 for c in JOB_COLUMNS.split(","))}"""),
         {"exec_id": exec_id, "ttl": db.settings.lease_seconds,
-         "max_attempts": db.settings.max_attempts},
-    ).mappings().first()
-    return Claim(**row, exec_id=exec_id) if row else None
+         "max_attempts": db.settings.max_attempts, "limit": limit},
+    ).mappings().all()
+    claims = []
+    for row in sorted(rows, key=lambda r: (r["job_id"], r["start_key"])):
+        job = Job(**{k[len(_JOB):]: v for k, v in row.items() if k.startswith(_JOB)})
+        fields = {k: v for k, v in row.items() if not k.startswith(_JOB)}
+        claims.append(Claim(**fields, exec_id=exec_id, job=job))
+    return claims
 
 
 def renew(db: Database, conn: Connection, claims: list[Claim]) -> dict[int, dict[str, Any]]:
@@ -250,8 +276,11 @@ def renew(db: Database, conn: Connection, claims: list[Claim]) -> dict[int, dict
 def checkpoint(
     db: Database, conn: Connection, claim: Claim, curr_key: int, rows: int,
     meta: dict[str, Any] | None = None,
-) -> bool:
+) -> str | None:
     """Advance curr_key inside the transaction that wrote the batch (DESIGN 3).
+    The checkpoint that reaches ``end_key`` also finishes the subtask, in the
+    same transaction: no extra round trip per subtask. Returns the subtask's
+    state after it (running or succeeded), or None when the lease is lost.
 
     ``curr_key`` never moves backward (DESIGN 6): the statement refuses it.
     """
@@ -259,12 +288,16 @@ def checkpoint(
         db.sql(f"""
             UPDATE {{s}}.background_subtask SET
                 curr_key = :curr_key, row_count = row_count + :rows,
-                meta = coalesce(CAST(:meta AS jsonb), meta), updated_at = clock_timestamp()
-            WHERE {_held(S.RUNNING)} AND {_LEASE_LIVE}
-              AND curr_key <= :curr_key AND :curr_key <= end_key"""),
+                meta = coalesce(CAST(:meta AS jsonb), meta), updated_at = clock_timestamp(),
+                state = CASE WHEN :curr_key = end_key THEN 'succeeded' ELSE state END,
+                finished_at = CASE WHEN :curr_key = end_key THEN clock_timestamp() END,
+                error = CASE WHEN :curr_key = end_key THEN NULL ELSE error END
+            WHERE {_held(S.SUCCEEDED)} AND {_LEASE_LIVE}
+              AND curr_key <= :curr_key AND :curr_key <= end_key
+            RETURNING state"""),
         {**claim.fence(), "curr_key": curr_key, "rows": rows,
          "meta": json.dumps(meta) if meta is not None else None},
-    ).rowcount == 1
+    ).scalar()
 
 
 def finish_if_held(db: Database, conn: Connection, claim: Claim) -> bool:

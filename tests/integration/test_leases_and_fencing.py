@@ -73,13 +73,13 @@ def test_same_node_reelected_after_expiry_gets_a_new_revision(db):
 def test_claims_fence_out_the_previous_holder(db):
     job_id, _ = _job_with_ranges(db, 1)
     with db.begin() as conn:
-        first = subtasks.claim(db, conn, "w1")
+        first, = subtasks.claim(db, conn, "w1")
     assert first.epoch == 1 and first.attempts == 1
     with db.begin() as conn:  # a live lease is not claimable
-        assert subtasks.claim(db, conn, "w2") is None
+        assert subtasks.claim(db, conn, "w2") == []
     _expire_leases(db)
     with db.begin() as conn:
-        second = subtasks.claim(db, conn, "w2")
+        second, = subtasks.claim(db, conn, "w2")
     assert second.id == first.id and second.epoch == 2 and second.attempts == 2
     with db.begin() as conn:
         assert subtasks.renew(db, conn, [first]) == {}
@@ -93,7 +93,7 @@ def test_claims_fence_out_the_previous_holder(db):
 def test_expired_lease_cannot_checkpoint_even_before_anyone_reclaims(db):
     _job_with_ranges(db, 1)
     with db.begin() as conn:
-        claim = subtasks.claim(db, conn, "w1")
+        claim, = subtasks.claim(db, conn, "w1")
     _expire_leases(db)
     with db.begin() as conn:
         assert not subtasks.checkpoint(db, conn, claim, 5, 4)
@@ -102,13 +102,14 @@ def test_expired_lease_cannot_checkpoint_even_before_anyone_reclaims(db):
 def test_curr_key_never_moves_backward_and_finish_needs_the_whole_range(db):
     _job_with_ranges(db, 1)
     with db.begin() as conn:
-        claim = subtasks.claim(db, conn, "w1")
-        assert subtasks.checkpoint(db, conn, claim, 6, 5)
+        claim, = subtasks.claim(db, conn, "w1")
+        assert subtasks.checkpoint(db, conn, claim, 6, 5) == "running"
         assert not subtasks.checkpoint(db, conn, claim, 4, 1)  # backward
         assert not subtasks.checkpoint(db, conn, claim, 99, 1)  # past the range
         assert not subtasks.finish_if_held(db, conn, claim)  # range not done
-        assert subtasks.checkpoint(db, conn, claim, 11, 5)
-        assert subtasks.finish_if_held(db, conn, claim)
+        # The checkpoint that reaches the end finishes the subtask with the batch.
+        assert subtasks.checkpoint(db, conn, claim, 11, 5) == "succeeded"
+        assert not subtasks.finish_if_held(db, conn, claim)
         row = conn.execute(db.sql("SELECT curr_key, row_count, state FROM {s}.background_subtask")).one()
     assert tuple(row) == (11, 10, "succeeded")
 

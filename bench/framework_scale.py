@@ -1,0 +1,263 @@
+"""The framework's own overheads at scale, with a job type that does nothing.
+
+    python bench/framework_scale.py [--subtasks 100000] [--processes 4] [--slots 4]
+
+One job of ``--subtasks`` no-op subtasks (a table of 5 rows per subtask, split
+at ``--rows-per-subtask 5``) runs on ``--processes`` worker processes of
+``--slots`` slots each, on a throwaway local PostgreSQL. Reports, from the
+database's own timestamps where it can:
+
+- split: submit to the job running (the owner's split and subtask insert);
+- subtasks/s: claimed + checkpointed + finished per second, job start to end;
+- status latency while the job runs: ``control.status`` in-process and
+  ``reorg status JOB --json`` as a command (p50 / max);
+- owner tick: p50 / p95 / max while the job runs and while its subtasks move
+  to history;
+- pickup latency: idle workers, one small job submitted at a time, submit to
+  its first subtask running (p50 / max).
+
+A subtask of the no-op type commits one checkpoint to its end key and
+finishes: what a one-batch subtask costs the framework.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import sqlalchemy as sa  # noqa: E402
+
+from framework import control, jobtype, migrate  # noqa: E402
+from framework.config import Settings  # noqa: E402
+from framework.db import Database  # noqa: E402
+from framework.jobtype import Job, SubtaskContext, Target  # noqa: E402
+from framework.store import jobs  # noqa: E402
+
+NOOP = "bench-noop"
+
+
+class NoopJobType:
+    """Splits like any job; each subtask checkpoints to its end and is done."""
+
+    name = NOOP
+
+    def validate(self, conn: Any, params: dict[str, Any]) -> Target:
+        return Target(params["table"], '"id"', params)
+
+    def prepare(self, conn: Any, job: Job) -> None:
+        return None
+
+    def run_subtask(self, ctx: SubtaskContext, engine: Any) -> None:
+        with engine.begin() as conn:
+            ctx.checkpoint(conn, ctx.end_key, ctx.end_key - ctx.curr_key)
+
+    def advance(self, conn: Any, job: Job) -> None:
+        return None
+
+    def rollback(self, conn: Any, job: Job) -> None:
+        return None
+
+
+# --- worker process ------------------------------------------------------------
+
+def run_worker(url: str, node_id: str, slots: int, ticks_file: str) -> None:
+    """One node with the no-op type; owner tick durations go to ``ticks_file``."""
+    from framework.node import Node
+
+    jobtype.register(NoopJobType())
+    settings = Settings(url, local_job_max_subtasks=4, poll_seconds=0.5)
+    node = Node(settings, node_id=node_id, slots=slots)
+    tick = node.owner.tick
+    out = open(ticks_file, "a", buffering=1)  # noqa: SIM115 (lives as long as the process)
+
+    def timed_tick():  # type: ignore[no-untyped-def]
+        started = time.monotonic()
+        result = tick()
+        if result.is_owner:
+            out.write(json.dumps({"t": time.time(), "seconds": time.monotonic() - started,
+                                  "actions": len(result.actions)}) + "\n")
+        return result
+
+    node.owner.tick = timed_tick  # type: ignore[method-assign]
+    node.start()
+    try:
+        while True:
+            time.sleep(1)
+    except KeyboardInterrupt:
+        node.drain(5)
+
+
+# --- the run -------------------------------------------------------------------
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--subtasks", type=int, default=100_000)
+    parser.add_argument("--processes", type=int, default=4)
+    parser.add_argument("--slots", type=int, default=4)
+    parser.add_argument("--pickups", type=int, default=20)
+    parser.add_argument("--url", help="an empty database to use instead of a throwaway server")
+    parser.add_argument("--worker", nargs=3, metavar=("URL", "NODE_ID", "TICKS_FILE"),
+                        help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        run_worker(args.worker[0], args.worker[1], args.slots, args.worker[2])
+        return
+    server, url, data_dir = None, args.url, None
+    if url is None:
+        from framework.pgcluster import LocalPostgres
+
+        data_dir = Path(tempfile.mkdtemp(prefix="reorg-bench-", dir="/tmp"))
+        server = LocalPostgres(data_dir, durable=True)
+        server.init()
+        server.start()
+        url = server.url()
+    try:
+        report = measure(url, args)
+    finally:
+        if server is not None:
+            server.stop()
+            shutil.rmtree(data_dir or "", ignore_errors=True)
+    print(json.dumps(report, indent=2))
+
+
+def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
+    jobtype.register(NoopJobType())
+    db = Database(Settings(url))
+    migrate.upgrade(db)
+    rows = args.subtasks * 5
+    with db.begin() as conn:
+        conn.execute(sa.text("CREATE TABLE bench_items (id bigint PRIMARY KEY)"))
+        conn.execute(sa.text("INSERT INTO bench_items SELECT generate_series(1, :n)"), {"n": rows})
+        conn.execute(sa.text("ANALYZE bench_items"))
+    ticks = Path(tempfile.mkstemp(prefix="reorg-ticks-", suffix=".jsonl")[1])
+    procs = [subprocess.Popen(
+        [sys.executable, __file__, "--slots", str(args.slots), "--worker", url, f"w{i}",
+         str(ticks)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for i in range(args.processes)]
+    try:
+        time.sleep(3)  # the nodes register and elect an owner
+        job_id = submit(db, rows_per_subtask=5)
+        wait_for(db, job_id, {"running", "succeeded"}, 600)
+        in_process, as_command = [], []
+        while control.status(db, job_id)[0]["state"] != "succeeded":
+            started = time.monotonic()
+            control.status(db, job_id)
+            in_process.append(time.monotonic() - started)
+            if len(as_command) < 10:
+                started = time.monotonic()
+                subprocess.run(["reorg", "--db", url, "status", str(job_id), "--json"],
+                               capture_output=True, check=True)
+                as_command.append(time.monotonic() - started)
+            time.sleep(0.5)
+        job = timings(db, job_id)
+        run_end = time.time()
+        wait_until_moved(db, job_id)
+        pickups = [pickup(db, i) for i in range(args.pickups)]
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(30)
+    tick_rows = [json.loads(line) for line in ticks.read_text().splitlines()]
+    ticks.unlink()
+    during = [t["seconds"] for t in tick_rows if t["t"] <= run_end]
+    moving = [t["seconds"] for t in tick_rows if t["t"] > run_end]
+    return {
+        "machine": f"{os.cpu_count()} cores",
+        "subtasks": job["subtasks"], "processes": args.processes, "slots": args.slots,
+        "split_seconds": round(job["split_seconds"], 2),
+        "subtasks_per_second": round(job["subtasks"] / job["run_seconds"], 1),
+        "status_ms_in_process": ms_summary(in_process),
+        "status_ms_command": ms_summary(as_command),
+        "owner_tick_ms_running": ms_summary(during),
+        "owner_tick_ms_after": ms_summary(moving),
+        "pickup_ms": ms_summary(pickups),
+    }
+
+
+def ms_summary(seconds: list[float]) -> dict[str, float]:
+    return {"n": len(seconds), "p50": round(1000 * percentile(seconds, 0.5), 1),
+            "p95": round(1000 * percentile(seconds, 0.95), 1),
+            "max": round(1000 * max(seconds, default=float("nan")), 1)}
+
+
+def submit(db: Database, *, rows_per_subtask: int, table: str = '"public"."bench_items"') -> int:
+    with db.begin() as conn:
+        job_id, _ = jobs.insert(
+            db, conn, type=NOOP, params={"table": table, "rows_per_subtask": rows_per_subtask},
+            target_table=table, key_column='"id"', job_key=None, priority=0, concurrency=10_000,
+            batch_rows=10_000, max_rows_per_sec=None)
+    return job_id
+
+
+def wait_for(db: Database, job_id: int, states: set[str], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while control.status(db, job_id)[0]["state"] not in states:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"job {job_id} did not reach {states}")
+        time.sleep(0.05)
+
+
+def timings(db: Database, job_id: int) -> dict[str, float]:
+    with db.begin() as conn:
+        row = conn.execute(db.sql("""
+            SELECT extract(epoch FROM started_at - created_at) AS split_seconds,
+                   extract(epoch FROM finished_at - started_at) AS run_seconds
+            FROM {s}.jobs WHERE id = :id"""), {"id": job_id}).mappings().one()
+    total = control.status(db, job_id)[0]
+    subtasks = total["succeeded"] + total["failed"] + total["cancelled"]
+    return {"split_seconds": float(row["split_seconds"]),
+            "run_seconds": float(row["run_seconds"]), "subtasks": subtasks}
+
+
+def wait_until_moved(db: Database, job_id: int, timeout: float = 600) -> None:
+    """Until the job's subtasks are all in history (the owner moves them)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with db.begin() as conn:
+            live = conn.execute(db.sql(
+                "SELECT count(*) FROM {s}.background_subtask WHERE job_id = :j"),
+                {"j": job_id}).scalar()
+        if not live:
+            return
+        time.sleep(0.5)
+    raise TimeoutError("subtasks were not moved to history")
+
+
+def pickup(db: Database, i: int) -> float:
+    """Submit a one-subtask job to idle workers; seconds to its first subtask running."""
+    with db.begin() as conn:
+        conn.execute(sa.text(f"CREATE TABLE IF NOT EXISTS pickup_{i} (id bigint PRIMARY KEY)"))
+        conn.execute(sa.text(f"INSERT INTO pickup_{i} VALUES (1) ON CONFLICT DO NOTHING"))
+    time.sleep(0.3)  # idle
+    job_id = submit(db, rows_per_subtask=5, table=f'"public"."pickup_{i}"')
+    wait_for(db, job_id, {"succeeded"}, 60)
+    with db.begin() as conn:
+        return float(conn.execute(db.sql("""
+            SELECT extract(epoch FROM min(st.started_at) - j.created_at)
+            FROM {s}.jobs j JOIN {s}.background_subtask_history st ON st.job_id = j.id
+            WHERE j.id = :j GROUP BY j.created_at
+            UNION ALL
+            SELECT extract(epoch FROM min(st.started_at) - j.created_at)
+            FROM {s}.jobs j JOIN {s}.background_subtask st ON st.job_id = j.id
+            WHERE j.id = :j GROUP BY j.created_at"""), {"j": job_id}).scalars().first())
+
+
+if __name__ == "__main__":
+    main()
