@@ -43,6 +43,8 @@ MAX_CATCH_UP_ROUNDS = 3
 # A job the owner cannot drive (a transient error) is looked at again after
 # this backoff, doubling per failure; other jobs go on meanwhile.
 JOB_BACKOFF_SECONDS = 1.0
+# How long one tick may spend moving finished subtasks to history.
+HISTORY_SECONDS_PER_TICK = 0.3
 JOB_BACKOFF_CAP_SECONDS = 60.0
 
 
@@ -248,9 +250,9 @@ class Owner:
         if error is not None:
             with self._fenced(term) as conn:
                 moved = jobs.fail(self.db, conn, term, job.id, actor=self._actor(term),
-                                  error=error, detail=f"{snap.failed} subtask(s) failed")
+                                  error=error, detail="a subtask failed")
             return "failed" if moved else None
-        if snap.all_succeeded or snap.total == 0:
+        if snap.all_succeeded:
             return self._advance(term, job)
         return None
 
@@ -260,16 +262,17 @@ class Owner:
             # Re-read in this transaction: the decision and the advance must
             # rest on the same committed state (DESIGN 7).
             snap = subtasks.step_snapshot(self.db, conn, job.id, job.step)
-            if not (snap.all_succeeded or snap.total == 0):
+            if not snap.all_succeeded:
                 return None
             tail = self._cover_tail(conn, term, job)
             if tail.added:
                 return tail.detail
             kind.advance(conn, job)
             faults.hit("owner.after_advance_step")
+            count = subtasks.count_in_step(self.db, conn, job.id, job.step)
             self._must(jobs.succeed(self.db, conn, term, job.id, actor=self._actor(term),
                                     step=STEP_DONE,
-                                    detail=f"{snap.succeeded} subtasks succeeded{tail.detail}"))
+                                    detail=f"{count} subtasks succeeded{tail.detail}"))
         return "succeeded"
 
     def _cover_tail(self, conn: sa.Connection, term: OwnerTerm, job: Job) -> _Tail:
@@ -309,7 +312,7 @@ class Owner:
         with self._fenced(term) as conn:
             subtasks.cancel_unleased(self.db, conn, term, job.id)
             snap = subtasks.step_snapshot(self.db, conn, job.id, job.step)
-            if snap.live_leases or snap.pending or snap.running:
+            if snap.live_leases or snap.unfinished:
                 return None
             self._must(jobs.begin_revert(self.db, conn, term, job.id, actor=self._actor(term)))
         return "reverting"
@@ -342,13 +345,24 @@ class Owner:
         actions = []
         settings = self.db.settings
         with self.db.begin() as conn:
-            finished = history.finished_jobs_with_live_rows(self.db, conn, limit=10)
+            finished = history.jobs_awaiting_history(self.db, conn, limit=10)
+        # Move batch after batch (each its own short transaction) within a time
+        # budget: 100,000 finished subtasks move in seconds, and a tick still ends.
+        budget_ends = self.clock() + HISTORY_SECONDS_PER_TICK
         for job_id in finished:
-            with self._fenced(term) as conn:
-                moved = history.move_finished(self.db, conn, term, job_id, settings.history_batch)
-            faults.hit("owner.after_history_batch")
-            if moved:
-                actions.append(f"job {job_id}: moved {moved} subtasks to history")
+            total = 0
+            while self.clock() < budget_ends:
+                with self._fenced(term) as conn:
+                    moved = history.move_finished(self.db, conn, term, job_id,
+                                                  settings.history_batch)
+                    if moved < settings.history_batch:
+                        history.mark_done(self.db, conn, term, job_id)
+                faults.hit("owner.after_history_batch")
+                total += moved
+                if moved < settings.history_batch:
+                    break
+            if total:
+                actions.append(f"job {job_id}: moved {total} subtasks to history")
         with self._fenced(term) as conn:
             deleted = history.delete_older_than(
                 self.db, conn, term, settings.history_retention_days, settings.history_batch)

@@ -27,7 +27,7 @@ def move_finished(
             WITH batch AS (
                 SELECT id FROM {{s}}.background_subtask
                 WHERE job_id = :job_id AND state IN ('succeeded', 'failed', 'cancelled')
-                ORDER BY id LIMIT :limit FOR UPDATE SKIP LOCKED),
+                LIMIT :limit FOR UPDATE SKIP LOCKED),
             moved AS (
                 DELETE FROM {{s}}.background_subtask st USING batch
                 WHERE st.id = batch.id AND {FENCE}
@@ -70,13 +70,25 @@ def list_finished(
     return [dict(r) for r in rows]
 
 
-def finished_jobs_with_live_rows(db: Database, conn: Connection, limit: int) -> list[int]:
-    """Finished jobs whose subtasks still sit in the live table."""
+def jobs_awaiting_history(db: Database, conn: Connection, limit: int) -> list[int]:
+    """Finished jobs whose subtasks may still sit in the live table (a partial
+    index holds exactly these, however many jobs have finished)."""
     return list(conn.execute(
         db.sql("""
-            SELECT DISTINCT st.job_id FROM {s}.background_subtask st
-            JOIN {s}.jobs j ON j.id = st.job_id
-            WHERE j.state IN ('succeeded', 'cancelled', 'reverted')
-            LIMIT :limit"""),
+            SELECT id FROM {s}.jobs
+            WHERE state IN ('succeeded', 'cancelled', 'reverted') AND NOT history_done
+            ORDER BY id LIMIT :limit"""),
         {"limit": limit},
     ).scalars())
+
+
+def mark_done(db: Database, conn: Connection, term: OwnerTerm, job_id: int) -> bool:
+    """Note that a finished job has no live subtasks left."""
+    return conn.execute(
+        db.sql(f"""
+            UPDATE {{s}}.jobs j SET history_done = true
+            WHERE j.id = :job_id AND j.state IN ('succeeded', 'cancelled', 'reverted')
+              AND NOT EXISTS (SELECT 1 FROM {{s}}.background_subtask st WHERE st.job_id = j.id)
+              AND {FENCE}"""),
+        {"job_id": job_id, **term.params()},
+    ).rowcount == 1

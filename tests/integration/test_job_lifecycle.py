@@ -215,10 +215,9 @@ def test_history_move_is_exact_when_the_owner_dies_between_batches(db, settings)
     owner.tick()  # start
     with db.begin() as conn:
         conn.execute(db.sql("UPDATE {s}.background_subtask SET state = 'succeeded', curr_key = end_key"))
-    owner.tick()  # advance, and move the first batch of 3
-    faults.arm("owner.after_history_batch", "raise@1")
+    faults.arm("owner.after_history_batch", "raise@2")
     with pytest.raises(RuntimeError):
-        owner.tick()  # moves the second batch, then dies
+        owner.tick()  # advance, move a batch of 3, move a second one, then die
     def ids(table):
         with small.begin() as conn:
             return set(conn.execute(small.sql(f"SELECT id FROM {{s}}.{table}")).scalars())
