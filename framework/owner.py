@@ -43,7 +43,8 @@ MAX_CATCH_UP_ROUNDS = 3
 # A job the owner cannot drive (a transient error) is looked at again after
 # this backoff, doubling per failure; other jobs go on meanwhile.
 JOB_BACKOFF_SECONDS = 1.0
-# How long one tick may spend moving finished subtasks to history.
+# How long one tick may spend moving finished subtasks to history (those of
+# running jobs too).
 HISTORY_SECONDS_PER_TICK = 0.3
 JOB_BACKOFF_CAP_SECONDS = 60.0
 
@@ -70,6 +71,7 @@ class Owner:
         self._renewed_at = 0.0
         # job id -> (consecutive failures, monotonic time to look again)
         self._backoff: dict[int, tuple[int, float]] = {}
+        self._history_budget_ends = 0.0
 
     # --- election -------------------------------------------------------
 
@@ -120,6 +122,7 @@ class Owner:
 
     def tick(self) -> TickResult:
         term = self._hold_term()
+        self._history_budget_ends = self.clock() + HISTORY_SECONDS_PER_TICK
         result = TickResult(is_owner=term is not None, revision=term.revision if term else None)
         if term is None:
             return result
@@ -254,6 +257,8 @@ class Owner:
             return "failed" if moved else None
         if snap.all_succeeded:
             return self._advance(term, job)
+        if snap.succeeded:  # keep the live table to the work still to do
+            self._move_to_history(term, job.id, job_finished=False)
         return None
 
     def _advance(self, term: OwnerTerm, job: Job) -> str | None:
@@ -346,23 +351,10 @@ class Owner:
         settings = self.db.settings
         with self.db.begin() as conn:
             finished = history.jobs_awaiting_history(self.db, conn, limit=10)
-        # Move batch after batch (each its own short transaction) within a time
-        # budget: 100,000 finished subtasks move in seconds, and a tick still ends.
-        budget_ends = self.clock() + HISTORY_SECONDS_PER_TICK
         for job_id in finished:
-            total = 0
-            while self.clock() < budget_ends:
-                with self._fenced(term) as conn:
-                    moved = history.move_finished(self.db, conn, term, job_id,
-                                                  settings.history_batch)
-                    if moved < settings.history_batch:
-                        history.mark_done(self.db, conn, term, job_id)
-                faults.hit("owner.after_history_batch")
-                total += moved
-                if moved < settings.history_batch:
-                    break
-            if total:
-                actions.append(f"job {job_id}: moved {total} subtasks to history")
+            moved = self._move_to_history(term, job_id, job_finished=True)
+            if moved:
+                actions.append(f"job {job_id}: moved {moved} subtasks to history")
         with self._fenced(term) as conn:
             deleted = history.delete_older_than(
                 self.db, conn, term, settings.history_retention_days, settings.history_batch)
@@ -371,6 +363,23 @@ class Owner:
             actions.append(f"deleted {deleted} history rows past retention")
         actions += [f"node {n} marked dead" for n in dead]
         return actions
+
+    def _move_to_history(self, term: OwnerTerm, job_id: int, *, job_finished: bool) -> int:
+        """Move a job's finished subtasks (of a running job: its succeeded ones)
+        batch after batch, each its own short transaction, within the tick's
+        time budget: 100,000 subtasks move in seconds and a tick still ends."""
+        batch, total = self.db.settings.history_batch, 0
+        while self.clock() < self._history_budget_ends:
+            with self._fenced(term) as conn:
+                moved = history.move_finished(self.db, conn, term, job_id, batch,
+                                              only_succeeded=not job_finished)
+                if job_finished and moved < batch:
+                    history.mark_done(self.db, conn, term, job_id)
+            faults.hit("owner.after_history_batch")
+            total += moved
+            if moved < batch:
+                break
+        return total
 
     # --- helpers --------------------------------------------------------
 

@@ -1,7 +1,9 @@
 """Moving finished subtasks to ``background_subtask_history``, and retention.
 
-The move is one DELETE ... RETURNING feeding an INSERT, so a subtask is in
-exactly one of the two tables whatever moment the owner dies at (DESIGN 10).
+The move is one DELETE ... RETURNING feeding an INSERT and the job's counters,
+so a subtask is in exactly one of the two tables, and counted once, whatever
+moment the owner dies at (DESIGN 10). Succeeded subtasks move while their job
+runs, which keeps the live table to the work still to do.
 """
 
 from __future__ import annotations
@@ -19,23 +21,41 @@ SUBTASK_COLUMNS = (
 
 
 def move_finished(
-    db: Database, conn: Connection, term: OwnerTerm, job_id: int, limit: int
+    db: Database, conn: Connection, term: OwnerTerm, job_id: int, limit: int,
+    *, only_succeeded: bool = False,
 ) -> int:
-    """Move up to ``limit`` finished subtasks of a job; returns how many moved."""
-    return conn.execute(
+    """Move up to ``limit`` finished subtasks of a job (``only_succeeded``: of
+    a job still running, whose failed or cancelled subtasks must stay where
+    the owner's step snapshot sees them); returns how many moved. The job's
+    counters grow by what moved, in the same statement."""
+    states = "('succeeded')" if only_succeeded else "('succeeded', 'failed', 'cancelled')"
+    return int(conn.execute(
         db.sql(f"""
             WITH batch AS (
                 SELECT id FROM {{s}}.background_subtask
-                WHERE job_id = :job_id AND state IN ('succeeded', 'failed', 'cancelled')
+                WHERE job_id = :job_id AND state IN {states}
                 LIMIT :limit FOR UPDATE SKIP LOCKED),
             moved AS (
-                DELETE FROM {{s}}.background_subtask st USING batch
-                WHERE st.id = batch.id AND {FENCE}
-                RETURNING {", ".join("st." + c.strip() for c in SUBTASK_COLUMNS.split(","))})
-            INSERT INTO {{s}}.background_subtask_history ({SUBTASK_COLUMNS})
-            SELECT {SUBTASK_COLUMNS} FROM moved"""),
+                DELETE FROM {{s}}.background_subtask st
+                -- By primary key: a join with the batch may hash the whole table.
+                WHERE st.id = ANY (ARRAY(SELECT id FROM batch)) AND {FENCE}
+                RETURNING {", ".join("st." + c.strip() for c in SUBTASK_COLUMNS.split(","))}),
+            kept AS (
+                INSERT INTO {{s}}.background_subtask_history ({SUBTASK_COLUMNS})
+                SELECT {SUBTASK_COLUMNS} FROM moved),
+            counted AS (
+                UPDATE {{s}}.jobs SET
+                    moved_succeeded = moved_succeeded
+                        + (SELECT count(*) FROM moved WHERE state = 'succeeded'),
+                    moved_failed = moved_failed
+                        + (SELECT count(*) FROM moved WHERE state = 'failed'),
+                    moved_cancelled = moved_cancelled
+                        + (SELECT count(*) FROM moved WHERE state = 'cancelled'),
+                    moved_rows = moved_rows + (SELECT coalesce(sum(row_count), 0) FROM moved)
+                WHERE id = :job_id AND EXISTS (SELECT 1 FROM moved))
+            SELECT count(*) FROM moved"""),
         {"job_id": job_id, "limit": limit, **term.params()},
-    ).rowcount
+    ).scalar_one())
 
 
 def delete_older_than(

@@ -1,6 +1,12 @@
-"""Progress of jobs for ``reorg status``: one statement per call, so the live
-and history tables are read in one snapshot and a history move can neither
-hide nor double-count a subtask's rows."""
+"""Progress of jobs for ``reorg status``: one statement per call, so the job's
+counters and its live subtasks are read in one snapshot, and a history move
+(which moves rows and adds them to the counters in one statement) can neither
+hide nor double-count a subtask's rows.
+
+The work per call does not grow with the job: pending subtasks are counted as
+the job's total less the others, and only live subtasks that are not pending
+(those being worked on, and finished ones not yet moved) are read.
+"""
 
 from __future__ import annotations
 
@@ -20,35 +26,40 @@ def jobs_progress(
                 SELECT * FROM {s}.jobs
                 WHERE (CAST(:job_id AS bigint) IS NULL OR id = :job_id)
                 ORDER BY id DESC LIMIT :limit),
-            subtasks AS (
-                SELECT job_id, state, row_count, exec_id, exec_expired
-                FROM {s}.background_subtask WHERE job_id IN (SELECT id FROM picked)
-                UNION ALL
-                SELECT job_id, state, row_count, NULL, NULL
-                FROM {s}.background_subtask_history WHERE job_id IN (SELECT id FROM picked)),
-            agg AS (
-                SELECT job_id,
-                       coalesce(sum(row_count), 0)::bigint AS rows_done,
-                       count(*) FILTER (WHERE state = 'pending') AS pending,
-                       count(*) FILTER (WHERE state = 'running') AS running,
-                       count(*) FILTER (WHERE state = 'succeeded') AS succeeded,
-                       count(*) FILTER (WHERE state = 'failed') AS failed,
-                       count(*) FILTER (WHERE state = 'cancelled') AS cancelled,
-                       array_remove(array_agg(DISTINCT exec_id) FILTER (
-                           WHERE state = 'running' AND exec_expired > clock_timestamp()),
-                           NULL) AS nodes
-                FROM subtasks GROUP BY job_id)
+            counts AS (
+                -- Per picked job (LATERAL): each reads its own rows through the
+                -- (job_id, state) index, never the whole table.
+                SELECT p.id,
+                       p.moved_rows + l.rows_done + q.rows_done AS rows_done,
+                       l.running, p.moved_succeeded + l.succeeded AS succeeded,
+                       p.moved_failed + l.failed AS failed,
+                       p.moved_cancelled + l.cancelled AS cancelled, l.nodes
+                FROM picked p
+                CROSS JOIN LATERAL (
+                    SELECT coalesce(sum(row_count), 0)::bigint AS rows_done,
+                           count(*) FILTER (WHERE state = 'running') AS running,
+                           count(*) FILTER (WHERE state = 'succeeded') AS succeeded,
+                           count(*) FILTER (WHERE state = 'failed') AS failed,
+                           count(*) FILTER (WHERE state = 'cancelled') AS cancelled,
+                           coalesce(array_remove(array_agg(DISTINCT exec_id) FILTER (
+                               WHERE state = 'running' AND exec_expired > clock_timestamp()),
+                               NULL), ARRAY[]::text[]) AS nodes
+                    FROM {s}.background_subtask
+                    WHERE job_id = p.id
+                      AND state IN ('running', 'succeeded', 'failed', 'cancelled')) l
+                CROSS JOIN LATERAL (
+                    SELECT coalesce(sum(row_count), 0)::bigint AS rows_done
+                    FROM {s}.background_subtask
+                    WHERE job_id = p.id AND state = 'pending' AND row_count > 0) q)
             SELECT p.id, p.type, p.state, p.step, p.target_table, p.priority, p.concurrency,
                    p.batch_rows, p.max_rows_per_sec, p.row_estimate AS rows_total, p.error,
                    p.created_at, p.started_at, p.finished_at, p.job_key,
-                   coalesce(a.rows_done, 0) AS rows_done,
-                   coalesce(a.pending, 0) AS pending, coalesce(a.running, 0) AS running,
-                   coalesce(a.succeeded, 0) AS succeeded, coalesce(a.failed, 0) AS failed,
-                   coalesce(a.cancelled, 0) AS cancelled,
-                   coalesce(a.nodes, ARRAY[]::text[]) AS nodes,
+                   c.rows_done, c.running, c.succeeded, c.failed, c.cancelled, c.nodes,
+                   greatest(p.subtasks_total - c.running - c.succeeded - c.failed
+                            - c.cancelled, 0) AS pending,
                    extract(epoch FROM coalesce(p.finished_at, clock_timestamp())
                                       - p.started_at) AS elapsed_seconds
-            FROM picked p LEFT JOIN agg a ON a.job_id = p.id
+            FROM picked p JOIN counts c ON c.id = p.id
             ORDER BY p.id DESC"""),
         {"job_id": job_id, "limit": limit},
     ).mappings()

@@ -62,19 +62,28 @@ def insert_ranges(
     ranges: list[tuple[int, int]], *, first_ordinal: int = 0,
     meta: dict[str, Any] | None = None,
 ) -> int:
-    return conn.execute(
+    """Insert the ranges as pending subtasks, and count them into the job's
+    ``subtasks_total`` in the same statement (``reorg status`` reads it)."""
+    return int(conn.execute(
         db.sql(f"""
-            INSERT INTO {{s}}.background_subtask
-                (job_id, step, ordinal, state, start_key, end_key, curr_key, meta)
-            SELECT :job_id, :step, :first + r.ordinal - 1, 'pending', r.lo, r.hi, r.lo,
-                   CAST(:meta AS jsonb)
-            FROM unnest(CAST(:los AS bigint[]), CAST(:his AS bigint[]))
-                 WITH ORDINALITY AS r(lo, hi, ordinal)
-            WHERE {FENCE}"""),
+            WITH inserted AS (
+                INSERT INTO {{s}}.background_subtask
+                    (job_id, step, ordinal, state, start_key, end_key, curr_key, meta)
+                SELECT :job_id, :step, :first + r.ordinal - 1, 'pending', r.lo, r.hi, r.lo,
+                       CAST(:meta AS jsonb)
+                FROM unnest(CAST(:los AS bigint[]), CAST(:his AS bigint[]))
+                     WITH ORDINALITY AS r(lo, hi, ordinal)
+                WHERE {FENCE}
+                RETURNING 1),
+            counted AS (
+                UPDATE {{s}}.jobs SET subtasks_total = subtasks_total
+                                                      + (SELECT count(*) FROM inserted)
+                WHERE id = :job_id AND EXISTS (SELECT 1 FROM inserted))
+            SELECT count(*) FROM inserted"""),
         {"job_id": job_id, "step": step, "los": [lo for lo, _ in ranges],
          "his": [hi for _, hi in ranges], "first": first_ordinal,
          "meta": json.dumps(meta or {}), **term.params()},
-    ).rowcount
+    ).scalar_one())
 
 
 @dataclass(frozen=True)
@@ -140,14 +149,19 @@ class StepSnapshot:
 
 
 def step_snapshot(db: Database, conn: Connection, job_id: int, step: int) -> StepSnapshot:
-    def probe(cond: str) -> str:
-        return (f"EXISTS (SELECT 1 FROM {{s}}.background_subtask WHERE job_id = :job_id "
-                f"AND step = :step AND {cond})")
+    def probe(cond: str, in_order: bool = False) -> str:
+        # Pending rows can be nearly all of a job's: in ordinal order the probe
+        # takes the claimable index to its first one, where the planner would
+        # otherwise bet on a sequential scan finding one early.
+        # (A scalar subquery: EXISTS would drop the ORDER BY.)
+        order = " ORDER BY ordinal" if in_order else ""
+        return (f"(SELECT ordinal FROM {{s}}.background_subtask WHERE job_id = :job_id "
+                f"AND step = :step AND {cond}{order} LIMIT 1) IS NOT NULL")
 
     row = conn.execute(
         db.sql(f"""
-            SELECT {probe("state = 'pending'")} AS pending,
-                   {probe("state = 'running'")} AS running,
+            SELECT {probe("state = 'pending'", in_order=True)} AS pending,
+                   {probe("state = 'running'", in_order=True)} AS running,
                    {probe(f"state = 'running' AND {_LEASE_LIVE}")} AS live_leases,
                    {probe("state = 'succeeded'")} AS succeeded,
                    {probe("state = 'failed'")} AS failed,

@@ -58,25 +58,3 @@ def test_idle_workers_wake_on_notify_long_before_their_poll_interval(db, start_n
                "job to succeed without waiting for a 60 s poll")
     assert time.monotonic() - submitted < 20
 
-
-def test_status_reads_history_through_its_index_with_100k_rows(db):
-    """With 100,000 finished subtasks in history, a job's status reads its
-    rows through the history index, not a sequential scan."""
-    with db.begin() as conn:
-        conn.execute(db.sql("""
-            INSERT INTO {s}.jobs (id, type, params, target_table, key_column, state)
-            OVERRIDING SYSTEM VALUE SELECT g, 't', '{}', 'x' || g, 'id', 'succeeded'
-            FROM generate_series(1, 100) g"""))
-        conn.execute(db.sql("""
-            INSERT INTO {s}.background_subtask_history
-                (id, job_id, step, ordinal, state, start_key, end_key, curr_key)
-            SELECT g, 1 + g % 100, 1, g, 'succeeded', g * 10, g * 10 + 10, g * 10 + 10
-            FROM generate_series(1, 100000) g"""))
-        conn.execute(db.sql("ANALYZE {s}.background_subtask_history"))
-        conn.execute(db.sql("ANALYZE {s}.jobs"))
-        plan = "\n".join(conn.execute(db.sql(
-            "EXPLAIN SELECT sum(row_count) FROM {s}.background_subtask_history WHERE job_id = 42"
-        )).scalars())
-    assert "history_job" in plan and "Seq Scan" not in plan
-    status = control.status(db, 42)
-    assert status[0]["succeeded"] == 1000

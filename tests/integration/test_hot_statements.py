@@ -1,0 +1,112 @@
+"""The framework's hot statements at scale: with 100,000 subtasks in one job
+and 100,000 in history, every statement a worker runs per subtask, the owner
+runs per tick, and ``reorg status`` runs, plans without a sequential scan of
+the subtask tables (issue 12). The statements are the real ones, captured as
+the store functions run them, then EXPLAINed with the same parameters."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+
+from framework.store import history, owner_lease, progress, subtasks
+from framework.store.subtasks import Claim
+
+JOB = 42
+
+
+@pytest.fixture
+def big_job(db):
+    with db.begin() as conn:
+        conn.execute(db.sql("""
+            INSERT INTO {s}.jobs (id, type, params, target_table, key_column, state, step,
+                                  subtasks_total, concurrency)
+            OVERRIDING SYSTEM VALUE
+            SELECT g, 't', '{}', 'x' || g, 'id',
+                   CASE WHEN g = 42 THEN 'running' ELSE 'succeeded' END, 1,
+                   CASE WHEN g = 42 THEN 100000 ELSE 1000 END, 16
+            FROM generate_series(1, 100) g"""))
+        conn.execute(db.sql("""
+            INSERT INTO {s}.background_subtask
+                (job_id, step, ordinal, state, start_key, end_key, curr_key, exec_id,
+                 exec_expired, epoch, attempts)
+            SELECT 42, 1, g, CASE WHEN g <= 2000 THEN 'succeeded'
+                                  WHEN g <= 2016 THEN 'running' ELSE 'pending' END,
+                   g * 10, g * 10 + 10, CASE WHEN g <= 2000 THEN g * 10 + 10 ELSE g * 10 END,
+                   CASE WHEN g BETWEEN 2001 AND 2016 THEN 'w' || g % 4 END,
+                   CASE WHEN g BETWEEN 2001 AND 2016
+                        THEN clock_timestamp() + interval '30s' END,
+                   CASE WHEN g <= 2016 THEN 1 ELSE 0 END, CASE WHEN g <= 2016 THEN 1 ELSE 0 END
+            FROM generate_series(1, 100000) g"""))
+        conn.execute(db.sql("""
+            INSERT INTO {s}.background_subtask_history
+                (id, job_id, step, ordinal, state, start_key, end_key, curr_key)
+            SELECT g, 1 + g % 100, 1, g, 'succeeded', g * 10, g * 10 + 10, g * 10 + 10
+            FROM generate_series(1000001, 1100000) g"""))
+        for table in ("jobs", "background_subtask", "background_subtask_history"):
+            conn.execute(db.sql(f"ANALYZE {{s}}.{table}"))
+    return db
+
+
+def _captured(db, run) -> list[tuple[str, object]]:
+    """The statements ``run(conn)`` executes, rolled back afterwards."""
+    seen: list[tuple[str, object]] = []
+
+    def capture(conn, cursor, statement, parameters, context, executemany):
+        seen.append((statement, parameters))
+
+    sa.event.listen(db.engine, "before_cursor_execute", capture)
+    try:
+        with db.connect() as conn:
+            tx = conn.begin()
+            run(conn)
+            tx.rollback()
+    finally:
+        sa.event.remove(db.engine, "before_cursor_execute", capture)
+    return seen
+
+
+def _plans(db, statements) -> list[str]:
+    plans = []
+    with db.connect() as conn:
+        raw = conn.connection.driver_connection
+        for statement, parameters in statements:
+            with raw.cursor() as cur:
+                cur.execute(f"EXPLAIN {statement}", parameters)
+                plans.append("\n".join(r[0] for r in cur.fetchall()))
+        raw.rollback()
+    return plans
+
+
+def test_no_hot_statement_scans_the_subtask_tables(big_job):
+    db = big_job
+    with db.begin() as conn:
+        term = owner_lease.campaign(db, conn, "o")
+    held = Claim(id=2001, job_id=JOB, start_key=20010, end_key=20020, curr_key=20010, epoch=1,
+                 attempts=1, meta={}, exec_id="w1", job=None)  # type: ignore[arg-type]
+
+    def hot(conn):
+        subtasks.claim(db, conn, "w9", limit=4)
+        subtasks.renew(db, conn, [held])
+        subtasks.checkpoint(db, conn, held, 20015, 5)
+        subtasks.step_snapshot(db, conn, JOB, 1)
+        subtasks.fail_exhausted(db, conn, term, JOB, 5)
+        subtasks.last_range(db, conn, JOB, 1)
+        history.move_finished(db, conn, term, JOB, 1000, only_succeeded=True)
+        history.jobs_awaiting_history(db, conn, 10)
+        progress.jobs_progress(db, conn, JOB)
+        progress.jobs_progress(db, conn)
+
+    statements = _captured(db, hot)
+    assert len(statements) >= 10
+    for (statement, _), plan in zip(statements, _plans(db, statements), strict=True):
+        for table in ("background_subtask", "background_subtask_history"):
+            assert f"Seq Scan on {table} " not in plan + " ", f"{statement}\n{plan}"
+
+
+def test_status_counts_a_100k_subtask_job_without_reading_its_pending_subtasks(big_job):
+    db = big_job
+    with db.begin() as conn:
+        job = progress.jobs_progress(db, conn, JOB)[0]
+    assert (job["pending"], job["running"], job["succeeded"]) == (97_984, 16, 2_000)
+    assert job["rows_done"] == 0  # the rows were written without row counts
