@@ -43,9 +43,12 @@ MAX_CATCH_UP_ROUNDS = 3
 # A job the owner cannot drive (a transient error) is looked at again after
 # this backoff, doubling per failure; other jobs go on meanwhile.
 JOB_BACKOFF_SECONDS = 1.0
-# How long one tick may spend moving finished subtasks to history (those of
-# running jobs too).
+# How long one tick may spend moving finished subtasks to history; of that,
+# how long for the succeeded subtasks of running jobs, which move once more
+# than LIVE_SUCCEEDED_KEPT of them wait in the live table (status reads those).
 HISTORY_SECONDS_PER_TICK = 0.3
+HISTORY_SECONDS_WHILE_RUNNING = 0.1
+LIVE_SUCCEEDED_KEPT = 5_000
 JOB_BACKOFF_CAP_SECONDS = 60.0
 
 
@@ -257,8 +260,12 @@ class Owner:
             return "failed" if moved else None
         if snap.all_succeeded:
             return self._advance(term, job)
-        if snap.succeeded:  # keep the live table to the work still to do
-            self._move_to_history(term, job.id, job_finished=False)
+        if snap.succeeded:
+            with self.db.begin() as conn:
+                many = subtasks.succeeded_beyond(self.db, conn, job.id, LIVE_SUCCEEDED_KEPT)
+            if many:  # keep what status reads of a running job small
+                self._move_to_history(term, job.id, job_finished=False,
+                                      seconds=HISTORY_SECONDS_WHILE_RUNNING)
         return None
 
     def _advance(self, term: OwnerTerm, job: Job) -> str | None:
@@ -364,12 +371,17 @@ class Owner:
         actions += [f"node {n} marked dead" for n in dead]
         return actions
 
-    def _move_to_history(self, term: OwnerTerm, job_id: int, *, job_finished: bool) -> int:
+    def _move_to_history(self, term: OwnerTerm, job_id: int, *, job_finished: bool,
+                         seconds: float | None = None) -> int:
         """Move a job's finished subtasks (of a running job: its succeeded ones)
         batch after batch, each its own short transaction, within the tick's
-        time budget: 100,000 subtasks move in seconds and a tick still ends."""
+        time budget (and ``seconds``): 100,000 subtasks move in seconds and a
+        tick still ends."""
         batch, total = self.db.settings.history_batch, 0
-        while self.clock() < self._history_budget_ends:
+        ends = self._history_budget_ends
+        if seconds is not None:
+            ends = min(ends, self.clock() + seconds)
+        while self.clock() < ends:
             with self._fenced(term) as conn:
                 moved = history.move_finished(self.db, conn, term, job_id, batch,
                                               only_succeeded=not job_finished)

@@ -171,6 +171,18 @@ def step_snapshot(db: Database, conn: Connection, job_id: int, step: int) -> Ste
     return StepSnapshot(**row)
 
 
+def succeeded_beyond(db: Database, conn: Connection, job_id: int, kept: int) -> bool:
+    """More than ``kept`` succeeded subtasks of the job in the live table (an
+    index walk of at most ``kept`` entries, not a count of them all)."""
+    return conn.execute(
+        db.sql("""
+            SELECT (SELECT 1 FROM {s}.background_subtask
+                    WHERE job_id = :job_id AND state = 'succeeded'
+                    OFFSET :kept LIMIT 1) IS NOT NULL"""),
+        {"job_id": job_id, "kept": kept},
+    ).scalar() is True
+
+
 def count_in_step(db: Database, conn: Connection, job_id: int, step: int) -> int:
     """How many subtasks a step has (live and moved): for the job's final event."""
     return int(conn.execute(

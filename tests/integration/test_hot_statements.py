@@ -92,6 +92,7 @@ def test_no_hot_statement_scans_the_subtask_tables(big_job):
         subtasks.step_snapshot(db, conn, JOB, 1)
         subtasks.fail_exhausted(db, conn, term, JOB, 5)
         subtasks.last_range(db, conn, JOB, 1)
+        subtasks.succeeded_beyond(db, conn, JOB, 5_000)
         history.move_finished(db, conn, term, JOB, 1000, only_succeeded=True)
         history.jobs_awaiting_history(db, conn, 10)
         progress.jobs_progress(db, conn, JOB)

@@ -216,3 +216,34 @@ def test_concurrent_fenced_step_blocks_a_new_term_but_not_its_own_renewal(db):
         t.join()
     with db.begin() as conn:
         assert owner_lease.campaign(db, conn, "b") is not None
+
+
+def test_succeeded_subtasks_move_to_history_while_the_job_runs_and_are_counted_once(
+        db, start_node, monkeypatch):
+    from framework import owner
+
+    monkeypatch.setattr(owner, "LIVE_SUCCEEDED_KEPT", 2)
+    make_items(db, 4_000)
+    job_id = submit(db, SubmitRequest("sql-update", {"table": "items", "set": "c=md5(b)"},
+                                      rows_per_subtask=100, batch_rows=50)).job_id
+    start_node("n1")
+    seen = []
+
+    def sample():
+        job = job_of(db, job_id)
+        seen.append((job["succeeded"], job["rows_done"]))
+        return job["state"] in TERMINAL and job
+
+    done = wait_until(sample, 60, "job to finish")
+    assert done["state"] == "succeeded"
+    assert (done["succeeded"], done["pending"], done["rows_done"]) == (40, 0, 4_000)
+    assert seen == sorted(seen), "progress went backward across history moves"
+    moved_early = scalar(db, """
+        SELECT count(*) FROM {s}.background_subtask_history h JOIN {s}.jobs j ON j.id = h.job_id
+        WHERE j.id = :j AND h.moved_at < j.finished_at""", j=job_id)
+    assert moved_early > 0, "nothing moved while the job ran"
+    wait_until(lambda: scalar(db, "SELECT history_done FROM {s}.jobs WHERE id = :j", j=job_id),
+               10, "the rest to move")
+    assert scalar(db, "SELECT count(*) FROM {s}.background_subtask_history WHERE job_id = :j",
+                  j=job_id) == 40
+    assert scalar(db, "SELECT moved_succeeded FROM {s}.jobs WHERE id = :j", j=job_id) == 40
