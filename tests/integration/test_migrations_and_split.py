@@ -17,6 +17,8 @@ from framework.splitting import boundaries_of, plan_split, ranges_from_boundarie
 def test_migrations_have_a_single_head_and_dated_files():
     script = ScriptDirectory.from_config(migrate.alembic_config("reorg"))
     assert len(script.get_heads()) == 1
+    # Commands check against the head read off the files, without alembic.
+    assert migrate.head_revision() == migrate.alembic_head() == script.get_heads()[0]
     for rev in script.walk_revisions():
         assert rev.doc and "Why:" in (rev.module.__doc__ or ""), f"{rev.revision} says no why"
 
@@ -61,3 +63,32 @@ def test_split_of_an_empty_table_has_no_ranges(db):
     make_items(db, 0)
     with db.begin() as conn:
         assert plan_split(conn, '"public"."items"', '"id"').ranges == []
+
+
+def test_upgrade_to_0002_counts_what_earlier_jobs_already_moved(fresh_db):
+    db = Database(Settings(fresh_db, schema="reorg_0002"))
+    migrate.upgrade(db, "0001")
+    with db.begin() as conn:
+        conn.execute(db.sql("""
+            INSERT INTO {s}.jobs (id, type, params, target_table, key_column, state)
+            OVERRIDING SYSTEM VALUE VALUES (1, 't', '{}', 'x', 'id', 'succeeded'),
+                                           (2, 't', '{}', 'y', 'id', 'running')"""))
+        conn.execute(db.sql("""
+            INSERT INTO {s}.background_subtask_history
+                (id, job_id, step, ordinal, state, start_key, end_key, curr_key, row_count)
+            SELECT g, 1, 1, g, CASE WHEN g <= 3 THEN 'succeeded' ELSE 'cancelled' END,
+                   g * 10, g * 10 + 10, g * 10 + 10, 7 FROM generate_series(1, 5) g"""))
+        conn.execute(db.sql("""
+            INSERT INTO {s}.background_subtask
+                (id, job_id, step, ordinal, state, start_key, end_key, curr_key)
+            VALUES (10, 2, 1, 0, 'pending', 0, 10, 0)"""))
+    migrate.upgrade(db)
+    with db.begin() as conn:
+        rows = conn.execute(db.sql("""
+            SELECT id, subtasks_total, moved_succeeded, moved_cancelled, moved_rows, history_done
+            FROM {s}.jobs ORDER BY id""")).all()
+    assert [tuple(r) for r in rows] == [(1, 5, 3, 2, 35, True), (2, 1, 0, 0, 0, False)]
+    migrate.downgrade(db, "0001")  # and back: the columns go, the rows stay
+    with db.begin() as conn:
+        assert conn.execute(db.sql("SELECT count(*) FROM {s}.jobs")).scalar() == 2
+    db.dispose()
