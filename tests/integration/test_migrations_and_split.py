@@ -92,3 +92,20 @@ def test_upgrade_to_0002_counts_what_earlier_jobs_already_moved(fresh_db):
     with db.begin() as conn:
         assert conn.execute(db.sql("SELECT count(*) FROM {s}.jobs")).scalar() == 2
     db.dispose()
+
+
+def test_a_big_table_is_split_from_a_sample_into_even_ranges_that_tile_its_keys(db):
+    make_items(db, 300_000, step=3)
+    with db.begin() as conn:
+        conn.execute(sa.text("ANALYZE items"))
+    with db.begin(isolation_level="REPEATABLE READ") as conn:
+        plan = plan_split(conn, '"public"."items"', '"id"', 10_000, exact_max_rows=0)
+        again = plan_split(conn, '"public"."items"', '"id"', 10_000, exact_max_rows=0)
+        counts = [conn.execute(sa.text("SELECT count(*) FROM items WHERE id >= :lo AND id < :hi"),
+                               {"lo": lo, "hi": hi}).scalar() for lo, hi in plan.ranges]
+    assert plan.ranges == again.ranges  # deterministic (DESIGN 5)
+    assert plan.ranges[0][0] == 1 and plan.ranges[-1][1] == 1 + 3 * 299_999 + 1
+    assert all(a[1] == b[0] for a, b in zip(plan.ranges, plan.ranges[1:], strict=False))
+    assert sum(counts) == 300_000  # every row in exactly one range
+    assert 25 <= len(plan.ranges) <= 35 and max(counts) <= 1.5 * 10_000, counts
+    assert abs(plan.row_count - 300_000) < 30_000  # the estimate, not a count
