@@ -55,7 +55,7 @@ def load_udf(spec: str) -> tuple[str, Callable[..., Any]]:
     return func_name, func
 
 
-def spark_col(name: str) -> Column:
+def spark_column(name: str) -> Column:
     """A column by its exact name (backticks: names may hold dots or spaces)."""
     from pyspark.sql import functions as F
 
@@ -101,5 +101,5 @@ class Transform:
         """The batch rows as (k, ver, new); ``new`` cast to the target's Spark type."""
         from pyspark.sql import functions as F
 
-        return df.select(spark_col(key).alias("k"), F.col(VERSION_COLUMN).alias("ver"),
+        return df.select(spark_column(key).alias("k"), F.col(VERSION_COLUMN).alias("ver"),
                          F.expr(self.expr).cast(target_type).alias("new"))
