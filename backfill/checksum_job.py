@@ -22,11 +22,18 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
 from backfill.spark.comparing import KINDS, META_KEY, ChecksumSpec, CompareColumn
-from backfill.tables import TableInfo, check_identifier, explain_or_fail, inspect_table, quote
+from backfill.spark.sizing import ROWS_PER_SUBTASK
+from backfill.tables import (
+    TableInfo,
+    check_identifier,
+    explain_select_or_fail,
+    inspect_table,
+    quote,
+    relation_exists,
+)
 from framework import jobtype
 from framework.jobtype import InvalidParams, Job, SubtaskContext, Target
 
-ROWS_PER_SUBTASK = 250_000  # as backfill: a Spark subtask has a fixed cost
 COMPARE_IN = ("postgres", "spark")
 
 
@@ -73,7 +80,7 @@ class ChecksumJobType:
                    if others else "; so is " + b.display))
         spec = ChecksumSpec(a.qualified, b.qualified, a.key_sql, a.key, tuple(columns))
         # Plans (and type-checks) the comparison on both tables without running it.
-        explain_or_fail(conn, spec.compare_sql(spec.range_cond(0, 1)[0]).replace(":lo", "0")
+        explain_select_or_fail(conn, spec.compare_sql(spec.range_cond(0, 1)[0]).replace(":lo", "0")
                         .replace(":hi", "1"), "--columns", f"{a.display} and {b.display}")
         normalised = {k: v for k, v in params.items() if v is not None}
         normalised |= {"key": a.key, "target": b.display, "target_table": b.qualified,
@@ -87,8 +94,7 @@ class ChecksumJobType:
         if not name:
             raise InvalidParams("no --target given; name the table to compare with, e.g. "
                                 "--target public.items_copy")
-        exists = conn.execute(text("SELECT to_regclass(:n) IS NOT NULL"), {"n": name}).scalar()
-        if not exists:
+        if not relation_exists(conn, name):
             raise InvalidParams(f"target table {name!r} does not exist; check the name")
         try:
             b = inspect_table(conn, name)

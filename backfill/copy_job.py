@@ -35,25 +35,27 @@ carried over; run ``checksum`` afterwards, or copy while SRC is quiet.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
-from backfill.expressions import embed, one_expression
+from backfill.expressions import embed, optional_expression
 from backfill.spark.copying import CopySpec, OutputColumn, pg_type_of
-from backfill.spark.failures import first_line, from_postgres, lost_connection
-from backfill.spark.validation import start_spark_first
-from backfill.tables import TableInfo, explain_or_fail, inspect_table, quote
+from backfill.spark.failures import first_line
+from backfill.spark.sizing import ROWS_PER_SUBTASK
+from backfill.spark.validation import DRY_RUN_ROWS, dry_run, start_spark_first
+from backfill.tables import (
+    PLAIN_NAME,
+    TableInfo,
+    check_where,
+    inspect_table,
+    quote,
+    relation_exists,
+    set_ddl_lock_timeout,
+)
 from framework import jobtype
-from framework.db import DatabaseUnreachable
 from framework.jobtype import InvalidParams, Job, SubtaskContext, Target
-
-DDL_LOCK_TIMEOUT = "5s"
-DRY_RUN_ROWS = 100
-ROWS_PER_SUBTASK = 250_000  # as backfill: a Spark subtask has a fixed cost
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
 
 
 def spec_of(job: Job) -> CopySpec:
@@ -81,11 +83,9 @@ class CopyJobType:
             raise InvalidParams(
                 f"no --select given; list the target's columns, e.g. --select {src.key} "
                 "--select 'upper(b) AS b'")
-        where = (params.get("where") or "").strip() or None
+        where = optional_expression(params.get("where"), "--where")
         if where:
-            where = one_expression(where, "--where")
-            explain_or_fail(conn, f"SELECT 1 FROM {src.qualified} WHERE {embed(where)}",
-                            "--where", src.display)
+            check_where(conn, src, where)
         create = bool(params.get("create_target"))
         target_name = (params.get("target") or "").strip()
         if not target_name:
@@ -113,8 +113,7 @@ class CopyJobType:
 
     @staticmethod
     def _existing_target(conn: Connection, src: TableInfo, name: str) -> TableInfo:
-        exists = conn.execute(text("SELECT to_regclass(:n) IS NOT NULL"), {"n": name}).scalar()
-        if not exists:
+        if not relation_exists(conn, name):
             raise InvalidParams(
                 f"target table {name!r} does not exist; create it, or pass --create-target "
                 "to have the copy create it")
@@ -196,7 +195,7 @@ class CopyJobType:
         spec = CopySpec(job_id=0, source=src.qualified, key=src.key_sql, key_name=src.key,
                         target="", columns=tuple(columns), where=where, created=dst is None,
                         work_schema="")
-        try:
+        with dry_run("--select", src.display, where):
             sample = spark.read.jdbc(jdbc.url, spec.base_query(limit=DRY_RUN_ROWS),
                                      properties=jdbc.read_props())
             types = {c.name: dst_types[c.name] for c in columns if not c.source} if dst else None
@@ -206,31 +205,17 @@ class CopyJobType:
                 conn.exec_driver_sql(spec.create_stage())
                 copy_rows(raw, spec, to_csv(rows))
                 savepoint.rollback()
-        except Exception as exc:
-            if lost_connection(exc):
-                raise DatabaseUnreachable(
-                    "the dry run of --select on sample rows was cut off by the database "
-                    f"({first_line(exc)}); submit again") from None
-            if where and from_postgres(exc):
-                # EXPLAIN accepted it; PostgreSQL failed evaluating it on the rows read.
-                raise InvalidParams(
-                    f"--where fails on rows of {src.display}: {first_line(exc)}; "
-                    "fix the predicate (PostgreSQL syntax)") from None
-            raise InvalidParams(
-                f"--select fails on sample rows of {src.display}: {first_line(exc)}; "
-                "fix the expression") from None
         return columns
 
     # --- owner steps --------------------------------------------------------
 
     def prepare(self, conn: Connection, job: Job) -> None:
         spec = spec_of(job)
-        conn.execute(text(f"SET LOCAL lock_timeout = '{DDL_LOCK_TIMEOUT}'"))
+        set_ddl_lock_timeout(conn)
         # Plain CREATE TABLE: a table that appeared since submit fails the job
         # before anything is copied (and is never ours to drop). The check
         # first only gives that failure a message saying how to go on.
-        if spec.created and conn.execute(text("SELECT to_regclass(:t) IS NOT NULL"),
-                                         {"t": spec.target}).scalar():
+        if spec.created and relation_exists(conn, spec.target):
             raise InvalidParams(
                 f"target table {job.params['target']} already exists: it was created after the "
                 "job was submitted, so the job neither writes nor drops it; submit again "
@@ -253,13 +238,13 @@ class CopyJobType:
 
     def rollback(self, conn: Connection, job: Job) -> None:
         spec = spec_of(job)
-        conn.execute(text(f"SET LOCAL lock_timeout = '{DDL_LOCK_TIMEOUT}'"))
+        set_ddl_lock_timeout(conn)
         if spec.created:
             # Only the table this job created: its marker comment says so.
             if _carries_marker(conn, spec):
                 conn.execute(text(f"DROP TABLE {spec.target}"))
             return
-        if conn.execute(text("SELECT to_regclass(:t) IS NOT NULL"), {"t": spec.keys}).scalar():
+        if relation_exists(conn, spec.keys):
             conn.execute(text(spec.delete_copied()))
         conn.execute(text(spec.drop_keys()))
 
@@ -289,7 +274,7 @@ def _analyse(empty: Any, expr: str, display: str) -> tuple[str, Any, str | None]
         raise InvalidParams(
             f"--select {expr!r} is not a per-row expression (aggregate, window or generator); "
             "copy maps each source row to one target row")
-    if not _IDENT.match(name):
+    if not PLAIN_NAME.match(name):
         raise InvalidParams(f"--select {expr!r} gives column name {name!r}; name it with "
                             "letters, digits and underscores: ... AS name")
     if dtype.typeName() == "void":
@@ -325,10 +310,10 @@ def _new_table_name(conn: Connection, name: str) -> tuple[str, str]:
     """``[schema.]table`` for --create-target: plain names, folded to lower
     case as PostgreSQL does; the schema must exist and the table must not."""
     parts = name.split(".")
-    if len(parts) > 2 or not all(_IDENT.match(p) for p in parts):
+    if len(parts) > 2 or not all(PLAIN_NAME.match(p) for p in parts):
         raise InvalidParams(f"--target {name!r} is not [SCHEMA.]TABLE with plain names, "
                             "e.g. --target public.items_copy")
-    if conn.execute(text("SELECT to_regclass(:n) IS NOT NULL"), {"n": name}).scalar():
+    if relation_exists(conn, name):
         raise InvalidParams(f"target table {name} already exists; drop --create-target to "
                             "copy into it, or name a new table")
     if len(parts) == 1:
