@@ -34,8 +34,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from backfill.expressions import embed
 from backfill.spark import landing
-from backfill.spark.pipeline import Batch, RangePipeline, key_between
-from backfill.spark.transform import spark_column
+from backfill.spark.pipeline import Batch, RangePipeline, key_between, spark_column
 from backfill.tables import quote
 from framework.jobtype import SubtaskContext
 

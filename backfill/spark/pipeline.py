@@ -34,11 +34,10 @@ from backfill.spark import failures, session
 from backfill.spark.failures import SparkBatchError
 from backfill.spark.jdbc import JdbcTarget, jdbc_target
 from backfill.spark.sizing import BatchSizer
-from backfill.spark.transform import spark_column
 from framework.jobtype import LeaseLost, RetryableError, Stopped, SubtaskContext
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 log = logging.getLogger("reorg.spark.pipeline")
 
@@ -312,3 +311,9 @@ def key_between(df: DataFrame, key_name: str, lo: int | None, hi: int | None,
     if hi is not None:
         return df.where(k < hi)
     return df
+
+
+def spark_column(name: str) -> Column:
+    from pyspark.sql import functions as F
+
+    return F.col("`" + name.replace("`", "``") + "`")
