@@ -24,7 +24,7 @@ from framework.config import ConfigError
 from framework.db import DatabaseUnreachable, SchemaBehind
 from framework.errors import one_line
 from framework.jobtype import InvalidParams
-from framework.pgcluster import PostgresError, PostgresNotFound
+from framework.localpg.cluster import PostgresError, PostgresNotFound
 from framework.store.jobs import ActiveJobExists
 
 BAD_INPUT = 2

@@ -5,7 +5,7 @@
 Rows are matched by A's key column (B must have it as its primary key) and
 compared on the listed columns (default: every column of A but the key;
 each must exist in B, with a type comparable to A's). How a range is
-compared: ``backfill.spark.comparing``.
+compared: ``backfill.checksum.batches``.
 
 The job succeeds when the comparison completes: mismatches are a finding,
 not a failure. Each subtask keeps its findings in its meta, written with its
@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
-from backfill.spark.comparing import KINDS, META_KEY, ChecksumSpec, CompareColumn
+from backfill.checksum.batches import KINDS, META_KEY, ChecksumSpec, CompareColumn
 from backfill.spark.sizing import ROWS_PER_SUBTASK
 from backfill.tables import (
     TableInfo,
@@ -115,7 +115,7 @@ class ChecksumJobType:
         return None  # read-only: nothing to set up
 
     def run_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
-        from backfill.spark.comparing import run_checksum
+        from backfill.checksum.batches import run_checksum
 
         run_checksum(ctx, engine, spec_of(ctx.job))
 

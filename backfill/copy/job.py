@@ -19,7 +19,7 @@ before the job keep their values; rows that appear there during the job
 stop it instead of being overwritten).
 
 Each batch lands its rows in one transaction with its fenced checkpoint
-(``backfill.spark.copying``). Rollback (DESIGN 8): a created DST is dropped
+(``backfill.copy.batches``). Rollback (DESIGN 8): a created DST is dropped
 (only if it still carries this job's marker comment); otherwise exactly the
 keys the job wrote are deleted. Advance drops the job's key list.
 
@@ -40,8 +40,8 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
+from backfill.copy.batches import CopySpec, OutputColumn, pg_type_of
 from backfill.expressions import embed, optional_expression
-from backfill.spark.copying import CopySpec, OutputColumn, pg_type_of
 from backfill.spark.failures import first_line
 from backfill.spark.sizing import ROWS_PER_SUBTASK
 from backfill.spark.validation import DRY_RUN_ROWS, dry_run, start_spark_first
@@ -133,8 +133,8 @@ class CopyJobType:
         """Analyse each select on an empty DataFrame of SRC's schema, check it
         against the target, then dry-run all of them on a few rows and land
         those in a temporary stage inside a savepoint that is rolled back."""
+        from backfill.copy.batches import copy_rows
         from backfill.spark import compat
-        from backfill.spark.copying import copy_rows
         from backfill.spark.jdbc import jdbc_target, schema_probe
         from backfill.spark.landing import to_csv
         from backfill.spark.session import get_validation_spark
@@ -224,7 +224,7 @@ class CopyJobType:
             conn.execute(text(stmt))
 
     def run_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
-        from backfill.spark.copying import run_copy
+        from backfill.copy.batches import run_copy
 
         run_copy(ctx, engine, spec_of(ctx.job))
 

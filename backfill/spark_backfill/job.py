@@ -7,13 +7,13 @@ EXPR is a Spark SQL expression over the row's columns; with ``--udf`` it may
 call that Python function by its name (``--udf mylib:clean --set c=clean(b)``).
 PRED is a PostgreSQL predicate applied to the read.
 
-Each subtask runs on the process's SparkSession (``backfill.spark.engine``):
+Each subtask runs on the process's SparkSession (``backfill.spark_backfill.batches``):
 read a batch with row versions, transform, land, merge where unchanged, and
 checkpoint in the merge transaction (DESIGN 3, 9).
 
 Rollback (DESIGN 8): a column the job added is dropped; an overwritten column
 gets its old values back wherever the row still holds what the job wrote
-(``backfill.spark.merge``). Importing this module does not start Spark.
+(``backfill.spark_backfill.merge``). Importing this module does not start Spark.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from sqlalchemy.engine import Connection, Engine
 
 from backfill.expressions import optional_expression
 from backfill.spark.failures import first_line
-from backfill.spark.merge import MergeSql
 from backfill.spark.sizing import ROWS_PER_SUBTASK
 from backfill.spark.validation import DRY_RUN_ROWS, dry_run, start_spark_first
+from backfill.spark_backfill.merge import MergeSql
 from backfill.tables import (
     TableInfo,
     check_where,
@@ -49,8 +49,8 @@ def merge_sql(job: Job) -> MergeSql:
 
 
 def spec_of(job: Job) -> Any:
-    from backfill.spark.engine import BackfillSpec
-    from backfill.spark.transform import Transform
+    from backfill.spark_backfill.batches import BackfillSpec
+    from backfill.spark_backfill.transform import Transform
 
     p = job.params
     return BackfillSpec(
@@ -76,7 +76,7 @@ class BackfillJobType:
         if where:
             check_where(conn, table, where)
         if udf:
-            from backfill.spark.transform import UdfError, load_udf
+            from backfill.spark_backfill.transform import UdfError, load_udf
 
             try:
                 load_udf(udf)
@@ -106,7 +106,7 @@ class BackfillJobType:
         from backfill.spark import compat, landing
         from backfill.spark.jdbc import jdbc_target, read_query, schema_probe
         from backfill.spark.session import get_validation_spark
-        from backfill.spark.transform import Transform
+        from backfill.spark_backfill.transform import Transform
 
         spark = get_validation_spark()
         jdbc = jdbc_target(conn.engine.url)
@@ -184,7 +184,7 @@ class BackfillJobType:
                           f"{job.params['column_type']}"))
 
     def run_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
-        from backfill.spark.engine import run_subtask
+        from backfill.spark_backfill.batches import run_subtask
 
         run_subtask(ctx, engine, spec_of(ctx.job))
 

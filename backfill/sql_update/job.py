@@ -8,7 +8,7 @@ the row version it locks, so a concurrent application write is never
 overwritten by a value computed from an older read (DESIGN 9).
 
 Submit EXPLAINs (never runs) that very statement, built by the same function
-(``backfill.sql_update_sql``), against a temporary clone of the table: the
+(``backfill.sql_update.statements``), against a temporary clone of the table: the
 column may not exist yet, and a clone needs only ACCESS SHARE on the user's
 table, so a submit never queues a stronger lock on a production table.
 
@@ -27,7 +27,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
 from backfill.expressions import one_expression, optional_expression
-from backfill.sql_update_sql import UpdateSql, alias_of
+from backfill.sql_update.statements import UpdateSql, alias_of
 from backfill.tables import (
     TableInfo,
     explain_or_fail,
