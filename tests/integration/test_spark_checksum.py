@@ -13,7 +13,8 @@ from spark_helpers import TERMINAL, JobKind, make_context, make_items, rows, sna
 
 from backfill.checksum import batches as comparing
 from backfill.checksum.batches import ChecksumPipeline, Findings
-from backfill.checksum.job import ChecksumJobType, report, spec_of
+from backfill.checksum.job import ChecksumJobType, spec_of
+from backfill.checksum.report import report
 from framework.jobtype import LeaseLost
 from framework.store import jobs
 from framework.submit import SubmitRequest, submit
