@@ -1,7 +1,19 @@
 """reorg's data plane and built-in job types.
 
-``sql_update`` runs in PostgreSQL alone; ``spark/`` is the PySpark data plane
-used by ``backfill``, ``copy`` and ``checksum``. Each job type registers itself
-with ``framework.jobtype`` through the ``reorg.job_types`` entry point.
-Importing this package never starts Spark.
+One package per job type, each holding its submit-time checks, owner steps
+(prepare, advance, rollback) and subtask code together:
+
+- ``sql_update/``      ``sql-update``: PostgreSQL alone, no Spark
+- ``spark_backfill/``  ``backfill``: a column computed on Spark
+- ``copy/``            ``copy``: rows into another table through Spark
+- ``checksum/``        ``checksum``: two tables compared range by range
+
+Shared by them: ``tables`` (catalogue facts and the checks of user input
+against a table), ``expressions`` (user SQL fragments checked to be one
+expression) and ``spark/`` (the Spark plumbing and the one batch loop).
+
+Each job type registers itself with ``framework.jobtype`` through the
+``reorg.job_types`` entry point (``<package>.job:register``). A job type's
+package never imports another's, nor ``cli``. Importing this package never
+starts Spark.
 """

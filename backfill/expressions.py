@@ -50,6 +50,12 @@ def one_expression(text: str, option: str) -> str:
     return stripped
 
 
+def optional_expression(text: str | None, option: str) -> str | None:
+    """``one_expression`` of an optional option (``--where``): None when not given."""
+    stripped = (text or "").strip()
+    return one_expression(stripped, option) if stripped else None
+
+
 def embed(expression: str) -> str:
     """A checked expression, parenthesised, safe to paste into a statement."""
     return f"({expression}\n)"

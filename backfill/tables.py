@@ -1,5 +1,6 @@
-"""Facts about a user's table, read from the catalogue, with the one-line
-errors that bad input deserves. Shared by every job type's ``validate``."""
+"""Facts about a user's table, read from the catalogue, and the checks of
+user input against it, with the one-line errors that bad input deserves.
+Shared by every job type's ``validate`` (and the owner steps' lock timeout)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,18 @@ from dataclasses import dataclass
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
+from backfill.expressions import embed
+from framework.errors import one_line
 from framework.jobtype import InvalidParams
 
+# How long an owner step's DDL waits for its lock before it fails (and the
+# owner retries the step later) instead of queueing every application query
+# behind it.
+DDL_LOCK_TIMEOUT = "5s"
+FIX_WHERE = "fix the predicate (PostgreSQL syntax)"
+
 INTEGER_TYPES = {"smallint", "integer", "bigint"}
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
+PLAIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")  # an identifier that needs no quotes
 
 
 @dataclass(frozen=True)
@@ -32,7 +41,7 @@ def quote(identifier: str) -> str:
 
 
 def check_identifier(name: str, what: str) -> str:
-    if not _IDENT.match(name or ""):
+    if not PLAIN_NAME.match(name or ""):
         raise InvalidParams(
             f"{what} {name!r} is not a plain column name; use letters, digits and underscores"
         )
@@ -110,13 +119,60 @@ def resolve_type(conn: Connection, type_name: str) -> str:
     return type_name
 
 
-def explain_or_fail(conn: Connection, select: str, option: str, display: str) -> None:
-    """EXPLAIN a user-supplied query: it parses and type-checks without running
-    anything. The bind parameter keeps it on the extended protocol, which
-    refuses a second statement smuggled in after a semicolon."""
+def target_column(conn: Connection, table: TableInfo, column: str,
+                  add_column: str | None) -> str:
+    """The type of the column ``--set`` writes: the one ``--add-column COL:TYPE``
+    adds (which must name the same, not yet existing, column), else the
+    existing column's. Never the key."""
+    if column == table.key:
+        raise InvalidParams(f"column {column} is the primary key; reorg never rewrites keys")
+    if add_column:
+        added, type_ = parse_column_spec(add_column)
+        if added != column:
+            raise InvalidParams(
+                f"--add-column names {added} but --set writes {column}; use the same column")
+        if column in table.columns:
+            raise InvalidParams(
+                f"column {column} already exists in {table.display}; drop --add-column "
+                "to overwrite it (its old values are kept for rollback)")
+        return resolve_type(conn, type_)
+    if column not in table.columns:
+        raise InvalidParams(
+            f"column {column} does not exist in {table.display}; pass "
+            f"--add-column {column}:TYPE to create it")
+    return table.columns[column]
+
+
+def explain_or_fail(conn: Connection, statement: str, params: dict[str, object],
+                    fails: str, fix: str = "fix it") -> None:
+    """EXPLAIN a statement built from user input: PostgreSQL parses, type-checks
+    and plans it without running it. Bind parameters keep it on the extended
+    protocol, which refuses a second statement smuggled in after a semicolon.
+    An error becomes ``InvalidParams("<fails>: <reason>; <fix>")``."""
     try:
         with conn.begin_nested():
-            conn.execute(text(f"EXPLAIN SELECT * FROM ({select}) q WHERE :one = 1"), {"one": 1})
+            conn.execute(text(f"EXPLAIN {statement}"), params)
     except Exception as exc:
-        detail = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
-        raise InvalidParams(f"{option} does not work on {display}: {detail}; fix it") from None
+        raise InvalidParams(f"{fails}: {one_line(exc)}; {fix}") from None
+
+
+def explain_select_or_fail(conn: Connection, select: str, option: str, display: str,
+                           fix: str = "fix it") -> None:
+    """``explain_or_fail`` for a query with no parameters of its own."""
+    explain_or_fail(conn, f"SELECT * FROM ({select}) q WHERE :one = 1", {"one": 1},
+                    f"{option} does not work on {display}", fix)
+
+
+def check_where(conn: Connection, table: TableInfo, where: str) -> None:
+    """A ``--where`` predicate (already ``one_expression``) on ``table``."""
+    explain_select_or_fail(conn, f"SELECT 1 FROM {table.qualified} WHERE {embed(where)}",
+                           "--where", table.display, FIX_WHERE)
+
+
+def set_ddl_lock_timeout(conn: Connection) -> None:
+    """Bound the lock wait of the DDL in ``conn``'s transaction."""
+    conn.execute(text(f"SET LOCAL lock_timeout = '{DDL_LOCK_TIMEOUT}'"))
+
+
+def relation_exists(conn: Connection, name: str) -> bool:
+    return bool(conn.execute(text("SELECT to_regclass(:t) IS NOT NULL"), {"t": name}).scalar())

@@ -155,7 +155,7 @@ def database(url: str | None) -> Iterator[Server]:
     if url:
         yield Server(url, None, None)
         return
-    from framework.pgcluster import LocalPostgres
+    from framework.localpg.cluster import LocalPostgres
 
     data_dir = Path(tempfile.mkdtemp(prefix="reorg-bench-", dir="/tmp"))
     cluster = LocalPostgres(data_dir, durable=False)

@@ -421,7 +421,7 @@ METHOD = f"""\
   up to `--retries` times (default 2); the report shows the last attempt. A
   worker's first job is never repeated (a repeat would not be a first job).
 - **Database.** Without `--db` the benchmark starts its own PostgreSQL cluster
-  (`framework.pgcluster.LocalPostgres`, `fsync`, `synchronous_commit` and
+  (`framework.localpg.cluster.LocalPostgres`, `fsync`, `synchronous_commit` and
   `full_page_writes` off) in a temporary directory and deletes it afterwards.
 - **(1) reorg.** `reorg db upgrade`, then one `reorg worker --slots {WORKER_SLOTS}` process is
   started and waited for until `reorg nodes --json` lists it. The clock runs

@@ -6,6 +6,6 @@ Owns argument parsing, ``REORG_*`` environment variables, output formatting
 ``framework``; SQL stays in ``framework.store`` (the one exception, a read of
 the history table, is marked in ``cli.history``).
 
-Never imported by ``framework`` or ``backfill``. Imports ``framework.embedded``
+Never imported by ``framework`` or ``backfill``. Imports ``framework.localpg.embedded``
 lazily, only when no database is configured.
 """

@@ -38,9 +38,9 @@ _KIND_MEANING = {
 
 
 def load_report(db: Database, job_id: int, max_keys: int) -> dict[str, Any]:
-    """``backfill.checksum_job.report`` of a job: the job and all its subtasks
+    """``backfill.checksum.report.report`` of a job: the job and all its subtasks
     read in one snapshot."""
-    from backfill.checksum_job import report
+    from backfill.checksum.report import report
 
     with db.begin(isolation_level="REPEATABLE READ") as conn:
         job = jobs.get(db, conn, job_id)

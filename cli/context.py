@@ -74,7 +74,7 @@ class CliState:
     def _database_url(self) -> str:
         if self.options.db_url:
             return self.options.db_url
-        from framework.embedded import embedded_database_url
+        from framework.localpg.embedded import embedded_database_url
 
         self.embedded = True
         try:

@@ -22,8 +22,9 @@ import typer
 
 from framework.config import ConfigError
 from framework.db import DatabaseUnreachable, SchemaBehind
+from framework.errors import one_line
 from framework.jobtype import InvalidParams
-from framework.pgcluster import PostgresError, PostgresNotFound
+from framework.localpg.cluster import PostgresError, PostgresNotFound
 from framework.store.jobs import ActiveJobExists
 
 BAD_INPUT = 2
@@ -62,20 +63,20 @@ def handle(exc: BaseException, *, debug: bool) -> int:
 def classify(exc: BaseException) -> tuple[str, int, str | None]:
     """(one-line message, exit code, hint) for an exception."""
     if isinstance(exc, CliFailure):
-        return one_line(str(exc)), exc.exit_code, None
+        return one_line(str(exc), limit=None), exc.exit_code, None
     if isinstance(exc, typer.TyperException):  # click usage errors, vendored by typer
         return _usage_error(exc)
     if isinstance(exc, KeyboardInterrupt | typer.Abort):
         return "interrupted", INTERRUPTED, None
     if isinstance(exc, InvalidParams | ConfigError | ActiveJobExists):
-        return one_line(str(exc)), BAD_INPUT, None
+        return one_line(str(exc), limit=None), BAD_INPUT, None
     if isinstance(exc, DatabaseUnreachable | SchemaBehind | PostgresNotFound | PostgresError):
-        return one_line(str(exc)), OPERATIONAL, None
+        return one_line(str(exc), limit=None), OPERATIONAL, None
     if type(exc).__name__ == "SparkUnavailable":  # by name: importing it would load backfill.spark
-        return one_line(str(exc)), OPERATIONAL, None
+        return one_line(str(exc), limit=None), OPERATIONAL, None
     if isinstance(exc, sa.exc.DBAPIError):
-        return f"database error: {one_line(str(exc.orig or exc))}", OPERATIONAL, DEBUG_HINT
-    return f"unexpected {type(exc).__name__}: {one_line(str(exc))}", OPERATIONAL, DEBUG_HINT
+        return f"database error: {one_line(str(exc.orig or exc), limit=None)}", OPERATIONAL, DEBUG_HINT
+    return f"unexpected {type(exc).__name__}: {one_line(str(exc), limit=None)}", OPERATIONAL, DEBUG_HINT
 
 
 def _usage_error(exc: typer.TyperException) -> tuple[str, int, str | None]:
@@ -89,12 +90,5 @@ def _usage_error(exc: typer.TyperException) -> tuple[str, int, str | None]:
             print(exc.format_message())
         return "", BAD_INPUT, None
     hint = f"see `{ctx.command_path} --help`" if ctx is not None else None
-    return one_line(exc.format_message()), code, hint
+    return one_line(exc.format_message(), limit=None), code, hint
 
-
-def one_line(text: str) -> str:
-    """The first non-empty line, so multi-line driver errors stay one line."""
-    for line in text.strip().splitlines():
-        if line.strip():
-            return line.strip()
-    return "no details"

@@ -15,6 +15,7 @@ import typer
 
 from cli.context import cli_state
 from framework import jobtype
+from framework.errors import one_line
 from framework.node import Node
 
 app = typer.Typer()
@@ -89,7 +90,7 @@ def _warm_up_spark() -> None:
     try:
         session.get_spark()
     except Exception as exc:
-        log.warning("Spark did not start: %s", str(exc).strip().splitlines()[0])
+        log.warning("Spark did not start: %s", one_line(exc))
         return
     # Once per host, build the class-data archive later JVMs start from
     # (this worker's next start, and every `reorg submit`'s dry run).

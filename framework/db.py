@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from framework.config import ConfigError, Settings
+from framework.errors import one_line
 
 
 class DatabaseUnreachable(RuntimeError):
@@ -107,7 +108,7 @@ class Database:
         except sa.exc.OperationalError as exc:
             raise DatabaseUnreachable(
                 f"cannot reach PostgreSQL at {describe_url(self.settings.database_url)}: "
-                f"{_first_line(exc.orig)}; start it or pass --db / REORG_DATABASE_URL"
+                f"{one_line(exc.orig, empty='no answer')}; start it or pass --db / REORG_DATABASE_URL"
             ) from exc
 
     @contextmanager
@@ -143,7 +144,3 @@ class Database:
 @lru_cache(maxsize=512)
 def _compiled(template: str, schema: str) -> sa.TextClause:
     return sa.text(template.replace("{s}", f'"{schema}"'))
-
-
-def _first_line(exc: BaseException | None) -> str:
-    return str(exc).strip().splitlines()[0] if exc and str(exc).strip() else "no answer"

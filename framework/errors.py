@@ -1,4 +1,5 @@
-"""Which failures of a subtask are worth retrying."""
+"""Which failures of a subtask are worth retrying, and the one line an error
+is reported as."""
 
 from __future__ import annotations
 
@@ -22,6 +23,18 @@ def is_retryable(exc: BaseException) -> bool:
     return isinstance(exc, ConnectionError | TimeoutError)
 
 
-def one_line(exc: BaseException) -> str:
-    text = str(getattr(exc, "orig", None) or exc).strip()
-    return (text.splitlines()[0] if text else type(exc).__name__)[:500]
+def one_line(error: BaseException | str | None, *, limit: int | None = 500,
+             empty: str | None = None) -> str:
+    """The first non-empty line of an error, at most ``limit`` characters, so a
+    multi-line driver error or stack trace is reported as one line. Of a DB-API
+    error, the driver's message (``orig``), not SQLAlchemy's wrapper with the
+    statement. No text gives ``empty``: by default the exception's class name,
+    or "no details" for a message passed as text."""
+    is_exc = isinstance(error, BaseException)
+    text = str(getattr(error, "orig", None) or error) if is_exc else str(error or "")
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()[:limit]
+    if empty is not None:
+        return empty
+    return type(error).__name__ if is_exc else "no details"

@@ -1,7 +1,7 @@
 """Shared fixtures: one PostgreSQL server per test session, one empty database per test.
 
 Server: a testcontainers ``postgres:15`` when a Docker engine answers, otherwise a
-throwaway cluster from local binaries (framework.pgcluster.LocalPostgres).
+throwaway cluster from local binaries (framework.localpg.cluster.LocalPostgres).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from helpers import create_database, drop_database
 
-from framework.pgcluster import LocalPostgres
+from framework.localpg.cluster import LocalPostgres
 
 # Framework fixtures (migrated database, settings, in-process nodes) and the
 # Spark data plane's (the SparkSession, an engine on a fresh database).

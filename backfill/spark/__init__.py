@@ -1,8 +1,13 @@
-"""The PySpark data plane: one SparkSession per process (``session``), JDBC
-plumbing (``jdbc``), transforms (``transform``), landing Spark's output in
-PostgreSQL (``landing``), the fenced merge (``merge``), the batch loop that
-runs one subtask (``pipeline``) and what a batch is for each job type:
-``backfill`` (``engine``), ``copy`` (``copying``), ``checksum`` (``comparing``).
+"""The PySpark plumbing the Spark job types share: one SparkSession per
+process (``session``, with its class-data archive ``cds``), JDBC reads
+(``jdbc``), landing Spark's output in PostgreSQL (``landing``), Spark and
+PostgreSQL types (``compat``), batch sizing (``sizing``), failures in one
+line (``failures``), submit-time checks (``validation``, ``quiet``) and the
+one batch loop that runs a subtask (``pipeline``).
+
+What a batch is lives with each job type: ``backfill.spark_backfill.batches``,
+``backfill.copy.batches``, ``backfill.checksum.batches``. This package never
+imports a job type's package, nor ``cli``.
 
 Nothing here starts Spark at import time: ``session.get_spark()`` does, once.
 """

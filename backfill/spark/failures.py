@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import re
 
+from framework.errors import one_line
+
 # "Caused by: org.postgresql.util.PSQLException: ERROR: invalid input syntax ..."
 _JAVA_CAUSE = re.compile(r"^Caused by: ([\w.$]+): (.+)$", re.MULTILINE)
 _DRIVER_EXCEPTION = re.compile(r"^: ([\w.$]+): (.+)$", re.MULTILINE)
@@ -56,7 +58,8 @@ def is_spark(exc: BaseException) -> bool:
 
 
 def first_line(exc: BaseException) -> str:
-    """One line saying what went wrong (at most 300 characters)."""
+    """One line saying what went wrong (at most 300 characters): ``one_line``,
+    after digging the cause out of a Spark or UDF failure's text."""
     text = str(getattr(exc, "orig", None) or exc).strip()
     if text.startswith(_PY4J_CALL):
         # The deepest cause; a call that failed in the driver has none, its
@@ -66,7 +69,7 @@ def first_line(exc: BaseException) -> str:
             text = causes[-1][1].removeprefix("ERROR: ")
     elif text.startswith(_PYTHON_WORKER):
         text = [line for line in text.splitlines() if line.strip()][-1].strip()
-    return text.splitlines()[0][:300] if text else type(exc).__name__
+    return one_line(text, limit=300, empty=type(exc).__name__)
 
 
 def from_postgres(exc: BaseException) -> bool:

@@ -1,6 +1,7 @@
 """A subtask as a pipeline of batches, generic over what a batch computes and
-how it is applied: the one batch loop of ``backfill`` (``engine``), ``copy``
-(``copying``) and ``checksum`` (``comparing``).
+how it is applied: the one batch loop of ``backfill``
+(``backfill.spark_backfill.batches``), ``copy`` (``backfill.copy.batches``) and
+``checksum`` (``backfill.checksum.batches``).
 
     read thread:  bounds ─► compute(lo, hi) on Spark (its own job group)
     main thread:              one transaction: apply(batch) ─► checkpoint ─► commit

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from backfill.spark import cds
+from framework.errors import one_line
 
 if TYPE_CHECKING:  # importing pyspark is cheap, but keep even that off the import path
     from pyspark.sql import SparkSession
@@ -334,7 +335,7 @@ def _launch(settings: SparkSettings, driver: JdbcDriver, jvm_options: str) -> Sp
     except Exception as exc:
         hint = ("could not fetch " + driver.value + " (no network?); " + HOW_TO_PROVIDE
                 if driver.kind == "packages" else "check java (JAVA_HOME) and --spark-conf")
-        raise _JvmDidNotStart(f"Spark did not start ({_first_line(exc)}); {hint}") from exc
+        raise _JvmDidNotStart(f"Spark did not start ({one_line(exc, limit=300)}); {hint}") from exc
     spark.sparkContext.setLogLevel("ERROR")
     _check_driver(spark, driver)
     log.info("Spark %s started: master %s, JDBC driver %s", spark.version, settings.master, driver.value)
@@ -351,11 +352,6 @@ def _check_driver(spark: SparkSession, driver: JdbcDriver) -> None:
         spark.stop()
         raise SparkUnavailable(
             f"PostgreSQL JDBC driver not loadable from {driver.value}; {HOW_TO_PROVIDE}") from exc
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else type(exc).__name__
 
 
 def stop() -> None:

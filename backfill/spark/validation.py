@@ -1,4 +1,6 @@
-"""Start Spark for submit-time checks before the checks' transaction opens.
+"""What the Spark job types' submit-time checks share: Spark started before
+the checks' transaction opens, and the dry run on sample rows.
+
 
 ``framework.submit`` validates in one REPEATABLE READ transaction, which
 PostgreSQL opens at its first statement. Starting Spark takes seconds (more
@@ -12,9 +14,17 @@ checked on a separate connection before Spark starts.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from sqlalchemy.engine import Connection
 
-from backfill.tables import inspect_table
+from backfill.spark.failures import first_line, from_postgres, lost_connection
+from backfill.tables import FIX_WHERE, inspect_table
+from framework.db import DatabaseUnreachable
+from framework.jobtype import InvalidParams
+
+DRY_RUN_ROWS = 100  # sample rows a submit computes and lands (rolled back) to check the input
 
 
 def start_spark_first(conn: Connection, table: str) -> None:
@@ -27,3 +37,25 @@ def start_spark_first(conn: Connection, table: str) -> None:
     with conn.engine.connect() as quick:
         inspect_table(quick, table)  # raises InvalidParams: unknown table, no usable key
     session.get_validation_spark()
+
+
+@contextmanager
+def dry_run(shown: str, display: str, where: str | None) -> Iterator[None]:
+    """Turn a failed dry run of ``shown`` (e.g. ``--set c=expr``) on sample rows
+    of ``display`` into the error that says whose fault it was: the database
+    connection's (try again), the ``--where`` predicate's (PostgreSQL failed
+    evaluating it on the rows read, after EXPLAIN accepted it), or the
+    expression's."""
+    try:
+        yield
+    except Exception as exc:
+        if lost_connection(exc):
+            raise DatabaseUnreachable(
+                f"the dry run of {shown} on sample rows was cut off by the database "
+                f"({first_line(exc)}); submit again") from None
+        if where and from_postgres(exc):
+            raise InvalidParams(
+                f"--where fails on rows of {display}: {first_line(exc)}; {FIX_WHERE}") from None
+        raise InvalidParams(
+            f"{shown} fails on sample rows of {display}: {first_line(exc)}; "
+            "fix the expression") from None

@@ -14,9 +14,10 @@ import psycopg
 import pytest
 from helpers import wait_until
 
-from framework import embedded, pgcluster
-from framework.embedded import embedded_database_url, stop_embedded
-from framework.pgcluster import LocalPostgres, PostgresNotFound, accepts_tcp, free_port
+from framework.localpg import cluster as pgcluster
+from framework.localpg import embedded
+from framework.localpg.cluster import LocalPostgres, PostgresNotFound, accepts_tcp, free_port
+from framework.localpg.embedded import embedded_database_url, stop_embedded
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -112,7 +113,7 @@ def embedded_env(monkeypatch: pytest.MonkeyPatch, scratch_dir: Path) -> Iterator
 
 
 def _embedded_url_in_subprocess() -> subprocess.Popen[str]:
-    code = "from framework.embedded import embedded_database_url as f; print(f())"
+    code = "from framework.localpg.embedded import embedded_database_url as f; print(f())"
     return subprocess.Popen(
         [sys.executable, "-c", code],
         cwd=REPO_ROOT,

@@ -9,8 +9,8 @@ import pytest
 import sqlalchemy as sa
 from framework_fixtures import make_items
 
+from backfill.copy.batches import CopySpec
 from backfill.expressions import one_expression
-from backfill.spark.copying import CopySpec
 from backfill.spark.jdbc import read_query
 
 WHERES = ["a = 1 -- only ones", "a = 1 /* only ones */", "(a = 1)", "a = 1\n-- only ones"]

@@ -11,8 +11,8 @@ import pytest
 import sqlalchemy as sa
 from spark_helpers import JobKind, make_context, make_items, scalar, snapshot
 
-from backfill.backfill_job import BackfillJobType, merge_sql, spec_of
-from backfill.spark.engine import SubtaskRunner
+from backfill.spark_backfill.batches import SubtaskRunner
+from backfill.spark_backfill.job import BackfillJobType, merge_sql, spec_of
 from framework.jobtype import LeaseLost, Stopped
 
 pytestmark = pytest.mark.spark
@@ -282,7 +282,7 @@ _VALIDATE_COLD = """
 import sys
 import psycopg
 import sqlalchemy as sa
-from backfill.backfill_job import BackfillJobType
+from backfill.spark_backfill.job import BackfillJobType
 from backfill.spark import session
 from framework.db import sqlalchemy_url
 

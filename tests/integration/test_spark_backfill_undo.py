@@ -11,8 +11,8 @@ import sqlalchemy as sa
 from helpers import wait_until
 from spark_helpers import TERMINAL, JobKind, make_items, rows, scalar, snapshot, wait_state
 
-from backfill.backfill_job import BackfillJobType, merge_sql, register, spec_of
-from backfill.spark.engine import SubtaskRunner
+from backfill.spark_backfill.batches import SubtaskRunner
+from backfill.spark_backfill.job import BackfillJobType, merge_sql, register, spec_of
 from framework import control, faults
 from framework.submit import SubmitRequest, submit
 

@@ -11,9 +11,10 @@ import sqlalchemy as sa
 from framework_fixtures import table_rows
 from spark_helpers import TERMINAL, JobKind, make_context, make_items, rows, snapshot, wait_state
 
-from backfill.checksum_job import ChecksumJobType, report, spec_of
-from backfill.spark import comparing
-from backfill.spark.comparing import ChecksumPipeline, Findings
+from backfill.checksum import batches as comparing
+from backfill.checksum.batches import ChecksumPipeline, Findings
+from backfill.checksum.job import ChecksumJobType, spec_of
+from backfill.checksum.report import report
 from framework.jobtype import LeaseLost
 from framework.store import jobs
 from framework.submit import SubmitRequest, submit
@@ -203,7 +204,7 @@ def test_bad_input_is_rejected_with_one_line_and_changes_nothing(spark, target_d
 
 @pytest.mark.parametrize("mode", MODES)
 def test_checksum_job_succeeds_with_findings_and_reports_them(spark, db, start_node, mode):
-    from backfill.checksum_job import register
+    from backfill.checksum.job import register
 
     register()
     make_items(db, 20_000, step=3)

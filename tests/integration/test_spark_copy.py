@@ -21,8 +21,8 @@ from spark_helpers import (
     wait_state,
 )
 
-from backfill.copy_job import CopyJobType, spec_of
-from backfill.spark.copying import CopyConflict, CopyPipeline
+from backfill.copy.batches import CopyConflict, CopyPipeline
+from backfill.copy.job import CopyJobType, spec_of
 from framework import control
 from framework.jobtype import LeaseLost, Stopped
 from framework.submit import SubmitRequest, submit
@@ -319,7 +319,7 @@ def test_overlap_check_honours_where(spark, target_db):
 
 @pytest.fixture
 def _registered():
-    from backfill.copy_job import register
+    from backfill.copy.job import register
 
     register()
 

@@ -10,7 +10,7 @@ from framework_fixtures import make_items, table_rows
 from helpers import wait_until
 from spark_helpers import TERMINAL, job_of, wait_state
 
-from backfill.backfill_job import register
+from backfill.spark_backfill.job import register
 from framework import control
 from framework.submit import SubmitRequest, submit
 

@@ -135,7 +135,7 @@ def test_type_rules():
 
 
 def test_importing_the_job_type_starts_no_spark():
-    code = ("import sys, backfill.backfill_job as b; b.register(); "
+    code = ("import sys, backfill.spark_backfill.job as b; b.register(); "
             "assert 'pyspark' not in sys.modules, 'pyspark imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60,
                    cwd=Path(__file__).resolve().parents[2])

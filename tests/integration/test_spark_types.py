@@ -7,8 +7,8 @@ import pytest
 import sqlalchemy as sa
 from spark_helpers import JobKind
 
-from backfill.backfill_job import BackfillJobType, spec_of
-from backfill.spark.engine import SubtaskRunner
+from backfill.spark_backfill.batches import SubtaskRunner
+from backfill.spark_backfill.job import BackfillJobType, spec_of
 
 pytestmark = pytest.mark.spark
 

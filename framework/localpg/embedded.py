@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from framework.pgcluster import LocalPostgres, accepts_tcp, free_port, port_is_free
+from framework.localpg.cluster import LocalPostgres, accepts_tcp, free_port, port_is_free
 
 DEFAULT_PORT = 54329
 DATABASE = "reorg"

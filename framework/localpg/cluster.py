@@ -1,6 +1,6 @@
 """A PostgreSQL cluster run from local server binaries (no Docker needed).
 
-Used for the embedded default database (see ``framework.embedded``) and as the
+Used for the embedded default database (see ``framework.localpg.embedded``) and as the
 test server when no Docker engine is available.
 
 Layout of ``data_dir``::
@@ -237,7 +237,7 @@ class LocalPostgres:
         if not self.durable:
             # Throwaway test clusters: speed over crash safety.
             settings |= {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
-        block = "\n# added by reorg (framework/pgcluster.py)\n" + "".join(
+        block = "\n# added by reorg (framework/localpg/cluster.py)\n" + "".join(
             f"{key} = {value}\n" for key, value in settings.items()
         )
         # Appending keeps the file's owner; later lines override initdb's defaults.

@@ -23,10 +23,11 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from backfill.spark.jdbc import VERSION_COLUMN
+from backfill.spark.pipeline import spark_column
 from backfill.spark.session import on_session_stop
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import DataType
 
 OUTPUT_COLUMNS = ("k", "ver", "new")
@@ -53,13 +54,6 @@ def load_udf(spec: str) -> tuple[str, Callable[..., Any]]:
     if not callable(func):
         raise UdfError(f"--udf: {module_name} has no function {func_name}")
     return func_name, func
-
-
-def spark_col(name: str) -> Column:
-    """A column by its exact name (backticks: names may hold dots or spaces)."""
-    from pyspark.sql import functions as F
-
-    return F.col("`" + name.replace("`", "``") + "`")
 
 
 def _installed(module: ModuleType) -> bool:
@@ -101,5 +95,5 @@ class Transform:
         """The batch rows as (k, ver, new); ``new`` cast to the target's Spark type."""
         from pyspark.sql import functions as F
 
-        return df.select(spark_col(key).alias("k"), F.col(VERSION_COLUMN).alias("ver"),
+        return df.select(spark_column(key).alias("k"), F.col(VERSION_COLUMN).alias("ver"),
                          F.expr(self.expr).cast(target_type).alias("new"))

@@ -7,13 +7,13 @@ EXPR is a Spark SQL expression over the row's columns; with ``--udf`` it may
 call that Python function by its name (``--udf mylib:clean --set c=clean(b)``).
 PRED is a PostgreSQL predicate applied to the read.
 
-Each subtask runs on the process's SparkSession (``backfill.spark.engine``):
+Each subtask runs on the process's SparkSession (``backfill.spark_backfill.batches``):
 read a batch with row versions, transform, land, merge where unchanged, and
 checkpoint in the merge transaction (DESIGN 3, 9).
 
 Rollback (DESIGN 8): a column the job added is dropped; an overwritten column
 gets its old values back wherever the row still holds what the job wrote
-(``backfill.spark.merge``). Importing this module does not start Spark.
+(``backfill.spark_backfill.merge``). Importing this module does not start Spark.
 """
 
 from __future__ import annotations
@@ -23,29 +23,23 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
-from backfill.expressions import one_expression
-from backfill.spark.failures import first_line, from_postgres, lost_connection
-from backfill.spark.merge import MergeSql
-from backfill.spark.validation import start_spark_first
+from backfill.expressions import optional_expression
+from backfill.spark.failures import first_line
+from backfill.spark.sizing import ROWS_PER_SUBTASK
+from backfill.spark.validation import DRY_RUN_ROWS, dry_run, start_spark_first
+from backfill.spark_backfill.merge import MergeSql
 from backfill.tables import (
     TableInfo,
+    check_where,
     inspect_table,
     parse_assignment,
-    parse_column_spec,
     quote,
-    resolve_type,
+    relation_exists,
+    set_ddl_lock_timeout,
+    target_column,
 )
 from framework import jobtype
-from framework.db import DatabaseUnreachable
 from framework.jobtype import InvalidParams, Job, SubtaskContext, Target
-
-DDL_LOCK_TIMEOUT = "5s"
-DRY_RUN_ROWS = 100
-# A Spark subtask pays a fixed cost (plan, JDBC connection, pipeline fill and
-# drain); 250k-row ranges keep it small while still giving many hosts work.
-# Measured on 2M rows, 2 slots: 50k-row subtasks ~19 s, 250k-row ~10-18 s (noisy host).
-# An explicit --rows-per-subtask overrides it (framework.submit).
-ROWS_PER_SUBTASK = 250_000
 
 
 def merge_sql(job: Job) -> MergeSql:
@@ -55,8 +49,8 @@ def merge_sql(job: Job) -> MergeSql:
 
 
 def spec_of(job: Job) -> Any:
-    from backfill.spark.engine import BackfillSpec
-    from backfill.spark.transform import Transform
+    from backfill.spark_backfill.batches import BackfillSpec
+    from backfill.spark_backfill.transform import Transform
 
     p = job.params
     return BackfillSpec(
@@ -76,16 +70,13 @@ class BackfillJobType:
         start_spark_first(conn, params.get("table", ""))
         table = inspect_table(conn, params.get("table", ""))
         column, expr = parse_assignment(params.get("set", ""))
-        where = (params.get("where") or "").strip() or None
         udf = (params.get("udf") or "").strip() or None
-        if column == table.key:
-            raise InvalidParams(f"column {column} is the primary key; reorg never rewrites keys")
-        column_type = self._column_type(conn, table, column, params.get("add_column"))
+        column_type = target_column(conn, table, column, params.get("add_column"))
+        where = optional_expression(params.get("where"), "--where")
         if where:
-            where = one_expression(where, "--where")
-            self._check_where(conn, table, where)
+            check_where(conn, table, where)
         if udf:
-            from backfill.spark.transform import UdfError, load_udf
+            from backfill.spark_backfill.transform import UdfError, load_udf
 
             try:
                 load_udf(udf)
@@ -106,40 +97,6 @@ class BackfillJobType:
         return Target(table.qualified, table.key_sql, normalised)
 
     @staticmethod
-    def _column_type(conn: Connection, table: TableInfo, column: str, add: str | None) -> str:
-        if add:
-            added, type_ = parse_column_spec(add)
-            if added != column:
-                raise InvalidParams(
-                    f"--add-column names {added} but --set writes {column}; use the same column")
-            if column in table.columns:
-                raise InvalidParams(
-                    f"column {column} already exists in {table.display}; drop --add-column "
-                    "to overwrite it (its old values are kept for rollback)")
-            return resolve_type(conn, type_)
-        if column not in table.columns:
-            raise InvalidParams(
-                f"column {column} does not exist in {table.display}; pass "
-                f"--add-column {column}:TYPE to create it")
-        return table.columns[column]
-
-    @staticmethod
-    def _check_where(conn: Connection, table: TableInfo, where: str) -> None:
-        # EXPLAIN of the read every batch makes: it parses and type-checks
-        # without running anything; the bind parameter keeps it on the
-        # extended protocol, which refuses a second statement.
-        from backfill.spark.jdbc import read_query
-
-        try:
-            with conn.begin_nested():
-                conn.execute(text(f"EXPLAIN SELECT * FROM {read_query(table.qualified, where)} "
-                                  "WHERE :one = 1"), {"one": 1})
-        except Exception as exc:
-            raise InvalidParams(
-                f"--where does not work on {table.display}: {first_line(exc)}; "
-                "fix the predicate (PostgreSQL syntax)") from None
-
-    @staticmethod
     def _check_with_spark(conn: Connection, table: TableInfo, column: str, expr: str,
                           column_type: str, where: str | None, udf: str | None,
                           *, adding: bool) -> None:
@@ -149,7 +106,7 @@ class BackfillJobType:
         from backfill.spark import compat, landing
         from backfill.spark.jdbc import jdbc_target, read_query, schema_probe
         from backfill.spark.session import get_validation_spark
-        from backfill.spark.transform import Transform
+        from backfill.spark_backfill.transform import Transform
 
         spark = get_validation_spark()
         jdbc = jdbc_target(conn.engine.url)
@@ -183,7 +140,7 @@ class BackfillJobType:
             raise InvalidParams(
                 f"{shown} yields {result.simpleString()} but {column} is {column_type}; "
                 f"wrap it in CAST(... AS {target.simpleString()})")
-        try:
+        with dry_run(shown, table.display, where):
             rows = transform.output(sample, table.key, target).toArrow()
             with conn.begin_nested() as savepoint:
                 raw = conn.connection.driver_connection
@@ -191,25 +148,12 @@ class BackfillJobType:
                 landing.copy_in(raw, column_type, list(MergeSql.STAGE_COLUMNS),
                                 landing.to_csv(rows))
                 savepoint.rollback()
-        except Exception as exc:
-            if lost_connection(exc):
-                raise DatabaseUnreachable(
-                    f"the dry run of {shown} on sample rows was cut off by the database "
-                    f"({first_line(exc)}); submit again") from None
-            if where and from_postgres(exc):
-                # EXPLAIN accepted it; PostgreSQL failed evaluating it on the rows read.
-                raise InvalidParams(
-                    f"--where fails on rows of {table.display}: {first_line(exc)}; "
-                    "fix the predicate (PostgreSQL syntax)") from None
-            raise InvalidParams(
-                f"{shown} fails on sample rows of {table.display}: {first_line(exc)}; "
-                "fix the expression") from None
 
     # --- owner steps --------------------------------------------------------
 
     def prepare(self, conn: Connection, job: Job) -> None:
         p = job.params
-        conn.execute(text(f"SET LOCAL lock_timeout = '{DDL_LOCK_TIMEOUT}'"))
+        set_ddl_lock_timeout(conn)
         if p["overwrite"]:
             for stmt in merge_sql(job).create_images():
                 conn.execute(text(stmt))
@@ -240,7 +184,7 @@ class BackfillJobType:
                           f"{job.params['column_type']}"))
 
     def run_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
-        from backfill.spark.engine import run_subtask
+        from backfill.spark_backfill.batches import run_subtask
 
         run_subtask(ctx, engine, spec_of(ctx.job))
 
@@ -251,14 +195,12 @@ class BackfillJobType:
     def rollback(self, conn: Connection, job: Job) -> None:
         p = job.params
         m = merge_sql(job)
-        conn.execute(text(f"SET LOCAL lock_timeout = '{DDL_LOCK_TIMEOUT}'"))
+        set_ddl_lock_timeout(conn)
         if not p["overwrite"]:
             conn.execute(text(
                 f"ALTER TABLE {job.target_table} DROP COLUMN IF EXISTS {quote(p['column'])}"))
             return
-        prepared = conn.execute(text("SELECT to_regclass(:t) IS NOT NULL"),
-                                {"t": m.batches}).scalar()
-        if prepared:
+        if relation_exists(conn, m.batches):
             for stmt in m.restore():
                 conn.execute(text(stmt))
         for stmt in m.drop_images():

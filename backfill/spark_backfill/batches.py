@@ -1,4 +1,4 @@
-"""The ``backfill`` job's batches on the shared batch loop (``pipeline``).
+"""The ``backfill`` job's batches on the shared batch loop (``backfill.spark.pipeline``).
 
     read thread:  bounds ─► Spark JDBC read (+xmin) ─► transform ─► Arrow ─► CSV
     main thread:                      COPY to temp stage ─► merge where xmin unchanged
@@ -26,16 +26,16 @@ from sqlalchemy.engine import Connection, Engine
 
 from backfill.spark import landing
 from backfill.spark.jdbc import jdbc_target, read_base, read_keys
-from backfill.spark.merge import MergeSql
 from backfill.spark.pipeline import Batch, BatchStat, RangePipeline, key_between
 from backfill.spark.session import on_session_stop
-from backfill.spark.transform import Transform
+from backfill.spark_backfill.merge import MergeSql
+from backfill.spark_backfill.transform import Transform
 from framework.jobtype import RetryableError, SubtaskContext
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-log = logging.getLogger("reorg.spark.engine")
+log = logging.getLogger("reorg.spark.engine")  # its old module name: bench/backfill.py enables it
 
 OPTIMISTIC_ROUNDS = 2  # re-read changed rows this often without locks, then lock them
 MAX_ROUNDS = OPTIMISTIC_ROUNDS + 2  # after the locked round nothing should be left

@@ -5,12 +5,12 @@
 Rows are matched by A's key column (B must have it as its primary key) and
 compared on the listed columns (default: every column of A but the key;
 each must exist in B, with a type comparable to A's). How a range is
-compared: ``backfill.spark.comparing``.
+compared: ``backfill.checksum.batches``.
 
 The job succeeds when the comparison completes: mismatches are a finding,
 not a failure. Each subtask keeps its findings in its meta, written with its
 checkpoints (so they follow the subtask into ``background_subtask_history``
-and its retention); ``report(conn, job)`` sums them up. Nothing else is
+and its retention); ``backfill.checksum.report`` sums them up. Nothing else is
 written, so prepare, advance and rollback have nothing to do.
 """
 
@@ -21,12 +21,18 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
-from backfill.spark.comparing import KINDS, META_KEY, ChecksumSpec, CompareColumn
-from backfill.tables import TableInfo, check_identifier, explain_or_fail, inspect_table, quote
+from backfill.checksum.batches import ChecksumSpec, CompareColumn
+from backfill.spark.sizing import ROWS_PER_SUBTASK
+from backfill.tables import (
+    TableInfo,
+    check_identifier,
+    explain_select_or_fail,
+    inspect_table,
+    relation_exists,
+)
 from framework import jobtype
 from framework.jobtype import InvalidParams, Job, SubtaskContext, Target
 
-ROWS_PER_SUBTASK = 250_000  # as backfill: a Spark subtask has a fixed cost
 COMPARE_IN = ("postgres", "spark")
 
 
@@ -73,7 +79,7 @@ class ChecksumJobType:
                    if others else "; so is " + b.display))
         spec = ChecksumSpec(a.qualified, b.qualified, a.key_sql, a.key, tuple(columns))
         # Plans (and type-checks) the comparison on both tables without running it.
-        explain_or_fail(conn, spec.compare_sql(spec.range_cond(0, 1)[0]).replace(":lo", "0")
+        explain_select_or_fail(conn, spec.compare_sql(spec.range_cond(0, 1)[0]).replace(":lo", "0")
                         .replace(":hi", "1"), "--columns", f"{a.display} and {b.display}")
         normalised = {k: v for k, v in params.items() if v is not None}
         normalised |= {"key": a.key, "target": b.display, "target_table": b.qualified,
@@ -87,8 +93,7 @@ class ChecksumJobType:
         if not name:
             raise InvalidParams("no --target given; name the table to compare with, e.g. "
                                 "--target public.items_copy")
-        exists = conn.execute(text("SELECT to_regclass(:n) IS NOT NULL"), {"n": name}).scalar()
-        if not exists:
+        if not relation_exists(conn, name):
             raise InvalidParams(f"target table {name!r} does not exist; check the name")
         try:
             b = inspect_table(conn, name)
@@ -109,7 +114,7 @@ class ChecksumJobType:
         return None  # read-only: nothing to set up
 
     def run_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
-        from backfill.spark.comparing import run_checksum
+        from backfill.checksum.batches import run_checksum
 
         run_checksum(ctx, engine, spec_of(ctx.job))
 
@@ -143,59 +148,6 @@ def _common_type(conn: Connection, a: TableInfo, b: TableInfo, name: str) -> str
             f"column {name} is {ta} in {a.display} but {tb} in {b.display}, which cannot be "
             "compared; leave it out of --columns") from None
     return str(common)
-
-
-def report(conn: Connection, job: Job, max_keys: int = 1000) -> dict[str, Any]:
-    """A checksum job's findings so far, from its subtasks (live and history).
-
-    ``state`` is the job's, as read in ``conn``'s transaction;
-    ``complete`` is True once every subtask has succeeded; ``mismatches`` counts
-    every mismatching key, ``by_kind`` splits it into ``missing_in_target``
-    (in --table, not in --target), ``missing_in_source`` (the reverse) and
-    ``different``; ``ranges`` lists the mismatching key ranges (``None``:
-    unbounded) and ``keys`` up to ``max_keys`` of the recorded keys (at most
-    1000 per subtask are recorded), in key order."""
-    if job.type != "checksum":
-        raise InvalidParams(f"job {job.id} is a {job.type} job, not a checksum job; only "
-                            "`reorg submit checksum` jobs have findings to report")
-    schema = quote(job.params.get("work_schema", "reorg"))
-    rows = conn.execute(text(f"""
-        SELECT state, row_count, meta FROM {schema}.background_subtask WHERE job_id = :j
-        UNION ALL
-        SELECT state, row_count, meta FROM {schema}.background_subtask_history WHERE job_id = :j
-    """), {"j": job.id}).all()
-    by_kind = dict.fromkeys(KINDS, 0)
-    ranges: list[dict[str, Any]] = []
-    keys: list[dict[str, Any]] = []
-    dropped = 0
-    for row in rows:
-        found = (row.meta or {}).get(META_KEY) or {}
-        for kind in KINDS:
-            by_kind[kind] += int(found.get(kind, 0))
-        ranges += [{"start_key": lo, "end_key": hi, "mismatches": n}
-                   for lo, hi, n in found.get("ranges", [])]
-        keys += [{"key": k, "kind": kind} for k, kind in found.get("keys", [])]
-        dropped += int(found.get("ranges_dropped", 0))
-    low = -(2 ** 63)
-    ranges.sort(key=lambda r: low if r["start_key"] is None else r["start_key"])
-    keys.sort(key=lambda r: r["key"])
-    mismatches = sum(by_kind.values())
-    return {
-        "job_id": job.id,
-        "table": job.target_table.replace('"', ""),
-        "target": job.params.get("target"),
-        "columns": [c["name"] for c in job.params.get("columns", [])],
-        "state": job.state,
-        "complete": bool(rows) and all(r.state == "succeeded" for r in rows),
-        "subtasks": len(rows),
-        "rows_compared": sum(int(r.row_count or 0) for r in rows),
-        "mismatches": mismatches,
-        "by_kind": by_kind,
-        "ranges": ranges,
-        "ranges_not_listed": dropped,
-        "keys": keys[:max_keys],
-        "keys_not_listed": mismatches - min(len(keys), max_keys),
-    }
 
 
 def register() -> None:

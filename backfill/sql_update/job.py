@@ -8,7 +8,7 @@ the row version it locks, so a concurrent application write is never
 overwritten by a value computed from an older read (DESIGN 9).
 
 Submit EXPLAINs (never runs) that very statement, built by the same function
-(``backfill.sql_update_sql``), against a temporary clone of the table: the
+(``backfill.sql_update.statements``), against a temporary clone of the table: the
 column may not exist yet, and a clone needs only ACCESS SHARE on the user's
 table, so a submit never queues a stronger lock on a production table.
 
@@ -26,21 +26,21 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
-from backfill.expressions import one_expression
-from backfill.spark.failures import first_line
-from backfill.sql_update_sql import UpdateSql, alias_of
+from backfill.expressions import one_expression, optional_expression
+from backfill.sql_update.statements import UpdateSql, alias_of
 from backfill.tables import (
     TableInfo,
+    explain_or_fail,
     inspect_table,
     parse_assignment,
-    parse_column_spec,
     quote,
-    resolve_type,
+    relation_exists,
+    set_ddl_lock_timeout,
+    target_column,
 )
 from framework import jobtype
-from framework.jobtype import InvalidParams, Job, SubtaskContext, Target
+from framework.jobtype import Job, SubtaskContext, Target
 
-DDL_LOCK_TIMEOUT = "5s"
 # Submit's stand-ins for the table and the job's work tables (temporary,
 # dropped with the validation savepoint).
 _CLONE, _CLONE_IMAGES, _CLONE_BATCHES = (
@@ -54,31 +54,9 @@ class SqlUpdate:
         table = inspect_table(conn, params.get("table", ""))
         column, expr = parse_assignment(params.get("set", ""))
         expr = one_expression(expr, "--set")
-        where = (params.get("where") or "").strip() or None
-        if where:
-            where = one_expression(where, "--where")
-        if column == table.key:
-            raise InvalidParams(f"column {column} is the primary key; reorg never rewrites keys")
+        where = optional_expression(params.get("where"), "--where")
         add = params.get("add_column")
-        if add:
-            added, type_ = parse_column_spec(add)
-            if added != column:
-                raise InvalidParams(
-                    f"--add-column names {added} but --set writes {column}; use the same column"
-                )
-            if column in table.columns:
-                raise InvalidParams(
-                    f"column {column} already exists in {table.display}; drop --add-column "
-                    "to overwrite it (its old values are kept for rollback)"
-                )
-            type_ = resolve_type(conn, type_)
-        elif column not in table.columns:
-            raise InvalidParams(
-                f"column {column} does not exist in {table.display}; pass "
-                f"--add-column {column}:TYPE to create it"
-            )
-        else:
-            type_ = table.columns[column]
+        type_ = target_column(conn, table, column, add)
         _check_statement(conn, table, column, expr, where, type_, adding=bool(add))
         return Target(table.qualified, table.key_sql, {
             **params, "column": column, "expr": expr, "where": where, "column_type": type_,
@@ -87,7 +65,7 @@ class SqlUpdate:
 
     def prepare(self, conn: Connection, job: Job) -> None:
         p = job.params
-        conn.execute(text(f"SET LOCAL lock_timeout = '{DDL_LOCK_TIMEOUT}'"))
+        set_ddl_lock_timeout(conn)
         if p["overwrite"]:
             for stmt in update_sql(job).create_images(p["column_type"]):
                 conn.execute(text(stmt))
@@ -121,16 +99,14 @@ class SqlUpdate:
 
     def rollback(self, conn: Connection, job: Job) -> None:
         p = job.params
-        conn.execute(text(f"SET LOCAL lock_timeout = '{DDL_LOCK_TIMEOUT}'"))
+        set_ddl_lock_timeout(conn)
         if not p["overwrite"]:
             conn.execute(text(
                 f"ALTER TABLE {job.target_table} DROP COLUMN IF EXISTS {quote(p['column'])}"))
             return
         _restore_legacy_images(conn, job)
         sql = update_sql(job)
-        prepared = conn.execute(text("SELECT to_regclass(:t) IS NOT NULL"),
-                                {"t": sql.batches}).scalar()
-        if prepared:
+        if sql.batches and relation_exists(conn, sql.batches):
             for stmt in sql.restore():
                 conn.execute(text(stmt))
         for stmt in sql.drop_images():
@@ -142,7 +118,7 @@ def _restore_legacy_images(conn: Connection, job: Job) -> None:
     ``before_image_<id>`` and is restored by value, as that version did (its
     batches fail under this version, so the job rolls back instead of hanging)."""
     legacy = f'{quote(job.params["work_schema"])}."before_image_{job.id}"'
-    if not conn.execute(text("SELECT to_regclass(:t) IS NOT NULL"), {"t": legacy}).scalar():
+    if not relation_exists(conn, legacy):
         return
     col = quote(job.params["column"])
     conn.execute(text(
@@ -186,13 +162,8 @@ def _check_statement(conn: Connection, table: TableInfo, column: str, expr: str,
 
 
 def _explain(conn: Connection, sql: UpdateSql, option: str, shown: str, display: str) -> None:
-    try:
-        with conn.begin_nested():
-            conn.execute(text(f"EXPLAIN {sql.update()}"), {"lo": 0, "hi": 1})
-    except Exception as exc:
-        raise InvalidParams(
-            f"{option} {shown!r} does not work on {display}: {first_line(exc)}; fix it"
-        ) from None
+    explain_or_fail(conn, sql.update(), {"lo": 0, "hi": 1},
+                    f"{option} {shown!r} does not work on {display}")
 
 
 def _next_batch(conn: Connection, job: Job, curr: int, end: int) -> tuple[int, int]:

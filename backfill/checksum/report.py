@@ -1,0 +1,66 @@
+"""A ``checksum`` job's findings, summed up from its subtasks' meta (live and
+history): what ``reorg checksum report`` prints."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
+
+from backfill.checksum.batches import KINDS, META_KEY
+from backfill.tables import quote
+from framework.jobtype import InvalidParams, Job
+
+
+def report(conn: Connection, job: Job, max_keys: int = 1000) -> dict[str, Any]:
+    """A checksum job's findings so far, from its subtasks (live and history).
+
+    ``state`` is the job's, as read in ``conn``'s transaction;
+    ``complete`` is True once every subtask has succeeded; ``mismatches`` counts
+    every mismatching key, ``by_kind`` splits it into ``missing_in_target``
+    (in --table, not in --target), ``missing_in_source`` (the reverse) and
+    ``different``; ``ranges`` lists the mismatching key ranges (``None``:
+    unbounded) and ``keys`` up to ``max_keys`` of the recorded keys (at most
+    1000 per subtask are recorded), in key order."""
+    if job.type != "checksum":
+        raise InvalidParams(f"job {job.id} is a {job.type} job, not a checksum job; only "
+                            "`reorg submit checksum` jobs have findings to report")
+    schema = quote(job.params.get("work_schema", "reorg"))
+    rows = conn.execute(text(f"""
+        SELECT state, row_count, meta FROM {schema}.background_subtask WHERE job_id = :j
+        UNION ALL
+        SELECT state, row_count, meta FROM {schema}.background_subtask_history WHERE job_id = :j
+    """), {"j": job.id}).all()
+    by_kind = dict.fromkeys(KINDS, 0)
+    ranges: list[dict[str, Any]] = []
+    keys: list[dict[str, Any]] = []
+    dropped = 0
+    for row in rows:
+        found = (row.meta or {}).get(META_KEY) or {}
+        for kind in KINDS:
+            by_kind[kind] += int(found.get(kind, 0))
+        ranges += [{"start_key": lo, "end_key": hi, "mismatches": n}
+                   for lo, hi, n in found.get("ranges", [])]
+        keys += [{"key": k, "kind": kind} for k, kind in found.get("keys", [])]
+        dropped += int(found.get("ranges_dropped", 0))
+    low = -(2 ** 63)
+    ranges.sort(key=lambda r: low if r["start_key"] is None else r["start_key"])
+    keys.sort(key=lambda r: r["key"])
+    mismatches = sum(by_kind.values())
+    return {
+        "job_id": job.id,
+        "table": job.target_table.replace('"', ""),
+        "target": job.params.get("target"),
+        "columns": [c["name"] for c in job.params.get("columns", [])],
+        "state": job.state,
+        "complete": bool(rows) and all(r.state == "succeeded" for r in rows),
+        "subtasks": len(rows),
+        "rows_compared": sum(int(r.row_count or 0) for r in rows),
+        "mismatches": mismatches,
+        "by_kind": by_kind,
+        "ranges": ranges,
+        "ranges_not_listed": dropped,
+        "keys": keys[:max_keys],
+        "keys_not_listed": mismatches - min(len(keys), max_keys),
+    }

@@ -1,0 +1,54 @@
+"""What each package's ``__init__`` docstring says it never imports, checked
+on the source (every import, at module level or inside a function)."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+JOB_TYPES = ("backfill.sql_update", "backfill.spark_backfill", "backfill.copy", "backfill.checksum")
+
+
+def _imports(package: str) -> dict[str, set[str]]:
+    """module -> the modules it imports, for every module under ``package``."""
+    found: dict[str, set[str]] = {}
+    for path in (ROOT / package.replace(".", "/")).rglob("*.py"):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        names: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+        found[module] = names
+    return found
+
+
+def _under(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+RULES = [
+    # (package, what its modules never import, modules exempt, imports allowed)
+    ("framework", ("backfill", "cli"), None, None),
+    ("framework", ("framework.localpg",), "framework.localpg", None),
+    ("framework.localpg", ("framework", "backfill", "cli"), None, "framework.localpg"),
+    ("backfill", ("cli",), None, None),
+    ("backfill.spark", JOB_TYPES, None, None),
+    ("backfill.sql_update", ("backfill.spark", "pyspark"), None, None),
+    *[(jt, tuple(other for other in JOB_TYPES if other != jt), None, None) for jt in JOB_TYPES],
+]
+
+
+@pytest.mark.parametrize(("package", "never", "exempt", "allowed"), RULES)
+def test_package_never_imports(package: str, never: tuple[str, ...], exempt: str | None,
+                               allowed: str | None) -> None:
+    bad = sorted(
+        f"{module} imports {name}"
+        for module, names in _imports(package).items()
+        if not (exempt and _under(module, exempt))
+        for name in names
+        if any(_under(name, n) for n in never) and not (allowed and _under(name, allowed))
+    )
+    assert not bad, bad
