@@ -42,7 +42,7 @@ from framework import control, jobtype, migrate  # noqa: E402
 from framework.config import Settings  # noqa: E402
 from framework.db import Database  # noqa: E402
 from framework.jobtype import Job, SubtaskContext, Target  # noqa: E402
-from framework.store import jobs  # noqa: E402
+from framework.store import history, jobs  # noqa: E402
 
 NOOP = "bench-noop"
 
@@ -120,7 +120,7 @@ def main() -> None:
         return
     server, url, data_dir = None, args.url, None
     if url is None:
-        from framework.pgcluster import LocalPostgres
+        from framework.localpg.cluster import LocalPostgres
 
         data_dir = Path(tempfile.mkdtemp(prefix="reorg-bench-", dir="/tmp"))
         server = LocalPostgres(data_dir, durable=True)
@@ -154,7 +154,8 @@ def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
         time.sleep(3)  # the nodes register and elect an owner
         job_id = submit(db, rows_per_subtask=5)
         wait_for(db, job_id, {"running", "succeeded"}, 600)
-        in_process, as_command = [], []
+        in_process: list[float] = []
+        as_command: list[float] = []
         while control.status(db, job_id)[0]["state"] != "succeeded":
             started = time.monotonic()
             control.status(db, job_id)
@@ -215,29 +216,19 @@ def wait_for(db: Database, job_id: int, states: set[str], timeout: float) -> Non
 
 
 def timings(db: Database, job_id: int) -> dict[str, float]:
-    with db.begin() as conn:
-        row = conn.execute(db.sql("""
-            SELECT extract(epoch FROM started_at - created_at) AS split_seconds,
-                   extract(epoch FROM finished_at - started_at) AS run_seconds
-            FROM {s}.jobs WHERE id = :id"""), {"id": job_id}).mappings().one()
-    total = control.status(db, job_id)[0]
-    subtasks = total["succeeded"] + total["failed"] + total["cancelled"]
-    return {"split_seconds": float(row["split_seconds"]),
-            "run_seconds": float(row["run_seconds"]), "subtasks": subtasks}
+    job = control.status(db, job_id)[0]
+    return {"split_seconds": (job["started_at"] - job["created_at"]).total_seconds(),
+            "run_seconds": (job["finished_at"] - job["started_at"]).total_seconds(),
+            "subtasks": job["succeeded"] + job["failed"] + job["cancelled"]}
 
 
 def wait_until_moved(db: Database, job_id: int, timeout: float = 600) -> None:
     """Until the job's subtasks are all in history (the owner moves them)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with db.begin() as conn:
-            live = conn.execute(db.sql(
-                "SELECT count(*) FROM {s}.background_subtask WHERE job_id = :j"),
-                {"j": job_id}).scalar()
-        if not live:
-            return
+    while not control.status(db, job_id)[0]["history_done"]:
+        if time.monotonic() > deadline:
+            raise TimeoutError("subtasks were not moved to history")
         time.sleep(0.5)
-    raise TimeoutError("subtasks were not moved to history")
 
 
 def pickup(db: Database, i: int) -> float:
@@ -248,15 +239,11 @@ def pickup(db: Database, i: int) -> float:
     time.sleep(0.3)  # idle
     job_id = submit(db, rows_per_subtask=5, table=f'"public"."pickup_{i}"')
     wait_for(db, job_id, {"succeeded"}, 60)
+    created = control.status(db, job_id)[0]["created_at"]
     with db.begin() as conn:
-        return float(conn.execute(db.sql("""
-            SELECT extract(epoch FROM min(st.started_at) - j.created_at)
-            FROM {s}.jobs j JOIN {s}.background_subtask_history st ON st.job_id = j.id
-            WHERE j.id = :j GROUP BY j.created_at
-            UNION ALL
-            SELECT extract(epoch FROM min(st.started_at) - j.created_at)
-            FROM {s}.jobs j JOIN {s}.background_subtask st ON st.job_id = j.id
-            WHERE j.id = :j GROUP BY j.created_at"""), {"j": job_id}).scalars().first())
+        first = min(st["started_at"] for st in history.subtasks_of_job(db, conn, job_id)
+                    if st["started_at"] is not None)  # type: ignore[type-var]
+    return float((first - created).total_seconds())
 
 
 if __name__ == "__main__":

@@ -15,8 +15,6 @@ from framework import migrate
 from framework.config import ConfigError, Settings
 from framework.db import Database
 
-# Any constant works; it only has to be the same for every reorg process.
-
 
 @dataclass(frozen=True)
 class GlobalOptions:

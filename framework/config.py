@@ -1,7 +1,11 @@
 """Settings shared by every reorg process, validated once.
 
-Every field can be set from the CLI or a ``REORG_*`` environment variable
-(the CLI does that mapping); the framework only sees this dataclass.
+The framework only sees this dataclass; the CLI fills it. These fields are
+options, each also a ``REORG_*`` environment variable: ``database_url``
+(``--db``), ``schema``, ``lease_seconds``, ``owner_lease_seconds`` and
+``max_attempts`` (global options), and ``poll_seconds`` (``reorg worker
+--poll-seconds``). The others keep their defaults under the CLI; only code
+that builds Settings itself (tests, embedding programs) changes them.
 """
 
 from __future__ import annotations

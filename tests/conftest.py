@@ -84,10 +84,8 @@ def pg_server() -> Iterator[str]:
 
 
 # -- databases ------------------------------------------------------------------
-# To give tests a migrated schema, add a session fixture that creates a template
-# database once (create_database + run migrations into it) and a function fixture
-# that calls create_database(pg_server, name, template=<that template>) exactly as
-# fresh_db does below; copying a template is much faster than migrating per test.
+# An empty database here; one with reorg's system tables is ``migrated_db`` in
+# framework_fixtures.py (copied from a template migrated once per session).
 
 
 def _unique_db_name(request: pytest.FixtureRequest) -> str:

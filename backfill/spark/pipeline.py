@@ -155,11 +155,20 @@ class RangePipeline(ABC):
         conn.exec_driver_sql("SET LOCAL jit = off")
 
     def record(self, batch: Batch, result: Any, seconds: float) -> None:
-        """Keep the committed batch's stat (``seconds``: its transaction) and log it."""
+        """Keep the committed batch's stat (``seconds``: its transaction) and log
+        its figures for measurements (bench/) as one JSON object at DEBUG on the
+        ``reorg.spark.batches`` logger: ``batch {"subtask": 7, "lo": 1, ...}``."""
+        import json  # only for this line
+
         self.stats.append(BatchStat(batch.lo, batch.hi, batch.scanned, batch.seconds, seconds,
                                     result))
-        log.debug("subtask %s batch [%s, %s): %s rows, read %.3fs, apply %.3fs",
-                  self.ctx.subtask_id, batch.lo, batch.hi, batch.scanned, batch.seconds, seconds)
+        figures = logging.getLogger("reorg.spark.batches")
+        if figures.isEnabledFor(logging.DEBUG):
+            figures.debug("batch %s", json.dumps({
+                "subtask": self.ctx.subtask_id, "lo": batch.lo, "hi": batch.hi,
+                "scanned": batch.scanned, "rows": batch.scanned,
+                "read_seconds": round(batch.seconds, 4), "apply_seconds": round(seconds, 4)},
+                default=str))
 
     # --- the loop -------------------------------------------------------------
 

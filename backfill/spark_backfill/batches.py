@@ -35,7 +35,7 @@ from framework.jobtype import RetryableError, SubtaskContext
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-log = logging.getLogger("reorg.spark.engine")  # its old module name: bench/backfill.py enables it
+log = logging.getLogger("reorg.spark.backfill")
 
 OPTIMISTIC_ROUNDS = 2  # re-read changed rows this often without locks, then lock them
 MAX_ROUNDS = OPTIMISTIC_ROUNDS + 2  # after the locked round nothing should be left
@@ -214,12 +214,19 @@ class SubtaskRunner(RangePipeline):
         return self._stage(df)
 
     def record(self, batch: Batch, result: Merged, seconds: float) -> None:
+        """As ``RangePipeline.record``; ``rows`` are the rows computed (``where``
+        may skip scanned ones), ``apply_seconds`` the merge, plus its rounds."""
+        import json  # only for this line
+
         self.stats.append(BatchStats(batch.lo, batch.hi, batch.scanned, batch.seconds, seconds,
                                      result))
-        # bench/backfill.py parses this line (BATCH_RE): keep its format.
-        log.debug("subtask %s batch [%s, %s): %s rows, read %.3fs, merge %.3fs, %s rounds",
-                  self.ctx.subtask_id, batch.lo, batch.hi, result.rows, batch.seconds, seconds,
-                  result.rounds)
+        figures = logging.getLogger("reorg.spark.batches")
+        if figures.isEnabledFor(logging.DEBUG):
+            figures.debug("batch %s", json.dumps({
+                "subtask": self.ctx.subtask_id, "lo": batch.lo, "hi": batch.hi,
+                "scanned": batch.scanned, "rows": result.rows,
+                "read_seconds": round(batch.seconds, 4), "apply_seconds": round(seconds, 4),
+                "rounds": result.rounds, "recomputed": result.recomputed}, default=str))
 
 
 def run_subtask(ctx: SubtaskContext, engine: Engine, spec: BackfillSpec) -> SubtaskRunner:

@@ -20,6 +20,25 @@ SUBTASK_COLUMNS = (
 )
 
 
+def subtasks_of_job(db: Database, conn: Connection, job_id: int) -> list[dict[str, object]]:
+    """Every subtask of a job, live and moved to history, in step and range
+    order. One statement, so one snapshot: a move meanwhile can neither hide
+    nor repeat a subtask. ``moved_at`` is None for a live one."""
+    columns = ("id, job_id, step, ordinal, state, start_key, end_key, curr_key, exec_id, "
+               "exec_expired, epoch, attempts, row_count, error, started_at, finished_at")
+    rows = conn.execute(
+        db.sql(f"""
+            SELECT {columns}, NULL::timestamptz AS moved_at
+            FROM {{s}}.background_subtask WHERE job_id = :job_id
+            UNION ALL
+            SELECT {columns}, moved_at
+            FROM {{s}}.background_subtask_history WHERE job_id = :job_id
+            ORDER BY step, ordinal, id"""),
+        {"job_id": job_id},
+    ).mappings()
+    return [dict(r) for r in rows]
+
+
 def move_finished(
     db: Database, conn: Connection, term: OwnerTerm, job_id: int, limit: int,
     *, only_succeeded: bool = False,

@@ -53,7 +53,7 @@ def jobs_progress(
                     WHERE job_id = p.id AND state = 'pending' AND row_count > 0) q)
             SELECT p.id, p.type, p.state, p.step, p.target_table, p.priority, p.concurrency,
                    p.batch_rows, p.max_rows_per_sec, p.row_estimate AS rows_total, p.error,
-                   p.created_at, p.started_at, p.finished_at, p.job_key,
+                   p.created_at, p.started_at, p.finished_at, p.job_key, p.history_done,
                    c.rows_done, c.running, c.succeeded, c.failed, c.cancelled, c.nodes,
                    greatest(p.subtasks_total - c.running - c.succeeded - c.failed
                             - c.cancelled, 0) AS pending,

@@ -11,7 +11,7 @@ from framework import control
 from framework.config import Settings
 from framework.db import Database
 from framework.owner import Owner
-from framework.store import nodes
+from framework.store import history, nodes
 from framework.submit import SubmitRequest, submit
 
 
@@ -31,6 +31,26 @@ def test_history_older_than_retention_is_deleted_and_newer_kept(db):
     with db.begin() as conn:
         left = conn.execute(db.sql("SELECT id FROM {s}.background_subtask_history ORDER BY id")).scalars()
         assert list(left) == [6, 7, 8]
+
+
+def test_subtasks_of_job_reads_live_and_history_rows_together_in_range_order(db):
+    with db.begin() as conn:
+        conn.execute(db.sql("""
+            INSERT INTO {s}.jobs (id, type, params, target_table, key_column, state)
+            OVERRIDING SYSTEM VALUE VALUES (901, 't', '{}', 'x', 'id', 'running')"""))
+        conn.execute(db.sql("""
+            INSERT INTO {s}.background_subtask
+                (id, job_id, step, ordinal, state, start_key, end_key, curr_key)
+            VALUES (11, 901, 1, 2, 'running', 20, 30, 25), (12, 901, 2, 1, 'pending', 0, 30, 0)"""))
+        conn.execute(db.sql("""
+            INSERT INTO {s}.background_subtask_history
+                (id, job_id, step, ordinal, state, start_key, end_key, curr_key, row_count)
+            VALUES (10, 901, 1, 1, 'succeeded', 10, 20, 20, 7),
+                   (13, 900, 1, 1, 'succeeded', 0, 10, 10, 3)"""))
+        found = history.subtasks_of_job(db, conn, 901)
+    assert [(r["id"], r["step"], r["ordinal"]) for r in found] == [(10, 1, 1), (11, 1, 2), (12, 2, 1)]
+    assert [r["moved_at"] is None for r in found] == [False, True, True]
+    assert found[0]["row_count"] == 7 and found[1]["curr_key"] == 25
 
 
 def test_nodes_whose_heartbeat_stopped_are_marked_dead(settings):

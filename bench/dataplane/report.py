@@ -1,6 +1,6 @@
-"""What bench/backfill.py measures and how it is reported: the benchmark's
-parameters, its result records, the summary printed at the end and the
-markdown written to docs/benchmarks.md."""
+"""How the data-plane benchmark reports: the machine description, the summary
+printed at the end and the markdown written to docs/benchmarks.md (the part a
+run writes; what follows ``KEPT_MARK`` there is kept by hand and left alone)."""
 
 from __future__ import annotations
 
@@ -9,126 +9,21 @@ import os
 import platform
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from proctree import SAMPLE_SECONDS
-
-TABLE = "bench.items"
-CHUNK_ROWS = 10_000  # (3): keys per UPDATE
-SQL_CONNECTIONS = 2  # (3): parallel connections
-WORKER_SLOTS = 2  # (1): `reorg worker --slots`
-SPARK_PARTITIONS = 4  # (2): JDBC read partitions
-PROGRESS_SECONDS = 0.1  # committed-rows polling period
-KILL_AT = 0.4  # fraction of rows committed when the worker is SIGKILLed
-TARGETS = {"(2) plain Spark": 1.0, "(3) chunked SQL": 1.5}  # max. reorg / contender (issue 3)
-JUDGED = "second"  # the reorg run the targets are judged on: a worker's second job
-
-
-# --- result records ---------------------------------------------------------------
-
-
-@dataclass
-class PlainSpark:
-    process: float  # python start to exit
-    with_session: float  # SparkSession start through the UPDATE
-    job: float  # the job alone, on a started session
-    session_start: float
-    read_transform_write: float
-    update: float
-
-
-@dataclass
-class Batches:
-    """Per-batch figures from the worker log (backfill only)."""
-
-    count: int = 0
-    rows_median: float = 0.0
-    rows_max: int = 0
-    read_median: float = 0.0
-    merge_median: float = 0.0
-    read_total: float = 0.0
-    merge_total: float = 0.0
-
-
-@dataclass
-class WorkerStartup:
-    """A fresh `reorg worker`, before the clock of its first job starts."""
-
-    registered_after: float  # launch -> listed by `reorg nodes --json`
-    spark_ready_after: float | None  # launch -> its SparkSession started; None: not by itself
-    spark_seconds: float | None  # how long that start took
-
-
-@dataclass
-class ReorgRun:
-    job_type: str
-    label: str  # "first" or "second" job of the same worker
-    total: float  # submit start to `reorg wait` exit 0
-    submit: float  # the `reorg submit` command alone
-    created: float  # submit start -> job row committed (validation done)
-    queued: float  # job created -> running (owner prepared and split it)
-    first_commit: float  # submit start -> first batch committed
-    processing: float  # first subtask started -> last subtask finished
-    finish: float  # last subtask finished -> `reorg wait` returned
-    subtasks: int
-    peak_rss: int
-    peak_split: dict[str, int]
-    batches: Batches
-    spark_start: float | None  # the worker's SparkSession start, when it happened in this run
-    others_cpu: float | None = None  # CPU seconds other processes used meanwhile
-
-
-@dataclass(frozen=True)
-class RangeRead:
-    """One Spark JDBC range read of the table, as the server logged it."""
-
-    at: float  # server log time, seconds (only differences are used)
-    lo: int
-    hi: int
-
-
-@dataclass
-class InFlight:
-    """A subtask the killed worker held: what it had committed, and the reads
-    it had started beyond that (lost with it, redone by the next worker)."""
-
-    subtask_id: int
-    committed_to: int  # curr_key at the kill
-    end_key: int
-    lost_reads: list[RangeRead] = field(default_factory=list)
-
-    @property
-    def lost_rows(self) -> int:
-        return sum(r.hi - r.lo for r in self.lost_reads)
-
-    def lost_batches(self) -> list[tuple[int, int]]:
-        """Lost reads grouped into batches: one batch's JDBC partitions start
-        together; the next batch is read only after this one's read finished."""
-        batches: list[list[RangeRead]] = []
-        for read in sorted(self.lost_reads, key=lambda r: r.at):
-            if batches and read.at - batches[-1][-1].at < 0.1:
-                batches[-1].append(read)
-            else:
-                batches.append([read])
-        return [(min(r.lo for r in b), max(r.hi for r in b)) for b in batches]
-
-
-@dataclass
-class KillRun:
-    job_type: str
-    killed_at_rows: int  # committed when the SIGKILL landed
-    in_flight: list[InFlight]
-    reclaimed_after: float  # kill -> every in-flight subtask claimed again
-    total: float  # submit -> job succeeded
-    committed_sum: int  # sum of row_count over the job's subtasks
-    rows_updated: int  # n_tup_upd delta on the table, aborted batches included
-    rows_read: int | None  # rows in all Spark JDBC range reads; None: no server log
-    attempts: int  # claims of all subtasks together
-    batch_rows: int  # the job's batch_rows setting (exact batch size for sql-update)
-
-
-# --- machine, summary, report ------------------------------------------------------
+from bench.dataplane.proctree import SAMPLE_SECONDS
+from bench.dataplane.records import (
+    CHUNK_ROWS,
+    JUDGED,
+    KILL_AT,
+    PROGRESS_SECONDS,
+    SPARK_PARTITIONS,
+    SQL_CONNECTIONS,
+    TABLE,
+    TARGETS,
+    WORKER_SLOTS,
+    Results,
+)
 
 
 def machine(pg_version: str) -> dict[str, str]:
@@ -148,29 +43,6 @@ def machine(pg_version: str) -> dict[str, str]:
         "Python": platform.python_version(),
         "kernel": platform.release(),
     }
-
-
-@dataclass
-class Results:
-    command: str
-    rows: int
-    machine: dict[str, str]
-    started: str
-    server: str  # "throwaway local cluster (durability off)" or "--db"
-    table_build: float
-    single_update: float
-    chunked_sql: float
-    plain_spark: PlainSpark
-    reorg_runs: list[ReorgRun] = field(default_factory=list)
-    worker_startup: dict[str, WorkerStartup] = field(default_factory=dict)  # by job type
-    others_cpu: dict[str, float | None] = field(default_factory=dict)  # baseline -> CPU s of others
-    kill: KillRun | None = None
-    wall: float = 0.0
-
-    def baselines(self) -> dict[str, float]:
-        """What reorg's time is divided by, keyed as in TARGETS."""
-        return {"(2) plain Spark": self.plain_spark.with_session,
-                "(3) chunked SQL": self.chunked_sql}
 
 
 def mib(n: int) -> str:
@@ -222,8 +94,8 @@ def write_doc(res: Results, path: Path) -> None:
     add = blocks.append
     add("# Benchmarks\n")
     add(f"Written by `{res.command}` on {res.started} "
-        f"(the whole run took {res.wall / 60:.1f} min). Overwritten by every run; see "
-        "`bench/README.md`.\n")
+        f"(the whole run took {res.wall / 60:.1f} min). Every run rewrites the part down to "
+        "the hand-kept section at the end; see `bench/README.md`.\n")
     add("## Machine\n")
     add("| | |\n| --- | --- |")
     for key, value in res.machine.items():
@@ -238,7 +110,19 @@ def write_doc(res: Results, path: Path) -> None:
     add("## Method\n")
     add(METHOD)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(blocks).rstrip() + "\n")
+    path.write_text("\n".join(blocks).rstrip() + "\n" + kept_part(path))
+
+
+# Everything after this line in the report is written by hand (figures measured
+# apart from this benchmark) and survives every run.
+KEPT_MARK = "<!-- Below: kept by hand; `python -m bench.dataplane` rewrites only what is above. -->"
+
+
+def kept_part(path: Path) -> str:
+    """The hand-kept tail of an existing report, from KEPT_MARK on, or ''."""
+    old = path.read_text() if path.exists() else ""
+    at = old.find(KEPT_MARK)
+    return "" if at < 0 else "\n" + old[at:]
 
 
 def write_times_section(res: Results, add: Add) -> None:
@@ -340,7 +224,9 @@ def write_reorg_section(res: Results, add: Add) -> None:
     for job_type, up in res.worker_startup.items():
         first = next(r for r in runs if r.job_type == job_type and r.label == "first")
         if up.spark_ready_after is not None:
-            spark = (f"; it started its SparkSession by itself (taking {up.spark_seconds:.2f} s), "
+            took = ("" if up.spark_seconds is None
+                    else f" (taking {up.spark_seconds:.2f} s from its JVM's launch)")
+            spark = (f"; it started its SparkSession by itself{took}, "
                      f"ready {up.spark_ready_after:.2f} s after launch")
         elif first.spark_start is not None:
             spark = (f"; it started Spark only in its first job, which took "
@@ -431,13 +317,17 @@ METHOD = f"""\
   split, every batch, the advance and `reorg wait`'s polling. Before the
   clock starts, the worker is listed by `reorg nodes --json` and, for Spark
   job types, has started its SparkSession (the worker does so by itself at
-  start-up; the benchmark waits for that line in its log). Each worker runs
-  two jobs: its first, and a second one as a long-running worker sees them.
-  The worker runs `cli.main.main` exactly as the `reorg` command does; the
-  launcher only raises the `reorg.spark.engine` logger to DEBUG (one line per
-  batch with its read and merge seconds) and logs how long SparkSession start
-  took. `REORG_*` variables of the caller's environment are not passed on.
-- **(2) plain Spark.** `bench/plain_spark.py` in its own process: JDBC read of
+  start-up; the benchmark waits for the session's "Spark ... started" line in
+  its log). Each worker runs two jobs: its first, and a second one as a
+  long-running worker sees them. The worker runs `cli.main.main` exactly as
+  the `reorg` command does; the launcher only raises the `reorg.spark.batches`
+  logger to DEBUG (one JSON line per batch with its rows, read and merge
+  seconds). A SparkSession start is measured from outside: from the start
+  time of the worker's JVM (`/proc/PID/stat` of its `java` child) to that log
+  line, so PySpark's import and the settings built before the JVM's launch
+  are not in it. `REORG_*` variables of the caller's environment are not
+  passed on.
+- **(2) plain Spark.** `bench/dataplane/plain_spark.py` in its own process: JDBC read of
   the whole table in {SPARK_PARTITIONS} partitions on `id` (fetchsize 10,000), `md5(b)` in
   Spark, JDBC append into an UNLOGGED staging table (batchsize 10,000,
   `reWriteBatchedInserts`), then `ANALYZE` and one
@@ -452,8 +342,9 @@ METHOD = f"""\
   process tree and sums resident memory (`statm`); the peak over each run is
   reported.
 - **Re-processing after kill -9.** The worker and its JVM are SIGKILLed once
-  the job's committed rows (sum of `row_count` over `background_subtask` and
-  `background_subtask_history`, polled every {PROGRESS_SECONDS} s) pass {KILL_AT:.0%}. The
+  the job's committed rows (`reorg status`'s rows done: the sum of `row_count`
+  over `background_subtask` and `background_subtask_history`, read through
+  `framework.control.status` every {PROGRESS_SECONDS} s) pass {KILL_AT:.0%}. The
   subtasks still `running` at that moment are the ones it held; their
   `curr_key` is what they had committed. A second worker with another node id
   claims them again once their leases expire and finishes the job. Counted:

@@ -1,6 +1,6 @@
-"""Contender (2) of bench/backfill.py: the same backfill as a hand-written PySpark job.
+"""Contender (2) of the data-plane benchmark: the same backfill as a hand-written PySpark job.
 
-    python -P bench/plain_spark.py --db postgresql://user@127.0.0.1:5432/db [--partitions 4]
+    python -m bench.dataplane.plain_spark --db postgresql://user@127.0.0.1:5432/db [--partitions 4]
 
 JDBC read of the whole table, partitioned on the key; ``c = md5(b)`` in Spark;
 JDBC write into an UNLOGGED staging table; one ``UPDATE ... FROM`` staging.
@@ -8,12 +8,9 @@ No leases, checkpoints, fencing or retries: the job a competent engineer
 would write by hand. It uses nothing of reorg's framework; only the Spark
 settings (loopback binding, JDBC driver discovery, quiet logging) and the
 URL conversion come from ``backfill.spark``, so both contenders run Spark the
-same way. Prints one JSON line of timings on stdout.
-
-``-P`` matters: without it Python puts ``bench/`` first on ``sys.path``, where
-``bench/backfill.py`` would shadow the ``backfill`` package.
+same way. Prints one JSON line of timings on stdout. Run from the repository's
+root (``-m`` puts it first on ``sys.path``).
 """
-
 from __future__ import annotations
 
 import argparse

@@ -1,5 +1,5 @@
-"""Processes, from /proc: a process tree, its resident memory, and the CPU
-time used by everything outside the benchmark (bench/backfill.py)."""
+"""Processes, from /proc: a process tree, its resident memory, when its
+processes started, and the CPU time used by everything outside the benchmark."""
 
 from __future__ import annotations
 
@@ -47,6 +47,24 @@ def process_tree(root: int, table: dict[int, Proc] | None = None) -> list[int]:
         tree.append(pid)
         todo.extend(children.get(pid, []))
     return tree
+
+
+def launch_times(root: int, comm: str) -> list[float]:
+    """When the processes named ``comm`` (``java``) in ``root``'s tree started,
+    in epoch seconds to a clock tick, oldest first."""
+    table = processes()
+    # Boot time from uptime: /proc/stat's btime is whole seconds.
+    booted = time.time() - float(Path("/proc/uptime").read_text().split()[0])
+    hz = os.sysconf("SC_CLK_TCK")
+    out = []
+    for pid in process_tree(root, table):
+        try:
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            continue  # exited meanwhile
+        if name == comm and pid in table:
+            out.append(booted + table[pid].start_ticks / hz)
+    return sorted(out)
 
 
 class OtherCpu(threading.Thread):

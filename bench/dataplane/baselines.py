@@ -1,0 +1,71 @@
+"""Contenders (2), (3) and (4): what people do without reorg."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+
+import psycopg
+
+from bench.dataplane.errors import BenchError
+from bench.dataplane.records import CHUNK_ROWS, SQL_CONNECTIONS, TABLE, PlainSpark
+from bench.dataplane.reorg_cli import REPO, clean_env
+from bench.dataplane.server import execute, query_one
+from bench.dataplane.timing import timed
+
+
+def run_single_update(url: str) -> float:
+    """(4) one ``UPDATE`` of the whole table."""
+    with timed("one UPDATE") as lap:
+        execute(url, f"UPDATE {TABLE} SET c = md5(b)")
+    return lap.seconds
+
+
+def run_chunked_sql(url: str) -> float:
+    """(3) ``UPDATE`` in key chunks handed out in order to parallel autocommit
+    connections."""
+    low, high = query_one(url, f"SELECT min(id), max(id) FROM {TABLE}")
+    starts = iter(range(int(low), int(high) + 1, CHUNK_ROWS))
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def updater() -> None:
+        try:
+            with psycopg.connect(url, autocommit=True) as conn:
+                while True:
+                    with lock:
+                        lo = next(starts, None)
+                    if lo is None:
+                        return
+                    conn.execute(f"UPDATE {TABLE} SET c = md5(b) WHERE id >= %s AND id < %s",
+                                 (lo, lo + CHUNK_ROWS))
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    with timed(f"chunked SQL ({SQL_CONNECTIONS} connections)") as lap:
+        threads = [threading.Thread(target=updater) for _ in range(SQL_CONNECTIONS)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    if errors:
+        raise BenchError(f"chunked SQL failed: {errors[0]}")
+    return lap.seconds
+
+
+def run_plain_spark(url: str, partitions: int) -> PlainSpark:
+    """(2) ``plain_spark`` in its own process."""
+    cmd = [sys.executable, "-m", "bench.dataplane.plain_spark", "--db", url,
+           "--partitions", str(partitions)]
+    with timed("plain Spark (process)") as lap:
+        done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=clean_env())
+    if done.returncode != 0:
+        raise BenchError(f"plain Spark job failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    laps = json.loads(done.stdout.strip().splitlines()[-1])
+    result = PlainSpark(lap.seconds, laps["with_session"], laps["job"], laps["session_start"],
+                        laps["spark_read_transform_write"], laps["update_from_staging"])
+    print(f"    SparkSession start {result.session_start:.2f} s, read+md5+write "
+          f"{result.read_transform_write:.2f} s, UPDATE ... FROM {result.update:.2f} s", flush=True)
+    return result

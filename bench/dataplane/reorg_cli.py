@@ -1,0 +1,77 @@
+"""The ``reorg`` command run as a subprocess, as a user runs it: submit, wait,
+list nodes; and the Spark class-data archive built before anything is timed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from bench.dataplane.errors import BenchError
+from bench.dataplane.records import TABLE
+from bench.dataplane.timing import timed
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+# The one REORG_* variable passed on: whether and where reorg's JVMs keep their
+# class-data archive (the report says which).
+PASSED_ON = {"REORG_SPARK_CDS"}
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This environment without REORG_* knobs (a stray REORG_BATCH_ROWS would
+    change what is measured) but for PASSED_ON, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REORG_") or k in PASSED_ON}
+    return env | extra
+
+
+def reorg(url: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "cli.main", "--db", url, *args]
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=clean_env())
+    if check and done.returncode != 0:
+        raise BenchError(f"`reorg {' '.join(args)}` exited {done.returncode}: "
+                         f"{(done.stderr or done.stdout).strip()[-2000:]}")
+    return done
+
+
+def submit(url: str, job_type: str) -> tuple[int, float]:
+    """`reorg submit JOB_TYPE --table bench.items --set c=md5(b)`: the job id and
+    how long the command took."""
+    with timed(f"reorg submit {job_type}") as lap:
+        done = reorg(url, "submit", job_type, "--table", TABLE, "--set", "c=md5(b)", "--json")
+    return int(json.loads(done.stdout)["id"]), lap.seconds
+
+
+def wait_job(url: str, job_id: int) -> None:
+    done = reorg(url, "wait", str(job_id), check=False)
+    if done.returncode != 0:
+        raise BenchError(f"`reorg wait {job_id}` exited {done.returncode}: "
+                         f"{(done.stderr or done.stdout).strip()}")
+
+
+# Prints the archive's path ("" when disabled) and builds it if missing.
+_BUILD_ARCHIVE = """
+from backfill.spark import cds, session
+archive = session.cds_archive()
+print(archive or "")
+raise SystemExit(0 if archive is None or cds.build(archive) else 1)
+"""
+
+
+def build_spark_archive() -> str:
+    """Build the Spark class-data archive reorg's processes start from, before
+    anything is timed: a worker would otherwise build it in the background
+    during the first reorg run. Returns how the report should describe it."""
+    done = subprocess.run([sys.executable, "-c", _BUILD_ARCHIVE], cwd=REPO, env=clean_env(),
+                          capture_output=True, text=True)
+    archive = done.stdout.strip()
+    if not archive:
+        return "off"
+    if done.returncode != 0:
+        print(f"warning: Spark class-data archive not built: {done.stderr.strip()[-500:]}",
+              flush=True)
+        return "failed to build (reorg's JVMs start without it)"
+    return "on for reorg's worker and `reorg submit` JVMs (the plain Spark job has none)"

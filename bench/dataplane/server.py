@@ -1,0 +1,99 @@
+"""The PostgreSQL server the benchmark runs on (a throwaway cluster or --db),
+its table, the reset that puts the table into one physical state before every
+contender, and the checks after it."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from bench.dataplane.errors import BenchError
+from bench.dataplane.records import TABLE
+
+
+@dataclass
+class Server:
+    url: str
+    log_file: Path | None  # the server log, when we started the server ourselves
+    postmaster: int | None  # its pid, likewise
+
+
+@contextlib.contextmanager
+def database(url: str | None) -> Iterator[Server]:
+    if url:
+        yield Server(url, None, None)
+        return
+    from framework.localpg.cluster import LocalPostgres
+
+    data_dir = Path(tempfile.mkdtemp(prefix="reorg-bench-", dir="/tmp"))
+    cluster = LocalPostgres(data_dir, durable=False)
+    try:
+        cluster.init()
+        cluster.start()
+        print(f"PostgreSQL (durability off) at {cluster.url()}, data in {data_dir}", flush=True)
+        pid = int((cluster.pgdata / "postmaster.pid").read_text().split()[0])
+        yield Server(cluster.url(), cluster.log_file, pid)
+    finally:
+        cluster.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def execute(url: str, *statements: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)  # type: ignore[arg-type]
+
+
+def query_one(url: str, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(sql, params).fetchone()  # type: ignore[arg-type]
+    assert row is not None
+    return tuple(row)
+
+
+def build_table(url: str, rows: int) -> None:
+    execute(url,
+            "CREATE SCHEMA IF NOT EXISTS bench",
+            f"DROP TABLE IF EXISTS {TABLE}",
+            f"CREATE TABLE {TABLE} (id bigint PRIMARY KEY, a int, b text, c text)",
+            f"INSERT INTO {TABLE} SELECT g, g % 1000, 'item ' || g, NULL "
+            f"FROM generate_series(1, {int(rows)}) g")
+
+
+def reset_table(url: str) -> None:
+    """Put the table into the state it had right after loading, whatever the
+    previous contender did: c all NULL, the heap rewritten compactly with a
+    fresh primary-key index (VACUUM FULL, so no contender inherits the dead
+    tuples and free space of the one before), the visibility map set (VACUUM)
+    and fresh statistics (ANALYZE). CHECKPOINT writes out the dirty buffers,
+    so nobody pays for the previous contender's writes. The table stays in
+    the OS page cache for all of them alike."""
+    execute(url, f"UPDATE {TABLE} SET c = NULL WHERE c IS NOT NULL",
+            f"VACUUM FULL {TABLE}", f"VACUUM (ANALYZE) {TABLE}")
+    with contextlib.suppress(psycopg.errors.InsufficientPrivilege):
+        execute(url, "CHECKPOINT")
+
+
+def verify(url: str, rows: int, who: str) -> None:
+    total, wrong = query_one(
+        url, f"SELECT count(*), count(*) FILTER (WHERE c IS DISTINCT FROM md5(b)) FROM {TABLE}")
+    if total != rows or wrong:
+        raise BenchError(f"{who}: {wrong} of {total} rows differ from md5(b) (expected {rows} rows)")
+    print(f"    verified: all {total:,} rows have c = md5(b)", flush=True)
+
+
+def rows_updated(url: str) -> int:
+    """n_tup_upd of the table: every row version written by an UPDATE, in
+    committed and in rolled-back transactions alike."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = conn.execute("SELECT n_tup_upd FROM pg_stat_user_tables "
+                           "WHERE schemaname = 'bench' AND relname = 'items'").fetchone()
+    return int(row[0]) if row else 0

@@ -1,0 +1,49 @@
+"""A small run of the data-plane benchmark (``python -m bench.dataplane``) so it
+cannot rot: every contender, the worker's two jobs, the figures read back
+through reorg's own status functions, and the report with its hand-kept tail.
+
+``sql-update`` keeps it short (its submit starts no Spark); the Spark side of
+reorg's figures is covered by tests/unit/test_bench_figures.py. The kill -9
+run is left out: it waits for a lease of the default 30 s to expire.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+KEPT = ("<!-- Below: kept by hand; `python -m bench.dataplane` rewrites only what is above. -->\n"
+        "## Measured apart\n\nfigures that must survive a run\n")
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_dataplane_benchmark_runs_end_to_end_on_a_small_table(fresh_db, tmp_path):
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("# Benchmarks\n\nan older run's figures\n\n" + KEPT)
+    # As in every test: no Spark archive in $HOME. The worker logs go to tmp_path.
+    env = {**os.environ, "REORG_SPARK_CDS": "off", "TMPDIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.dataplane", "--db", fresh_db, "--rows", "3000",
+         "--job-type", "sql-update", "--no-kill", "--quiet-wait", "0", "--retries", "0",
+         "--doc", str(doc)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    report = doc.read_text()
+    assert "an older run's figures" not in report
+    assert report.endswith(KEPT)
+    for line in ("| (1) reorg `sql-update`, the worker's first job",
+                 "| (1) reorg `sql-update`, the worker's second job",
+                 "| (2) plain PySpark, incl. SparkSession start",
+                 "| (3) SQL, 10,000-key chunks, 2 connections",
+                 "| (4) one `UPDATE bench.items SET c = md5(b)`",
+                 "| subtasks |",
+                 "launch → registered in `reorg nodes --json`"):
+        assert line in report
+    assert "python -m bench.dataplane --db URL --rows 3000" in report  # no credentials
