@@ -1,6 +1,6 @@
 """The framework's own overheads at scale, with a job type that does nothing.
 
-    python bench/framework_scale.py [--subtasks 100000] [--processes 4] [--slots 4]
+    python -m bench.framework_scale [--subtasks 100000] [--processes 4] [--slots 4]
 
 One job of ``--subtasks`` no-op subtasks (a table of 5 rows per subtask, split
 at ``--rows-per-subtask 5``) runs on ``--processes`` worker processes of
@@ -33,16 +33,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
+
+from framework import control, jobtype, migrate
+from framework.config import Settings
+from framework.db import Database
+from framework.jobtype import Job, SubtaskContext, Target
+from framework.store import history, jobs
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import sqlalchemy as sa  # noqa: E402
-
-from framework import control, jobtype, migrate  # noqa: E402
-from framework.config import Settings  # noqa: E402
-from framework.db import Database  # noqa: E402
-from framework.jobtype import Job, SubtaskContext, Target  # noqa: E402
-from framework.store import history, jobs  # noqa: E402
 
 NOOP = "bench-noop"
 
@@ -147,8 +146,9 @@ def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
         conn.execute(sa.text("ANALYZE bench_items"))
     ticks = Path(tempfile.mkstemp(prefix="reorg-ticks-", suffix=".jsonl")[1])
     procs = [subprocess.Popen(
-        [sys.executable, __file__, "--slots", str(args.slots), "--worker", url, f"w{i}",
-         str(ticks)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [sys.executable, "-m", "bench.framework_scale", "--slots", str(args.slots), "--worker",
+         url, f"w{i}", str(ticks)], cwd=ROOT, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
         for i in range(args.processes)]
     try:
         time.sleep(3)  # the nodes register and elect an owner

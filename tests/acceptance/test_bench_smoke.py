@@ -47,3 +47,21 @@ def test_dataplane_benchmark_runs_end_to_end_on_a_small_table(fresh_db, tmp_path
                  "launch → registered in `reorg nodes --json`"):
         assert line in report
     assert "python -m bench.dataplane --db URL --rows 3000" in report  # no credentials
+
+
+@pytest.mark.slow
+def test_framework_scale_benchmark_runs_end_to_end(fresh_db):
+    """``python -m bench.framework_scale`` on 1,000 no-op subtasks, 2 processes
+    x 2 slots: every figure it reports is there and plausible."""
+    import json
+
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.framework_scale", "--url", fresh_db, "--subtasks", "1000",
+         "--processes", "2", "--slots", "2", "--pickups", "2"],
+        cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert report["subtasks"] == 1000 and report["subtasks_per_second"] > 0
+    for figure in ("status_ms_in_process", "status_ms_command", "owner_tick_ms_running",
+                   "pickup_ms"):
+        assert report[figure]["n"] > 0 and report[figure]["p50"] > 0, figure
