@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from cli.context import cli_state
-from cli.output import console, count, print_json
+from cli.output import count, print_rows
 from framework.db import Database
 from framework.jobtype import InvalidParams
 from framework.store import history as history_store
@@ -34,19 +33,9 @@ def history(
 ) -> None:
     """Finished subtasks: their range, rows, attempts and error."""
     rows = finished_subtasks(cli_state(ctx).database(), job_id, limit)
-    if as_json:
-        print_json(rows)
-        return
-    if not rows:
-        console.print("no finished subtasks yet")
-        return
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for name in ("ID", "JOB", "ORDINAL", "STATE", "RANGE", "ROWS", "ATTEMPTS", "ERROR"):
-        table.add_column(name, overflow="fold",
-                         justify="right" if name in ("ID", "JOB", "ORDINAL", "ROWS",
-                                                     "ATTEMPTS") else "left")
-    for r in rows:
-        table.add_row(str(r["id"]), str(r["job_id"]), str(r["ordinal"]), r["state"],
-                      f"[{r['start_key']}, {r['end_key']})", count(r["row_count"]),
-                      str(r["attempts"]), r["error"] or "")
-    console.print(table)
+    print_rows(rows, as_json=as_json, empty="no finished subtasks yet", columns={
+        "ID": True, "JOB": True, "ORDINAL": True, "STATE": False, "RANGE": False, "ROWS": True,
+        "ATTEMPTS": True, "ERROR": False,
+    }, cells=lambda r: (str(r["id"]), str(r["job_id"]), str(r["ordinal"]), r["state"],
+                        f"[{r['start_key']}, {r['end_key']})", count(r["row_count"]),
+                        str(r["attempts"]), r["error"] or ""))

@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from cli.context import cli_state
-from cli.output import console, print_json
+from cli.output import print_rows
 from framework.db import Database
 from framework.store import nodes as node_store
 from framework.store import owner_lease
@@ -29,21 +28,12 @@ def nodes(
     for r in rows:
         r["heartbeat_age"] = round(float(r["heartbeat_age"]), 1)
         r["is_owner"] = bool(r["is_owner"])
-    if as_json:
-        print_json(rows)
-        return
-    if not rows:
-        console.print("no nodes; start one with `reorg worker`")
-        return
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for name in ("NODE", "HOST", "PID", "SLOTS", "STATE", "HEARTBEAT", "RUNNING", "OWNER"):
-        table.add_column(name, overflow="fold",
-                         justify="right" if name in ("PID", "SLOTS", "RUNNING") else "left")
-    for r in rows:
-        table.add_row(r["node_id"], r["host"], str(r["pid"]), str(r["slots"]), r["state"],
-                      f"{r['heartbeat_age']:.1f}s ago", str(r["running"]),
-                      _owner_flag(r["is_owner"], revision))
-    console.print(table)
+    print_rows(rows, as_json=as_json, empty="no nodes; start one with `reorg worker`", columns={
+        "NODE": False, "HOST": False, "PID": True, "SLOTS": True, "STATE": False,
+        "HEARTBEAT": False, "RUNNING": True, "OWNER": False,
+    }, cells=lambda r: (r["node_id"], r["host"], str(r["pid"]), str(r["slots"]), r["state"],
+                        f"{r['heartbeat_age']:.1f}s ago", str(r["running"]),
+                        _owner_flag(r["is_owner"], revision)))
 
 
 def _owner_flag(is_owner: bool, revision: int | None) -> str:

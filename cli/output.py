@@ -58,3 +58,24 @@ def duration(seconds: float | Decimal | None) -> str:
     if s < 3600:
         return f"{s // 60}m{s % 60:02d}s"
     return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def print_rows(rows: list[dict[str, Any]], *, as_json: bool, empty: str,
+               columns: dict[str, bool], cells: Any) -> None:
+    """A read command's output: ``rows`` as JSON for scripts, else ``empty``
+    when there are none, else a table with ``columns`` (name -> right-aligned)
+    whose row cells ``cells(row)`` gives."""
+    from rich.table import Table
+
+    if as_json:
+        print_json(rows)
+        return
+    if not rows:
+        console.print(empty)
+        return
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for name, right in columns.items():
+        table.add_column(name, overflow="fold", justify="right" if right else "left")
+    for row in rows:
+        table.add_row(*cells(row))
+    console.print(table)

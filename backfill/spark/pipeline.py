@@ -158,17 +158,23 @@ class RangePipeline(ABC):
         """Keep the committed batch's stat (``seconds``: its transaction) and log
         its figures for measurements (bench/) as one JSON object at DEBUG on the
         ``reorg.spark.batches`` logger: ``batch {"subtask": 7, "lo": 1, ...}``."""
-        import json  # only for this line
-
-        self.stats.append(BatchStat(batch.lo, batch.hi, batch.scanned, batch.seconds, seconds,
-                                    result))
+        self.stats.append(self.stat(batch, result, seconds))
         figures = logging.getLogger("reorg.spark.batches")
         if figures.isEnabledFor(logging.DEBUG):
+            import json  # only for this line
+
             figures.debug("batch %s", json.dumps({
                 "subtask": self.ctx.subtask_id, "lo": batch.lo, "hi": batch.hi,
                 "scanned": batch.scanned, "rows": batch.scanned,
-                "read_seconds": round(batch.seconds, 4), "apply_seconds": round(seconds, 4)},
-                default=str))
+                "read_seconds": round(batch.seconds, 4), "apply_seconds": round(seconds, 4),
+                **self.figures(result)}, default=str))
+
+    def stat(self, batch: Batch, result: Any, seconds: float) -> BatchStat:
+        return BatchStat(batch.lo, batch.hi, batch.scanned, batch.seconds, seconds, result)
+
+    def figures(self, result: Any) -> dict[str, Any]:
+        """A job type's own per-batch figures, added to (or replacing) the logged ones."""
+        return {}
 
     # --- the loop -------------------------------------------------------------
 

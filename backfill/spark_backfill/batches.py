@@ -15,7 +15,6 @@ re-read and recomputed, optimistically first, then under ``FOR UPDATE``
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,7 +34,6 @@ from framework.jobtype import RetryableError, SubtaskContext
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-log = logging.getLogger("reorg.spark.backfill")
 
 OPTIMISTIC_ROUNDS = 2  # re-read changed rows this often without locks, then lock them
 MAX_ROUNDS = OPTIMISTIC_ROUNDS + 2  # after the locked round nothing should be left
@@ -213,20 +211,13 @@ class SubtaskRunner(RangePipeline):
                        where=self.spec.where)
         return self._stage(df)
 
-    def record(self, batch: Batch, result: Merged, seconds: float) -> None:
-        """As ``RangePipeline.record``; ``rows`` are the rows computed (``where``
-        may skip scanned ones), ``apply_seconds`` the merge, plus its rounds."""
-        import json  # only for this line
+    def stat(self, batch: Batch, result: Merged, seconds: float) -> BatchStats:
+        return BatchStats(batch.lo, batch.hi, batch.scanned, batch.seconds, seconds, result)
 
-        self.stats.append(BatchStats(batch.lo, batch.hi, batch.scanned, batch.seconds, seconds,
-                                     result))
-        figures = logging.getLogger("reorg.spark.batches")
-        if figures.isEnabledFor(logging.DEBUG):
-            figures.debug("batch %s", json.dumps({
-                "subtask": self.ctx.subtask_id, "lo": batch.lo, "hi": batch.hi,
-                "scanned": batch.scanned, "rows": result.rows,
-                "read_seconds": round(batch.seconds, 4), "apply_seconds": round(seconds, 4),
-                "rounds": result.rounds, "recomputed": result.recomputed}, default=str))
+    def figures(self, result: Merged) -> dict[str, Any]:
+        """``rows`` are the rows computed (``where`` may skip scanned ones), plus
+        the merge's recompute rounds."""
+        return {"rows": result.rows, "rounds": result.rounds, "recomputed": result.recomputed}
 
 
 def run_subtask(ctx: SubtaskContext, engine: Engine, spec: BackfillSpec) -> SubtaskRunner:

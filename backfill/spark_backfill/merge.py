@@ -7,22 +7,18 @@ transaction's id (rows this transaction updated carry its id) and are
 recomputed. No savepoints in a merge transaction: rows updated inside one
 would carry the subtransaction's id and look changed.
 
-Before-images (overwrite mode) are taken by PostgreSQL in the merge
-statement itself, never from what Spark read: Spark's types do not carry
-every PostgreSQL value exactly (unconstrained numeric is decimal(38,18)
-there), and rollback must put back the exact old value (DESIGN 8). They need
-no copy of the new value: a row the job wrote and nobody touched since still
-has ``xmin`` = the batch transaction's id, so rollback restores exactly those
-rows and later application writes win. ``images`` keeps (key, old value,
-xid) for non-NULL old values only; ``batches`` keeps (range, xid) per batch,
-so rows whose old value was NULL are found by range and xid without storing
-a row each.
+Before-images (overwrite mode, ``backfill.before_images``) are taken by
+PostgreSQL in the merge statement itself, never from what Spark read: Spark's
+types do not carry every PostgreSQL value exactly (unconstrained numeric is
+decimal(38,18) there), and rollback must put back the exact old value
+(DESIGN 8).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from backfill.before_images import BeforeImages
 from backfill.spark.landing import staging_name
 from backfill.tables import quote
 
@@ -78,8 +74,7 @@ class MergeSql:
         return (f"WITH applied AS (UPDATE {t} t SET {col} = s.new FROM {self.stage} s, {t} o "
                 f"WHERE {where} AND o.{k} = t.{k} AND o.{k} >= :lo AND o.{k} < :hi "
                 f"RETURNING t.{k} AS k, o.{col} AS old), "
-                f"img AS (INSERT INTO {self.images} (k, old, xid) "
-                f"SELECT k, old, pg_current_xact_id() FROM applied WHERE old IS NOT NULL) "
+                f"img AS ({self.kept.keep('applied')}) "
                 f"SELECT count(*) FROM applied")
 
     def changed(self) -> str:
@@ -96,30 +91,20 @@ class MergeSql:
         return (f"SELECT {self.key} FROM {self.table} WHERE {self.key} = ANY(:keys) "
                 f"ORDER BY {self.key} FOR UPDATE")
 
+    @property
+    def kept(self) -> BeforeImages:
+        return BeforeImages(self.images, self.batches)
+
     def record_batch(self) -> str:
-        return (f"INSERT INTO {self.batches} (subtask_id, lo, hi, xid) "
-                f"VALUES (:subtask, :lo, :hi, pg_current_xact_id())")
+        return self.kept.record_batch()
 
     # --- schema steps (prepare / advance / rollback) -------------------------
 
     def create_images(self) -> list[str]:
-        # No indexes: one append per row on the hot path; rollback joins by hash.
-        return [f"CREATE TABLE IF NOT EXISTS {self.images} (k bigint NOT NULL, "
-                f"old {self.column_type}, xid xid8 NOT NULL)",
-                f"CREATE TABLE IF NOT EXISTS {self.batches} (subtask_id bigint NOT NULL, "
-                f"lo bigint NOT NULL, hi bigint NOT NULL, xid xid8 NOT NULL)"]
+        return self.kept.create(self.column_type)
 
     def drop_images(self) -> list[str]:
-        return [f"DROP TABLE IF EXISTS {self.images}", f"DROP TABLE IF EXISTS {self.batches}"]
+        return self.kept.drop()
 
     def restore(self) -> list[str]:
-        """Put back the old values of rows the job wrote and nobody wrote since.
-        Order matters: rows restored by the first statement get this
-        transaction's xmin, so the second (old value NULL) skips them."""
-        t, k, col = self.table, self.key, quote(self.column)
-        return [
-            f"UPDATE {t} t SET {col} = i.old FROM {self.images} i "
-            f"WHERE t.{k} = i.k AND t.xmin = CAST(i.xid AS xid)",
-            f"UPDATE {t} t SET {col} = NULL FROM {self.batches} b "
-            f"WHERE t.{k} >= b.lo AND t.{k} < b.hi AND t.xmin = CAST(b.xid AS xid)",
-        ]
+        return self.kept.restore(f"{self.table} t", "t", self.key, self.column)

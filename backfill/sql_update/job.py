@@ -87,7 +87,7 @@ class SqlUpdate:
                 bounds = {"lo": curr, "hi": upper}
                 conn.execute(text(sql.update()), bounds)
                 if sql.batches:
-                    conn.execute(text(sql.record_batch()), bounds)
+                    conn.execute(text(sql.record_batch()), {**bounds, "subtask": ctx.subtask_id})
                 ctx.checkpoint(conn, upper, scanned)
             curr = upper
             ctx.throttle(scanned, time.monotonic() - started)

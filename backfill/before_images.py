@@ -1,0 +1,65 @@
+"""Before-images of a job that overwrites a column, and the rollback that puts
+them back (DESIGN 8, 9); shared by ``sql-update`` and ``backfill``.
+
+An image needs no copy of the new value: a batch's write, its images and its
+checkpoint are one transaction, so a row the batch wrote and nobody touched
+since still has ``xmin`` = that transaction's id. Rollback restores exactly
+those rows (later application writes win) and needs no ``=`` on the column's
+type (json, xml and point have none). ``images`` keeps (key, old value, xid)
+for old values that are not NULL; ``batches`` keeps (range, xid) per batch,
+so rows whose old value was NULL are found by range and xid without a row
+each. No savepoints in a batch: rows updated in one would carry the
+subtransaction's id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from backfill.tables import quote
+
+
+@dataclass(frozen=True)
+class BeforeImages:
+    images: str  # quoted, schema-qualified
+    batches: str
+
+    def create(self, column_type: str, *, temporary: bool = False) -> list[str]:
+        # No indexes: one append per row on the hot path; rollback joins by hash.
+        create = "CREATE TEMP TABLE" if temporary else "CREATE TABLE IF NOT EXISTS"
+        tail = " ON COMMIT DROP" if temporary else ""
+        return [f"{create} {self.images} (k bigint NOT NULL, old {column_type}, "
+                f"xid xid8 NOT NULL){tail}",
+                f"{create} {self.batches} (subtask_id bigint NOT NULL, lo bigint NOT NULL, "
+                f"hi bigint NOT NULL, xid xid8 NOT NULL){tail}"]
+
+    def drop(self) -> list[str]:
+        return [f"DROP TABLE IF EXISTS {self.images}", f"DROP TABLE IF EXISTS {self.batches}"]
+
+    def keep(self, written: str) -> str:
+        """Keep the images of ``written`` (a CTE with columns ``k``, ``old``).
+        ``num_nulls`` tests the value itself: a composite with a NULL field is
+        neither ``IS NULL`` nor ``IS NOT NULL``, and its old value is needed."""
+        return (f"INSERT INTO {self.images} (k, old, xid) "
+                f"SELECT k, old, pg_current_xact_id() FROM {written} WHERE num_nulls(old) = 0")
+
+    def record_batch(self) -> str:
+        """The batch's range and transaction id. Binds ``subtask``, ``lo``, ``hi``."""
+        return (f"INSERT INTO {self.batches} (subtask_id, lo, hi, xid) "
+                f"VALUES (:subtask, :lo, :hi, pg_current_xact_id())")
+
+    def restore(self, target: str, ref: str, key: str, column: str) -> list[str]:
+        """Put back the old values of rows the job wrote and nobody wrote since
+        (``target``: the table as the statement names it, ``ref``: how its
+        columns are referred to). Order matters: rows restored by the first
+        statement get this transaction's xmin, so the second (old value NULL)
+        skips them; a retry after a crash finds every row as before (one
+        transaction)."""
+        col = quote(column)
+        return [
+            f"UPDATE {target} SET {col} = reorg_i.old FROM {self.images} reorg_i "
+            f"WHERE {ref}.{key} = reorg_i.k AND {ref}.xmin = CAST(reorg_i.xid AS xid)",
+            f"UPDATE {target} SET {col} = NULL FROM {self.batches} reorg_b "
+            f"WHERE {ref}.{key} >= reorg_b.lo AND {ref}.{key} < reorg_b.hi "
+            f"AND {ref}.xmin = CAST(reorg_b.xid AS xid)",
+        ]
