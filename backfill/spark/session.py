@@ -17,6 +17,7 @@ import glob
 import logging
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import threading
@@ -226,7 +227,25 @@ def alive(spark: SparkSession) -> bool:
 def _jvm_alive(spark: SparkSession) -> bool:
     # The JVM PySpark launched is its gateway's child process.
     proc = getattr(spark.sparkContext._gateway, "proc", None)  # noqa: SLF001
-    return proc is None or proc.poll() is None
+    return proc is None or not _exited(proc)
+
+
+def _exited(proc: subprocess.Popen) -> bool:
+    """Whether a child process has exited. ``Popen.poll`` answers "running"
+    while another thread is inside its own poll of the same process (it will
+    not wait for that thread's lock), which made a subtask that saw the JVM
+    die judge it alive and fail for good instead of being retried; so a
+    "running" answer is checked against the process's state in /proc (a
+    zombie has exited) where there is one."""
+    if proc.poll() is not None:
+        return True
+    try:
+        with open(f"/proc/{proc.pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return os.path.isdir("/proc/self")  # no entry on a system with /proc: reaped
+    except (OSError, IndexError):
+        return False
 
 
 def _forget_dead_session(spark: SparkSession) -> None:

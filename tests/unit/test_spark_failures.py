@@ -90,3 +90,19 @@ def test_a_broken_connection_during_a_check_is_not_the_inputs_fault():
     assert lost_connection(Failure(READ_KILLED))  # Spark's JDBC read
     assert not lost_connection(Failure(BAD_CAST))
     assert not lost_connection(Failure(UDF_FAILED))
+
+
+def test_a_dead_child_is_seen_dead_while_another_thread_polls_it():
+    """Popen.poll says "running" while another thread holds its wait lock; the
+    JVM check must not believe it (a subtask would fail instead of retrying)."""
+    import subprocess
+    import time
+
+    from backfill.spark.session import _exited
+
+    child = subprocess.Popen(["sleep", "0"])
+    time.sleep(0.3)  # exited, not reaped: a zombie
+    with child._waitpid_lock:  # noqa: SLF001  (another thread inside poll())
+        assert child.poll() is None  # what misled the check
+        assert _exited(child)
+    child.wait()
