@@ -170,10 +170,13 @@ class Owner:
                           error=f"owner: {error}", detail="the owner cannot drive the job")
             return f"failed: {error}"
         wait = self._back_off(row["id"])
-        log.warning("job %s: %s; looking again in %.0fs", row["id"], error, wait)
+        step = "rollback" if state is J.REVERTING else f"{state} job"
+        log.warning("job %s: %s failed, looking again in %.0fs: %s", row["id"], step, wait,
+                    error, exc_info=exc)
         with self._fenced(term) as conn:
-            jobs.note_error(self.db, conn, term, row["id"], f"{error} (retrying)")
-        return f"{error}; will retry in {wait:.0f}s"
+            # Kept beside the job's own error (why it failed), not over it.
+            jobs.note_error(self.db, conn, term, row["id"], f"{step} retrying: {error}")
+        return f"{step} failed, will retry in {wait:.0f}s: {error}"
 
     def _back_off(self, job_id: int) -> float:
         failures = self._backoff.get(job_id, (0, 0.0))[0] + 1
@@ -330,27 +333,19 @@ class Owner:
         return "reverting"
 
     def _revert(self, term: OwnerTerm, job: Job, target: JobState) -> str:
-        try:
-            with self._fenced(term) as conn:
-                detail = "table restored"
-                if job.step >= STEP_PREPARED:
-                    if table_exists(conn, job.target_table):
-                        jobtype.get(job.type).rollback(conn, job)
-                    else:
-                        detail = (f"table {job.target_table} no longer exists (dropped or "
-                                  "renamed): nothing to restore")
-                faults.hit("owner.after_rollback")
-                self._must(jobs.finish_revert(self.db, conn, term, job.id, target,
-                                              actor=self._actor(term), detail=detail))
-        except (TermLost, _Raced):
-            raise
-        except Exception as exc:  # retried with backoff; the job stays reverting
-            log.exception("rollback of job %s failed", job.id)
-            wait = self._back_off(job.id)
-            with self._fenced(term) as conn:
-                jobs.note_error(self.db, conn, term, job.id,
-                                f"rollback failed, retrying: {one_line(exc)}")
-            return f"rollback failed, will retry in {wait:.0f}s: {one_line(exc)}"
+        """Restore the table and end the job. A failure is retried with backoff
+        (``_job_error``); the job stays reverting meanwhile."""
+        with self._fenced(term) as conn:
+            detail = "table restored"
+            if job.step >= STEP_PREPARED:
+                if table_exists(conn, job.target_table):
+                    jobtype.get(job.type).rollback(conn, job)
+                else:
+                    detail = (f"table {job.target_table} no longer exists (dropped or "
+                              "renamed): nothing to restore")
+            faults.hit("owner.after_rollback")
+            self._must(jobs.finish_revert(self.db, conn, term, job.id, target,
+                                          actor=self._actor(term), detail=detail))
         return str(target)
 
     def _housekeeping(self, term: OwnerTerm) -> list[str]:

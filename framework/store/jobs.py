@@ -248,13 +248,21 @@ def resume_while_pausing(
 
 # --- owner writes that are not transitions ---------------------------------------
 
+NOW_SEP = " | now: "
+
+
 def note_error(db: Database, conn: Connection, term: OwnerTerm, job_id: int, error: str) -> bool:
     """Show why the owner cannot move a job on yet (e.g. a lock timeout in
-    prepare, retried later) without changing its state."""
+    prepare, a rollback failing) without changing its state. The job's own
+    error (why it failed) stays; the note after it is replaced each time."""
     return conn.execute(
-        db.sql(f"""UPDATE {{s}}.jobs SET error = :error, updated_at = clock_timestamp()
+        db.sql(f"""UPDATE {{s}}.jobs SET updated_at = clock_timestamp(),
+                       error = CASE WHEN error IS NULL OR error LIKE '%retrying: %'
+                                         AND position(:sep IN error) = 0
+                                    THEN :error
+                                    ELSE split_part(error, :sep, 1) || :sep || :error END
                    WHERE id = :job_id AND {FENCE}"""),
-        {"job_id": job_id, "error": error, **term.params()},
+        {"job_id": job_id, "error": error, "sep": NOW_SEP, **term.params()},
     ).rowcount == 1
 
 
