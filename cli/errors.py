@@ -17,6 +17,7 @@ codes are the same for every command (README, "Exit codes"):
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import traceback
@@ -25,6 +26,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 import typer
 
+from cli import logs
 from framework.config import ConfigError
 from framework.db import DatabaseUnreachable, SchemaBehind
 from framework.errors import one_line
@@ -63,7 +65,10 @@ def handle(exc: BaseException, *, debug: bool) -> int:
         traceback.print_exception(exc, file=sys.stderr)
     if message:
         line = f"error: {message}" + (f" ({hint})" if hint and not debug else "")
-        print(line, file=sys.stderr, flush=True)
+        if logs.json_active():  # `reorg worker --log-format json`: one JSON object a line
+            logging.getLogger("reorg.cli").error("%s", line)
+        else:
+            print(line, file=sys.stderr, flush=True)
     return code
 
 
