@@ -203,7 +203,7 @@ def submit(db: Database, *, rows_per_subtask: int, table: str = '"public"."bench
         job_id, _ = jobs.insert(
             db, conn, type=NOOP, params={"table": table, "rows_per_subtask": rows_per_subtask},
             target_table=table, key_column='"id"', job_key=None, priority=0, concurrency=10_000,
-            batch_rows=10_000, max_rows_per_sec=None)
+            batch_rows=10_000, max_rows_per_sec=None, actor="bench")
     return job_id
 
 

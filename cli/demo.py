@@ -25,7 +25,7 @@ import typer
 
 from cli import progress
 from cli.context import CliState, cli_state
-from cli.errors import CliFailure
+from cli.errors import JOB_DID_NOT_SUCCEED, CliFailure
 from cli.output import console, count, duration
 from cli.stderr import child_stderr_hidden
 from framework import control
@@ -85,7 +85,7 @@ def demo(
     if job["state"] != "succeeded" or wrong:
         raise CliFailure(f"demo failed: job {job_id} {job['state']}"
                          f"{': ' + job['error'] if job['error'] else ''}; {count(wrong)} rows "
-                         f"differ from md5(b); worker logs in {logs}")
+                         f"differ from md5(b); worker logs in {logs}", JOB_DID_NOT_SUCCEED)
     shutil.rmtree(logs, ignore_errors=True)
     print(f"demo passed: job {job_id} set c = md5(b) on {count(rows)} rows in "
           f"{duration(took)} ({count(rows / max(took, 1e-9))} rows/s) with {workers} worker(s); "

@@ -1,17 +1,23 @@
 """The one place that turns an exception into what the user sees.
 
 Every failure prints exactly one line ``error: ...`` on stderr and exits
-non-zero, never a traceback (unless ``--debug`` / ``REORG_DEBUG=1``):
+non-zero, never a traceback (unless ``--debug`` / ``REORG_DEBUG=1``). The exit
+codes are the same for every command (README, "Exit codes"):
 
-    exit 2  bad input: usage errors, invalid parameters or settings, a refused
-            request (second active job on a table, cancel of a finished job)
-    exit 1  operational failure: database unreachable or behind, no PostgreSQL
-            binaries, database errors, and anything unexpected
-    other   a CliFailure carries its own code (``reorg wait`` uses 3 for timeout)
+    0    done (``reorg wait``: the job succeeded)
+    1    JOB_DID_NOT_SUCCEED: the job failed, was cancelled or reverted
+    2    BAD_INPUT: usage errors, invalid parameters or settings, a refused
+         request (second active job on a table, cancel of a finished job)
+    3    TIMEOUT: ``reorg wait --timeout`` passed first
+         (``reorg checksum-report`` keeps its own 3 and 4: see cli/checksum.py)
+    5    OPERATIONAL: database unreachable or behind, no PostgreSQL binaries,
+         Spark cannot start, database errors, and anything unexpected
+    130  interrupted (Ctrl-C)
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import traceback
@@ -20,6 +26,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 import typer
 
+from cli import logs
 from framework.config import ConfigError
 from framework.db import DatabaseUnreachable, SchemaBehind
 from framework.errors import one_line
@@ -27,8 +34,10 @@ from framework.jobtype import InvalidParams
 from framework.localpg.cluster import PostgresError, PostgresNotFound
 from framework.store.jobs import ActiveJobExists
 
+JOB_DID_NOT_SUCCEED = 1
 BAD_INPUT = 2
-OPERATIONAL = 1
+TIMEOUT = 3
+OPERATIONAL = 5
 INTERRUPTED = 130
 DEBUG_HINT = "rerun with --debug or REORG_DEBUG=1 to see the traceback"
 
@@ -56,7 +65,10 @@ def handle(exc: BaseException, *, debug: bool) -> int:
         traceback.print_exception(exc, file=sys.stderr)
     if message:
         line = f"error: {message}" + (f" ({hint})" if hint and not debug else "")
-        print(line, file=sys.stderr, flush=True)
+        if logs.json_active():  # `reorg worker --log-format json`: one JSON object a line
+            logging.getLogger("reorg.cli").error("%s", line)
+        else:
+            print(line, file=sys.stderr, flush=True)
     return code
 
 
@@ -76,7 +88,9 @@ def classify(exc: BaseException) -> tuple[str, int, str | None]:
         return one_line(str(exc), limit=None), OPERATIONAL, None
     if isinstance(exc, sa.exc.DBAPIError):
         return f"database error: {one_line(str(exc.orig or exc), limit=None)}", OPERATIONAL, DEBUG_HINT
-    return f"unexpected {type(exc).__name__}: {one_line(str(exc), limit=None)}", OPERATIONAL, DEBUG_HINT
+    # Never the class name (users cannot act on `_JvmDidNotStart`): its message,
+    # and the traceback with --debug.
+    return f"unexpected failure: {one_line(str(exc), limit=None)}", OPERATIONAL, DEBUG_HINT
 
 
 def _usage_error(exc: typer.TyperException) -> tuple[str, int, str | None]:

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from cli import checksum, progress
 from cli.context import cli_state
-from cli.errors import CliFailure
+from cli.errors import JOB_DID_NOT_SUCCEED, TIMEOUT, CliFailure
 from cli.output import console, count, duration, print_json
 from framework import control
 
@@ -18,8 +18,6 @@ app = typer.Typer()
 
 JobArg = Annotated[int, typer.Argument(metavar="JOB", help="Job id, as printed by `reorg submit`.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
-
-WAIT_TIMEOUT_EXIT = 3
 
 
 @app.command()
@@ -55,16 +53,16 @@ def wait(
     job_id: JobArg,
     timeout: Annotated[float | None, typer.Option(min=0, help="Give up after S seconds (exit 3).")] = None,
 ) -> None:
-    """Wait until a job ends: exit 0 when it succeeded, 1 when it was
-    cancelled or reverted, 3 on timeout."""
+    """Wait until a job ends: exit 0 when it succeeded, 1 when it failed, was
+    cancelled or reverted, 3 on timeout, 5 when the database cannot be reached."""
     job = progress.wait_terminal(cli_state(ctx).database(), job_id, timeout)
     if job is None:
         raise CliFailure(f"job {job_id} has not finished after {timeout:g}s; "
-                         "`reorg status` shows where it is", WAIT_TIMEOUT_EXIT)
+                         "`reorg status` shows where it is", TIMEOUT)
     if job["state"] != "succeeded":
         why = job["error"] or ("cancelled on request; what it had changed was rolled back"
                                if job["state"] == "cancelled" else "no error recorded")
-        raise CliFailure(f"job {job_id} {job['state']}: {why}")
+        raise CliFailure(f"job {job_id} {job['state']}: {why}", JOB_DID_NOT_SUCCEED)
     print(f"job {job_id} succeeded: {count(job['rows_done'])} rows in "
           f"{duration(job['elapsed_seconds'])}")
 
@@ -72,19 +70,19 @@ def wait(
 @app.command()
 def cancel(ctx: typer.Context, job_id: JobArg) -> None:
     """Cancel a job; the owner rolls back whatever it already changed."""
-    print(control.cancel(cli_state(ctx).database(), job_id))
+    print(control.cancel(cli_state(ctx).database(), job_id, actor=control.local_actor()))
 
 
 @app.command()
 def pause(ctx: typer.Context, job_id: JobArg) -> None:
     """Pause a running job: workers finish their batch, checkpoint and release."""
-    print(control.pause(cli_state(ctx).database(), job_id))
+    print(control.pause(cli_state(ctx).database(), job_id, actor=control.local_actor()))
 
 
 @app.command()
 def resume(ctx: typer.Context, job_id: JobArg) -> None:
     """Resume a paused job from where it stopped."""
-    print(control.resume(cli_state(ctx).database(), job_id))
+    print(control.resume(cli_state(ctx).database(), job_id, actor=control.local_actor()))
 
 
 @app.command()
@@ -97,7 +95,8 @@ def alter(
 ) -> None:
     """Change a live job's knobs; workers pick them up at their next batch."""
     control.alter(cli_state(ctx).database(), job_id, batch_rows=batch_rows,
-                  max_rows_per_sec=max_rows_per_sec, concurrency=concurrency)
+                  max_rows_per_sec=max_rows_per_sec, concurrency=concurrency,
+                  actor=control.local_actor())
     changed = {"batch_rows": batch_rows, "max_rows_per_sec": max_rows_per_sec,
                "concurrency": concurrency}
     print(f"job {job_id} altered: "

@@ -35,6 +35,14 @@ _PANEL = "Global options"
 _DEFAULT = Settings("")
 
 
+def _print_version(requested: bool) -> None:
+    if requested:
+        from framework.node import reorg_version
+
+        print(f"reorg {reorg_version()}")
+        raise typer.Exit()
+
+
 @app.callback()
 def global_options(
     ctx: typer.Context,
@@ -58,6 +66,9 @@ def global_options(
     debug: Annotated[bool, typer.Option(
         "--debug", envvar="REORG_DEBUG", rich_help_panel=_PANEL,
         help="Show tracebacks and debug logs.")] = False,
+    _version: Annotated[bool, typer.Option(
+        "--version", is_eager=True, callback=_print_version, expose_value=True,
+        help="Print reorg's version and exit.")] = False,
 ) -> None:
     state = CliState(GlobalOptions(db_url, schema, lease_seconds, owner_lease_seconds,
                                    max_attempts, debug))

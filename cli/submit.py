@@ -21,6 +21,7 @@ import typer
 from cli.context import cli_state
 from cli.output import console, count, print_json, table_name
 from cli.stderr import child_stderr_hidden
+from framework.control import local_actor
 from framework.splitting import SplitPlan
 from framework.submit import SubmitRequest, SubmitResult, submit
 
@@ -83,7 +84,7 @@ def job_type(name: str) -> Callable[[Callable[..., Params]], Callable[..., Param
             common = {k: options.pop(k) for k in _COMMON_NAMES}
             as_json = common.pop("as_json")
             params = {k: v for k, v in to_params(**options).items() if v not in (None, [])}
-            request = SubmitRequest(type=name, params=params, **common)
+            request = SubmitRequest(type=name, params=params, actor=local_actor(), **common)
             state = cli_state(ctx)
             db = state.database()
             with child_stderr_hidden(enabled=not state.options.debug):

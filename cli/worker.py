@@ -4,21 +4,28 @@ SIGTERM or SIGINT, then drain and exit 0."""
 from __future__ import annotations
 
 import dataclasses
+import enum
 import logging
 import signal
-import sys
 import threading
 from types import FrameType
 from typing import Annotated
 
 import typer
 
+from cli import logs
 from cli.context import cli_state
-from framework import jobtype
+from framework import jobtype, metrics
 from framework.errors import one_line
-from framework.node import Node
+from framework.node import Node, default_node_id
 
 app = typer.Typer()
+
+
+class LogFormat(enum.StrEnum):
+    text = "text"
+    json = "json"
+
 log = logging.getLogger("reorg.cli.worker")
 
 
@@ -44,13 +51,29 @@ def worker(
         envvar="REORG_SPARK_WARMUP",
         help="Start Spark when the worker starts (takes seconds) instead of at the first "
              "Spark subtask.")] = True,
+    metrics_port: Annotated[int | None, typer.Option(
+        envvar="REORG_METRICS_PORT", min=1, max=65535, show_default=False,
+        help="Serve Prometheus metrics at http://0.0.0.0:PORT/metrics.")] = None,
+    log_format: Annotated[LogFormat, typer.Option(
+        envvar="REORG_LOG_FORMAT", case_sensitive=False,
+        help="text, or json: one JSON object a line on stderr, Spark's output included.")
+    ] = LogFormat.text,
 ) -> None:
     """Run a worker node until SIGTERM/SIGINT; then drain and deregister."""
     state = cli_state(ctx)
+    node_id = node_id or default_node_id()
+    # First, so that even a failure to start is logged in the chosen format.
+    logs.configure(debug=state.options.debug, fmt=log_format.value, node_id=node_id)
     state.database()  # schema check; the node opens its own connections
     state.close()
-    configure_logging(state.options.debug)
     settings = dataclasses.replace(state.settings(), poll_seconds=poll_seconds)
+    if metrics_port is not None:
+        try:
+            metrics.serve(metrics_port)
+        except OSError as exc:
+            raise typer.BadParameter(f"cannot listen on port {metrics_port}: {exc.strerror}",
+                                     param_hint="--metrics-port") from None
+        log.info("metrics at http://0.0.0.0:%d/metrics", metrics_port)
     configure_spark(spark_master, spark_conf or [])
     # Loading the job types now makes a broken entry point fail at start, not
     # at the first claim.
@@ -98,18 +121,6 @@ def _warm_up_spark() -> None:
         cds.ensure_in_background(session.cds_archive(), session.settings_environ())
     except Exception as exc:  # only a speed-up: never stop the worker for it
         log.warning("not building a Spark class-data archive: %s", exc)
-
-
-def configure_logging(debug: bool) -> None:
-    logging.basicConfig(
-        stream=sys.stderr, level=logging.DEBUG if debug else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    # APScheduler logs every run of every interval job at INFO.
-    logging.getLogger("apscheduler").setLevel(logging.WARNING)
-    # py4j logs each Python thread's gateway connection closing at INFO, and a
-    # reset one it then reopens as a traceback: noise, not failures.
-    logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 def _stop_on_signals() -> threading.Event:

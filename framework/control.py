@@ -1,9 +1,14 @@
 """What a user can do to a submitted job: cancel, pause, resume, alter, and
 read it back. Each is one compare-and-set on the job; a refused one raises
-InvalidParams with a one-line reason, and changes nothing."""
+InvalidParams with a one-line reason, and changes nothing. Each change writes
+a job event naming its ``actor``: the CLI passes the OS ``user@host`` of whoever
+ran the command; without one, this process's (``local_actor``)."""
 
 from __future__ import annotations
 
+import getpass
+import os
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +20,15 @@ from framework.states import JOB_CANCELLABLE, JOB_TERMINAL, JobState
 from framework.store import jobs, progress
 
 J = JobState
+
+
+def local_actor() -> str:
+    """``user@host`` of this process, as job events name a user's request."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry and no LOGNAME/USER (some containers)
+        user = f"uid{os.getuid()}"
+    return f"{user}@{socket.gethostname()}"
 
 
 def _state_or_fail(db: Database, conn: Connection, job_id: int) -> JobState:
@@ -45,45 +59,54 @@ def _request(db: Database, job_id: int,
         return jobs.state(db, conn, job_id) or state
 
 
-def cancel(db: Database, job_id: int) -> JobState:
+def cancel(db: Database, job_id: int, *, actor: str | None = None) -> JobState:
+    who = actor or local_actor()
+
     def decide(state: JobState) -> _Cas | JobState | str:
         if state in (J.CANCELLING, J.REVERTING, J.FAILED):
             return state  # already on its way back; cancelling twice is harmless
         if state not in JOB_CANCELLABLE:
             return f"job {job_id} already {state}; there is nothing to cancel"
-        return lambda db, conn, job_id: jobs.request_cancel(db, conn, job_id, actor="user")
+        return lambda db, conn, job_id: jobs.request_cancel(db, conn, job_id, actor=who)
 
     return _request(db, job_id, decide)
 
 
-def pause(db: Database, job_id: int) -> JobState:
+def pause(db: Database, job_id: int, *, actor: str | None = None) -> JobState:
+    who = actor or local_actor()
+
     def decide(state: JobState) -> _Cas | JobState | str:
         if state in (J.PAUSING, J.PAUSED):
             return state
         if state is not J.RUNNING:
             return f"job {job_id} is {state}; only a running job can be paused"
-        return lambda db, conn, job_id: jobs.request_pause(db, conn, job_id, actor="user")
+        return lambda db, conn, job_id: jobs.request_pause(db, conn, job_id, actor=who)
 
     return _request(db, job_id, decide)
 
 
-def resume(db: Database, job_id: int) -> JobState:
+def resume(db: Database, job_id: int, *, actor: str | None = None) -> JobState:
+    who = actor or local_actor()
+
     def decide(state: JobState) -> _Cas | JobState | str:
         if state in (J.RESUMING, J.RUNNING):
             return state
         if state is J.PAUSING:  # not paused yet: straight back to running
             return lambda db, conn, job_id: jobs.resume_while_pausing(db, conn, job_id,
-                                                                      actor="user")
+                                                                     actor=who)
         if state is not J.PAUSED:
             return f"job {job_id} is {state}; only a paused job can be resumed"
-        return lambda db, conn, job_id: jobs.request_resume(db, conn, job_id, actor="user")
+        return lambda db, conn, job_id: jobs.request_resume(db, conn, job_id, actor=who)
 
     return _request(db, job_id, decide)
 
 
 def alter(db: Database, job_id: int, *, batch_rows: int | None = None,
-          max_rows_per_sec: int | None = None, concurrency: int | None = None) -> None:
-    """Change a live job's knobs. ``max_rows_per_sec=0`` removes the limit."""
+          max_rows_per_sec: int | None = None, concurrency: int | None = None,
+          actor: str | None = None) -> None:
+    """Change a live job's knobs. ``max_rows_per_sec=0`` removes the limit.
+    The change and its job event (state unchanged, detail names the knobs)
+    are one statement."""
     if batch_rows is None and max_rows_per_sec is None and concurrency is None:
         raise InvalidParams(
             "nothing to change; pass --batch-rows, --max-rows-per-sec or --concurrency"
@@ -97,7 +120,7 @@ def alter(db: Database, job_id: int, *, batch_rows: int | None = None,
         state = _state_or_fail(db, conn, job_id)
         if state in JOB_TERMINAL or not jobs.alter(
             db, conn, job_id, batch_rows=batch_rows, max_rows_per_sec=max_rows_per_sec,
-            concurrency=concurrency,
+            concurrency=concurrency, actor=actor or local_actor(),
         ):
             raise InvalidParams(f"job {job_id} already {state}; only a live job can be altered")
         jobs.notify(db, conn)

@@ -18,13 +18,13 @@ from importlib.metadata import PackageNotFoundError, version
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from framework import leases
+from framework import leases, metrics
 from framework.config import Settings
 from framework.db import Database
 from framework.errors import one_line
 from framework.listener import Listener
 from framework.owner import Owner
-from framework.store import jobs, nodes, subtasks
+from framework.store import jobs, nodes, progress, subtasks
 from framework.worker import WorkerPool
 
 log = logging.getLogger("reorg.node")
@@ -110,6 +110,7 @@ class Node:
             log.warning("could not deregister cleanly: %s", one_line(exc))
         self.worker_db.dispose()
         self.owner_db.dispose()
+        metrics.owner_jobs(False, [])
         self.stopped.set()
         log.info("node %s stopped", self.node_id)
 
@@ -134,6 +135,21 @@ class Node:
             self._owner_busy.clear()
         for action in result.actions:
             log.info("owner rev %s: %s", result.revision, action)
+        self._report_jobs(result.is_owner)
+
+    def _report_jobs(self, is_owner: bool) -> None:
+        """The owner's job gauges: one progress read of the live jobs (and of
+        those that were live last time, for their final figures) a tick."""
+        shown: list[dict] = []
+        if is_owner:
+            try:
+                with self.owner_db.begin() as conn:
+                    shown = progress.live_jobs_progress(self.owner_db, conn,
+                                                        metrics.shown_live_jobs())
+            except Exception as exc:  # only figures: the next tick tries again
+                log.debug("job figures not read: %s", one_line(exc))
+                return
+        metrics.owner_jobs(is_owner, shown)
 
     def _on_notify(self) -> None:
         self.pool.wake()

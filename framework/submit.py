@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from framework import jobtype
+from framework.control import local_actor
 from framework.db import Database
 from framework.jobtype import InvalidParams
 from framework.splitting import SplitPlan, plan_split
@@ -27,6 +28,8 @@ class SubmitRequest:
     max_rows_per_sec: int | None = None
     rows_per_subtask: int | None = None
     dry_run: bool = False
+    # Who submits, for the job event (default: this process's user@host).
+    actor: str | None = None
 
     def check_limits(self) -> None:
         for name, value in (("--concurrency", self.concurrency), ("--batch-rows", self.batch_rows)):
@@ -69,5 +72,6 @@ def submit(db: Database, request: SubmitRequest) -> SubmitResult:
             key_column=target.key_column, job_key=request.job_key, priority=request.priority,
             concurrency=request.concurrency, batch_rows=request.batch_rows,
             max_rows_per_sec=request.max_rows_per_sec,
+            actor=request.actor or local_actor(),
         )
     return SubmitResult(job_id, created, target.table)

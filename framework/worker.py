@@ -19,9 +19,10 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from framework import faults, jobtype, leases
+from framework import faults, jobtype, leases, metrics
 from framework.db import Database
 from framework.errors import is_retryable, one_line
 from framework.jobtype import LEASE_LOST, LeaseLost, Stopped, SubtaskContext
@@ -36,10 +37,21 @@ _SOFT_STOP_STATES = {JobState.PAUSING, JobState.PAUSED}
 
 
 @dataclass
+class _Tally:
+    """What one subtask did on this worker, counted as its batches commit."""
+
+    started: float  # monotonic
+    mark: float  # monotonic time of the start or the last committed batch
+    rows: int = 0
+    batches: int = 0
+
+
+@dataclass
 class _Held:
     claim: Claim
     ctx: SubtaskContext
     renewed_at: float  # monotonic time the last successful renewal was sent
+    tally: _Tally
 
 
 @dataclass
@@ -49,6 +61,10 @@ class SlotResult:
     subtask_id: int
     outcome: str  # succeeded | released | lost | retry | failed
     error: str | None = None
+    # Batches this run committed, their rows, and the run's seconds (set by run_claimed).
+    rows: int = 0
+    batches: int = 0
+    seconds: float = 0.0
 
 
 @dataclass
@@ -114,8 +130,9 @@ class WorkerPool:
             if info is None and h.ctx.finished:
                 continue  # its last batch finished it just now
             if info is None:
-                log.warning("lost lease on subtask %s", h.claim.id)
-                h.ctx.stop(LEASE_LOST, hard=True)
+                log.warning("lost lease on subtask %s", h.claim.id,
+                            extra={"job_id": h.claim.job_id, "subtask_id": h.claim.id})
+                self._lose(h.ctx, "renewal_refused")
                 continue
             h.renewed_at = sent
             # Knob changes (`reorg alter`) reach the running subtask here.
@@ -137,7 +154,14 @@ class WorkerPool:
             held = list(self._held.values())
         for h in held:
             if not leases.still_trusted(h.renewed_at, self.clock(), ttl):
-                h.ctx.stop(LEASE_LOST, hard=True)
+                self._lose(h.ctx, "untrusted")
+
+    @staticmethod
+    def _lose(ctx: SubtaskContext, reason: str) -> None:
+        """Stop a subtask whose lease is lost; counted once per subtask."""
+        if LEASE_LOST not in ctx.stop_reason:
+            metrics.lease_lost(reason)
+        ctx.stop(LEASE_LOST, hard=True)
 
     # --- slots ----------------------------------------------------------
 
@@ -169,35 +193,51 @@ class WorkerPool:
             claims = subtasks.claim(self.db, conn, self.node_id, size.next())
         if not claims:
             return False
-        contexts = [self._hold(claim, sent) for claim in claims]
+        held = [self._hold(claim, sent) for claim in claims]
         try:
-            for claim, ctx in zip(claims, contexts, strict=True):
-                started = self.clock()
-                result = self._run(claim, ctx)
+            for h in held:
+                claim, ctx = h.claim, h.ctx
+                h.tally.started = h.tally.mark = self.clock()
+                metrics.RUNNING.inc()
+                try:
+                    result = self._run(claim, ctx)
+                finally:
+                    metrics.RUNNING.dec()
                 with self._lock:
                     self._held.pop(claim.id, None)
-                size.observe(self.clock() - started)
+                took = self.clock() - h.tally.started
+                size.observe(took)
+                result = replace(result, rows=h.tally.rows, batches=h.tally.batches,
+                                 seconds=took)
                 self.results.append(result)
-                log.info("subtask %s (job %s): %s%s", claim.id, claim.job_id, result.outcome,
-                         f" ({result.error})" if result.error else "")
+                metrics.subtask(claim.job.type, result.outcome)
+                log.info("subtask %s (job %s): %s, %d rows in %d batches, %.2fs%s",
+                         claim.id, claim.job_id, result.outcome, result.rows, result.batches,
+                         took, f" ({result.error})" if result.error else "",
+                         extra={"job_id": claim.job_id, "subtask_id": claim.id,
+                                "job_type": claim.job.type, "outcome": result.outcome,
+                                "rows": result.rows, "batches": result.batches,
+                                "seconds": round(took, 3)})
         finally:
             with self._lock:
                 for claim in claims:
                     self._held.pop(claim.id, None)
         return True
 
-    def _hold(self, claim: Claim, renewed_at: float) -> SubtaskContext:
+    def _hold(self, claim: Claim, renewed_at: float) -> _Held:
+        tally = _Tally(started=renewed_at, mark=renewed_at)
         ctx = SubtaskContext(
             job=claim.job, subtask_id=claim.id, start_key=claim.start_key,
             end_key=claim.end_key, curr_key=claim.curr_key, epoch=claim.epoch,
             meta=dict(claim.meta),
             checkpoint=lambda conn, key, rows, meta=None: self._checkpoint(
-                ctx, claim, conn, key, rows, meta),
+                ctx, claim, tally, conn, key, rows, meta),
             stop_event=threading.Event(),
         )
+        held = _Held(claim, ctx, renewed_at, tally)
         with self._lock:
-            self._held[claim.id] = _Held(claim, ctx, renewed_at)
-        return ctx
+            self._held[claim.id] = held
+        return held
 
     def _run(self, claim: Claim, ctx: SubtaskContext) -> SlotResult:
         try:
@@ -232,25 +272,46 @@ class WorkerPool:
                     claim.attempts, self.db.settings.retry_backoff_seconds)
                 outcome, held = "retry", subtasks.retry_later_if_held(self.db, conn, claim, error, backoff)
             else:
-                log.error("subtask %s failed: %s", claim.id, error, exc_info=exc)
+                log.error("subtask %s failed: %s", claim.id, error, exc_info=exc,
+                          extra={"job_id": claim.job_id, "subtask_id": claim.id})
                 outcome = "failed"
                 held = subtasks.fail_if_held(self.db, conn, claim, f"attempt {claim.attempts}: {error}")
         # Every one of those writes is fenced: 0 rows means another worker has
         # the subtask now, and whatever this one was doing is void.
         return SlotResult(claim.id, outcome if held else "lost", error)
 
-    def _checkpoint(self, ctx: SubtaskContext, claim: Claim, conn: Connection, key: int,
-                    rows: int, meta: dict | None) -> None:
+    def _checkpoint(self, ctx: SubtaskContext, claim: Claim, tally: _Tally, conn: Connection,
+                    key: int, rows: int, meta: dict | None) -> None:
         faults.hit("worker.before_checkpoint")
         state = subtasks.checkpoint(self.db, conn, claim, key, rows, meta)
         if state is None:
-            ctx.stop(LEASE_LOST, hard=True)
+            metrics.batch(claim.job_id, claim.job.type, "refused")
+            self._lose(ctx, "checkpoint_refused")
             raise LeaseLost(f"subtask {claim.id} epoch {claim.epoch}: checkpoint refused")
+        self._count_when_done(conn, claim, tally, rows)
         ctx.curr_key = key
         # Done once the batch's transaction commits; until then a failure
         # rolls the finish back with the batch.
         ctx.finished = state == "succeeded"
         faults.hit("worker.after_checkpoint")
+
+
+    def _count_when_done(self, conn: Connection, claim: Claim, tally: _Tally,
+                         rows: int) -> None:
+        """Count the batch when its transaction ends: its rows once it commits
+        (the commit event fires as the commit is sent), a roll-back as such.
+        Each batch has a connection of its own, so the listeners go with it."""
+
+        def committed(_conn: Connection) -> None:
+            now = self.clock()
+            metrics.batch(claim.job_id, claim.job.type, "committed", rows, now - tally.mark)
+            tally.mark, tally.rows, tally.batches = now, tally.rows + rows, tally.batches + 1
+
+        def rolled_back(_conn: Connection) -> None:
+            metrics.batch(claim.job_id, claim.job.type, "rolled_back")
+
+        sa.event.listen(conn, "commit", committed, once=True)
+        sa.event.listen(conn, "rollback", rolled_back, once=True)
 
 
 class ClaimSize:

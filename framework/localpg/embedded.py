@@ -60,13 +60,16 @@ def embedded_database_url() -> str:
         return pg.url(DATABASE)
 
 
-def stop_embedded() -> None:
-    """Stop the embedded server if it runs; its data stays."""
+def stop_embedded() -> bool:
+    """Stop the embedded server if it runs; its data stays. True when it was running."""
     data_dir = embedded_dir()
     if not data_dir.is_dir():
-        return
+        return False
     with _locked(data_dir):
-        LocalPostgres(data_dir, _read_port(data_dir) or DEFAULT_PORT).stop()
+        pg = LocalPostgres(data_dir, _read_port(data_dir) or DEFAULT_PORT)
+        was_running = pg.is_running()
+        pg.stop()
+        return was_running
 
 
 def _url_if_running(data_dir: Path) -> str | None:

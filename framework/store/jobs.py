@@ -56,6 +56,7 @@ def insert(
     concurrency: int,
     batch_rows: int,
     max_rows_per_sec: int | None,
+    actor: str,
 ) -> tuple[int, bool]:
     """Insert a queued job; returns (job id, created). A repeated ``job_key``
     returns the job it already named instead of creating another."""
@@ -80,13 +81,13 @@ def insert(
                         RETURNING id),
                     event AS (
                         INSERT INTO {s}.job_events (job_id, actor, from_state, to_state, detail)
-                        SELECT id, 'user', NULL, 'queued', 'submitted' FROM job)
+                        SELECT id, :actor, NULL, 'queued', 'submitted' FROM job)
                     SELECT id FROM job"""),
                 {
                     "job_key": job_key, "type": type, "params": json.dumps(params),
                     "target_table": target_table, "key_column": key_column,
                     "priority": priority, "concurrency": concurrency,
-                    "batch_rows": batch_rows, "max_rps": max_rows_per_sec,
+                    "batch_rows": batch_rows, "max_rps": max_rows_per_sec, "actor": actor,
                 },
             ).scalar_one()
     except sa.exc.IntegrityError:
@@ -292,21 +293,38 @@ def bind_to_node(
 
 def alter(
     db: Database, conn: Connection, job_id: int, *, batch_rows: int | None,
-    max_rows_per_sec: int | None, concurrency: int | None,
+    max_rows_per_sec: int | None, concurrency: int | None, actor: str,
 ) -> bool:
-    """Change a live job's knobs; workers read them at their next batch."""
+    """Change a live job's knobs; workers read them at their next batch. The
+    change and its audit event (the state stays, the detail names the new
+    values) are one statement."""
+    changed = {"batch_rows": batch_rows, "max_rows_per_sec": max_rows_per_sec,
+               "concurrency": concurrency}
+    detail = "altered: " + ", ".join(f"{k}={v}" for k, v in changed.items() if v is not None)
     return conn.execute(
         db.sql(f"""
-            UPDATE {{s}}.jobs SET
-                batch_rows = coalesce(:batch_rows, batch_rows),
-                max_rows_per_sec = CASE WHEN :max_rps IS NULL THEN max_rows_per_sec
-                                        WHEN :max_rps = 0 THEN NULL ELSE :max_rps END,
-                concurrency = coalesce(:concurrency, concurrency),
-                updated_at = clock_timestamp()
-            WHERE id = :job_id AND state NOT IN ({_TERMINAL_SQL})"""),
+            WITH knobs AS (
+                SELECT CAST(:batch_rows AS bigint) AS batch_rows,
+                       CAST(:max_rps AS bigint) AS max_rps,
+                       CAST(:concurrency AS bigint) AS concurrency),
+            altered AS (
+                UPDATE {{s}}.jobs j SET
+                    batch_rows = coalesce(k.batch_rows, j.batch_rows),
+                    max_rows_per_sec = CASE WHEN k.max_rps IS NULL THEN j.max_rows_per_sec
+                                            WHEN k.max_rps = 0 THEN NULL ELSE k.max_rps END,
+                    concurrency = coalesce(k.concurrency, j.concurrency),
+                    updated_at = clock_timestamp()
+                FROM knobs k
+                WHERE j.id = :job_id AND j.state NOT IN ({_TERMINAL_SQL})
+                RETURNING j.id, j.state),
+            event AS (
+                INSERT INTO {{s}}.job_events (job_id, actor, from_state, to_state, detail)
+                SELECT id, CAST(:actor AS text), state, state, CAST(:detail AS text)
+                FROM altered)
+            SELECT count(*) FROM altered"""),
         {"job_id": job_id, "batch_rows": batch_rows, "max_rps": max_rows_per_sec,
-         "concurrency": concurrency},
-    ).rowcount == 1
+         "concurrency": concurrency, "actor": actor, "detail": detail},
+    ).scalar_one() == 1
 
 
 def get(db: Database, conn: Connection, job_id: int) -> Job | None:

@@ -15,16 +15,33 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from framework.db import Database
+from framework.states import JOB_TERMINAL
+
+_TERMINAL_SQL = ", ".join(f"'{s}'" for s in sorted(JOB_TERMINAL))
 
 
 def jobs_progress(
     db: Database, conn: Connection, job_id: int | None = None, limit: int = 20
 ) -> list[dict[str, Any]]:
+    return _progress(db, conn, "(CAST(:job_id AS bigint) IS NULL OR id = :job_id)",
+                     {"job_id": job_id, "limit": limit})
+
+
+def live_jobs_progress(db: Database, conn: Connection, also: list[int],
+                       limit: int = 1000) -> list[dict[str, Any]]:
+    """Progress of every live job, and of the jobs ``also`` names (say, those
+    that were live at the last call); the jobs are read as `jobs.live` reads them."""
+    return _progress(db, conn, f"(state NOT IN ({_TERMINAL_SQL}) OR id = ANY(:also))",
+                     {"also": also, "limit": limit})
+
+
+def _progress(db: Database, conn: Connection, where: str,
+              params: dict[str, Any]) -> list[dict[str, Any]]:
     rows = conn.execute(
         db.sql("""
             WITH picked AS (
                 SELECT * FROM {s}.jobs
-                WHERE (CAST(:job_id AS bigint) IS NULL OR id = :job_id)
+                WHERE """ + where + """
                 ORDER BY id DESC LIMIT :limit),
             counts AS (
                 -- Per picked job (LATERAL): each reads its own rows through the
@@ -61,7 +78,7 @@ def jobs_progress(
                                       - p.started_at) AS elapsed_seconds
             FROM picked p JOIN counts c ON c.id = p.id
             ORDER BY p.id DESC"""),
-        {"job_id": job_id, "limit": limit},
+        params,
     ).mappings()
     return [with_rates(dict(r)) for r in rows]
 

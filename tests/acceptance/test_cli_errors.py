@@ -19,7 +19,7 @@ from cli_support import (
 
 from framework.migrate import head_revision
 
-BAD_INPUT, OPERATIONAL = 2, 1
+BAD_INPUT, OPERATIONAL = 2, 5
 UNREACHABLE = "postgresql://x@127.0.0.1:1/x"
 
 

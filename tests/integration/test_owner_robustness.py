@@ -107,7 +107,7 @@ def test_a_job_of_a_type_not_installed_here_fails_alone(db, start_node):
         stranger, _ = jobs.insert(
             db, conn, type="not-installed", params={}, target_table='"public"."items"',
             key_column='"id"', job_key=None, priority=10, concurrency=1, batch_rows=100,
-            max_rows_per_sec=None)
+            max_rows_per_sec=None, actor="test")
     make_items(db, 300, table="other")
     other = submit(db, SubmitRequest("sql-update", {"table": "other", "set": "c=md5(b)"})).job_id
     start_node("n1")

@@ -19,7 +19,7 @@ from backfill.spark.pipeline import Batch, RangePipeline  # noqa: E402
 from backfill.spark_backfill.batches import Merged, SubtaskRunner  # noqa: E402
 from bench.dataplane import workerlog  # noqa: E402
 
-# As `reorg worker` configures logging (cli.worker.configure_logging).
+# As `reorg worker` configures logging (cli.logs.TEXT_FORMAT).
 WORKER_FORMAT = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 

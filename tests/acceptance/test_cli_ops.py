@@ -1,0 +1,146 @@
+"""Running reorg in production, through the ``reorg`` command: exit codes,
+the audit log's actor, --version, ``db current``/``db stop``, and a worker's
+Prometheus metrics and JSON log lines."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import signal
+import socket
+import urllib.request
+from collections.abc import Iterator
+from importlib.metadata import version
+
+import pytest
+from cli_support import (
+    Workers,
+    assert_one_error_line,
+    execute,
+    make_items,
+    ok,
+    reorg,
+    reorg_json,
+    submit,
+)
+from helpers import wait_until
+from prometheus_client.parser import text_string_to_metric_families
+
+from framework.localpg.cluster import free_port
+from framework.migrate import head_revision
+
+UNREACHABLE = "postgresql://x@127.0.0.1:1/x"
+# The documented exit codes (README, "Exit codes").
+OK, JOB_DID_NOT_SUCCEED, BAD_INPUT, TIMEOUT, OPERATIONAL = 0, 1, 2, 3, 5
+ACTOR = f"{getpass.getuser()}@{socket.gethostname()}"
+
+
+@pytest.fixture
+def workers(migrated_db: str) -> Iterator[Workers]:
+    pool = Workers(migrated_db)
+    yield pool
+    pool.stop_all()
+
+
+def test_wait_exit_codes_and_every_user_event_names_user_at_host(
+        migrated_db: str, workers: Workers) -> None:
+    url = migrated_db
+    make_items(url, 3_000)
+    job = submit(url, "--table", "items", "--set", "c=md5(b)", "--rows-per-subtask", "1000")
+    # No worker yet: the job stays queued.
+    assert "has not finished" in assert_one_error_line(
+        reorg(url, "wait", str(job), "--timeout", "0.3"), TIMEOUT)
+    assert_one_error_line(reorg(UNREACHABLE, "wait", str(job)), OPERATIONAL)
+
+    assert "batch_rows=400" in ok(reorg(url, "alter", str(job), "--batch-rows", "400"))
+    events = reorg_json(url, "events", str(job))
+    assert [(e["actor"], e["from_state"], e["to_state"], e["detail"]) for e in events] == [
+        (ACTOR, None, "queued", "submitted"),
+        (ACTOR, "queued", "queued", "altered: batch_rows=400"),
+    ]
+
+    workers.start("w1", "--no-spark-warmup")
+    waited = reorg(url, "wait", str(job), "--timeout", "60")
+    assert waited.returncode == OK, waited.stderr
+    assert f"job {job} succeeded" in waited.stdout
+
+    other = submit(url, "--table", "items", "--set", "d=md5(b)", "--add-column", "d:text",
+                   "--batch-rows", "100", "--concurrency", "1", "--max-rows-per-sec", "300")
+    assert ok(reorg(url, "cancel", str(other))).strip() in ("cancelling", "reverting")
+    line = assert_one_error_line(reorg(url, "wait", str(other), "--timeout", "60"),
+                                 JOB_DID_NOT_SUCCEED)
+    assert f"job {other} cancelled" in line
+    cancel = [e for e in reorg_json(url, "events", str(other)) if e["to_state"] == "cancelling"]
+    assert [e["actor"] for e in cancel] == [ACTOR]
+
+
+def test_version_db_current_and_db_stop(migrated_db: str, fresh_db: str) -> None:
+    assert ok(reorg(UNREACHABLE, "--version")).strip() == f"reorg {version('reorg')}"
+
+    head = head_revision()
+    assert ok(reorg(migrated_db, "db", "current")).strip() == (
+        f"schema reorg at revision {head} (head)")
+    assert reorg_json(migrated_db, "db", "current") == {
+        "schema": "reorg", "revision": head, "head": head, "is_head": True}
+    assert reorg_json(fresh_db, "db", "current") == {
+        "schema": "reorg", "revision": None, "head": head, "is_head": False}
+    assert "run `reorg db upgrade`" in ok(reorg(fresh_db, "db", "current"))
+    # Reading the revision changes nothing.
+    assert execute(fresh_db, "SELECT 1 FROM pg_namespace WHERE nspname = 'reorg'") == []
+    assert_one_error_line(reorg(UNREACHABLE, "db", "current"), OPERATIONAL)
+
+    line = assert_one_error_line(reorg(migrated_db, "db", "stop"), BAD_INPUT)
+    assert "embedded" in line
+
+
+def _scrape(port: int) -> dict[tuple[str, frozenset], float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_worker_metrics_and_json_log_lines(migrated_db: str, workers: Workers) -> None:
+    url = migrated_db
+    make_items(url, 3_000)
+    port = free_port()
+    worker = workers.start("w1", "--no-spark-warmup", "--metrics-port", str(port),
+                           "--log-format", "json")
+    job = submit(url, "--table", "items", "--set", "c=md5(b)", "--rows-per-subtask", "1000",
+                 "--batch-rows", "500")
+    waited = reorg(url, "wait", str(job), "--timeout", "60")
+    assert waited.returncode == OK, waited.stderr + worker.log()
+
+    j = str(job)
+    # The owner sets the job's gauges on its next tick.
+    m = wait_until(lambda: (m := _scrape(port)).get(
+        ("reorg_job_progress_ratio", frozenset({("job_id", j)}))) == 1.0 and m,
+        10, "job gauges at their final values")
+    kind = ("job_type", "sql-update")
+    assert m[("reorg_rows_processed_total", frozenset({("job_id", j), kind}))] == 3_000
+    assert m[("reorg_job_rows_total", frozenset({("job_id", j)}))] == 3_000
+    committed = m[("reorg_batches_total",
+                   frozenset({("job_id", j), kind, ("outcome", "committed")}))]
+    assert committed >= 6  # 3 ranges of 1,000 rows, 500 a batch (more if ranges were split)
+    assert ("reorg_batches_total", frozenset({("job_id", j), kind, ("outcome", "rolled_back")})
+            ) not in m
+    assert m[("reorg_batch_duration_seconds_count", frozenset({kind}))] == committed
+    assert m[("reorg_subtasks_total", frozenset({kind, ("outcome", "succeeded")}))] >= 3
+    assert m[("reorg_subtasks_running", frozenset())] == 0
+    assert m[("reorg_is_owner", frozenset())] == 1
+    assert not [k for k in m if k[0] == "reorg_leases_lost_total"]
+
+    worker.proc.send_signal(signal.SIGTERM)
+    assert worker.proc.wait(timeout=60) == 0
+    lines = worker.log().splitlines()
+    assert lines
+    entries = [json.loads(line) for line in lines]  # every line is one JSON object
+    for entry in entries:
+        assert {"timestamp", "level", "logger", "message", "node"} <= entry.keys(), entry
+        assert entry["node"] == "w1"
+    done = [e for e in entries if e.get("subtask_id") and e.get("outcome") == "succeeded"]
+    assert done and all(e["job_id"] == job and e["level"] == "INFO" for e in done)
+    assert sum(e["rows"] for e in done) == 3_000
+    assert sum(e["batches"] for e in done) == committed
+    assert all(e["seconds"] >= 0 for e in done)
+    assert any("metrics at" in e["message"] for e in entries)
