@@ -5,10 +5,9 @@ the partition heals none of the partitioned worker's writes land (DESIGN 2, 3)."
 from __future__ import annotations
 
 import pytest
-from framework_fixtures import make_items, table_rows
-from helpers import wait_until
 from netns import Host, Relay, netns_available
 from sqlalchemy.engine import make_url
+from support import make_items, table_rows, wait_until
 
 from framework import control
 from framework.submit import SubmitRequest, submit

@@ -8,8 +8,7 @@ import signal
 
 import pytest
 import sqlalchemy as sa
-from framework_fixtures import make_items, table_rows
-from helpers import wait_until
+from support import make_items, table_rows, wait_until
 
 from framework import control
 from framework.store import owner_lease

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from framework_fixtures import make_items, table_rows
-from helpers import wait_until
+from support import make_items, table_rows, wait_until
 from test_process_faults import _proc_state, held_by, job_state, q, wait_done
 
 from framework import control

@@ -6,7 +6,7 @@ import time
 
 import pytest
 import sqlalchemy as sa
-from framework_fixtures import make_items
+from support import make_items
 
 from framework.jobtype import Job
 from framework.states import JobState

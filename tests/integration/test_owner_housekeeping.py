@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import time
 
-from framework_fixtures import make_items
-from helpers import wait_until
+from support import make_items, wait_until
 
 from framework import control
 from framework.config import Settings

@@ -8,36 +8,12 @@ import threading
 
 import pytest
 import sqlalchemy as sa
-from framework_fixtures import make_items
-from helpers import wait_until
+from support import TERMINAL, job_of, make_items, scalar, wait_state, wait_until
 
 from framework import control, faults
 from framework.states import JobState
 from framework.store import jobs, owner_lease
 from framework.submit import SubmitRequest, submit
-
-TERMINAL = {"succeeded", "cancelled", "reverted"}
-
-
-@pytest.fixture(autouse=True)
-def _no_faults():
-    faults.disarm_all()
-    yield
-    faults.disarm_all()
-
-
-def job_of(db, job_id):
-    return control.status(db, job_id)[0]
-
-
-def wait_state(db, job_id, states, timeout=60):
-    return wait_until(lambda: job_of(db, job_id)["state"] in states and job_of(db, job_id),
-                      timeout, f"job {job_id} to reach {states}")
-
-
-def scalar(db, sql, **params):
-    with db.begin() as conn:
-        return conn.execute(db.sql(sql), params).scalar()
 
 
 def owner_revision(db) -> int:

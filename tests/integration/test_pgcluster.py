@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from helpers import wait_until
+from support import wait_until
 
 from framework import embedded, pgcluster
 from framework.embedded import embedded_database_url, stop_embedded

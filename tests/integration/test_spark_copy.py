@@ -7,19 +7,8 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
-from framework_fixtures import table_rows
-from helpers import wait_until
-from spark_helpers import (
-    TERMINAL,
-    JobKind,
-    job_of,
-    make_context,
-    make_items,
-    rows,
-    scalar,
-    snapshot,
-    wait_state,
-)
+from support import TERMINAL, job_of, make_items, rows, scalar, snapshot, table_rows, wait_state, wait_until
+from support.spark import JobKind, make_context
 
 from backfill.copy_job import CopyJobType, spec_of
 from backfill.spark.copying import CopyConflict, CopyPipeline

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
-from framework_fixtures import make_items, table_rows
-from helpers import wait_until
-from spark_helpers import TERMINAL, job_of, wait_state
+from support import TERMINAL, job_of, make_items, scalar, table_rows, wait_state, wait_until
 
 from backfill.backfill_job import register
 from framework import control
@@ -21,10 +19,6 @@ pytestmark = pytest.mark.spark
 def _registered():
     register()
 
-
-def scalar(db, sql, **params):
-    with db.begin() as conn:
-        return conn.execute(db.sql(sql), params).scalar()
 
 
 def test_backfill_job_succeeds_on_two_slots_and_drops_its_work_tables(spark, db, start_node):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
-from spark_helpers import JobKind
+from support.spark import JobKind
 
 from backfill.backfill_job import BackfillJobType, spec_of
 from backfill.spark.engine import SubtaskRunner

@@ -8,30 +8,11 @@ import threading
 
 import pytest
 import sqlalchemy as sa
-from framework_fixtures import table_rows
-from helpers import wait_until
+from support import TERMINAL, job_of, table_rows, wait_state, wait_until
 
 from framework import control, faults
 from framework.jobtype import InvalidParams
 from framework.submit import SubmitRequest, submit
-
-TERMINAL = {"succeeded", "cancelled", "reverted"}
-
-
-@pytest.fixture(autouse=True)
-def _no_faults():
-    faults.disarm_all()
-    yield
-    faults.disarm_all()
-
-
-def job_of(db, job_id):
-    return control.status(db, job_id)[0]
-
-
-def wait_state(db, job_id, states, timeout=60):
-    return wait_until(lambda: job_of(db, job_id)["state"] in states and job_of(db, job_id),
-                      timeout, f"job {job_id} to reach {states}")
 
 
 def run(db, sql, **params):
