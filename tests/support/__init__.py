@@ -19,6 +19,7 @@ from support.db import (
     database_url,
     drop_database,
     execute,
+    held_by,
     job_of,
     make_items,
     rows,
@@ -33,6 +34,6 @@ from support.processes import WorkerProcess, Workers
 
 __all__ = [
     "TERMINAL", "WorkerProcess", "Workers", "catalogue", "create_database", "database_url",
-    "drop_database", "execute", "fill", "job_of", "make_items", "rows", "scalar", "snapshot",
+    "drop_database", "execute", "fill", "held_by", "job_of", "make_items", "rows", "scalar", "snapshot",
     "table_rows", "wait_state", "wait_until",
 ]
