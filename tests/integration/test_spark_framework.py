@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from support import TERMINAL, job_of, make_items, scalar, table_rows, wait_state, wait_until
 
 from backfill.backfill_job import register
-from framework import control
+from framework import control, faults
 from framework.submit import SubmitRequest, submit
 
 pytestmark = pytest.mark.spark
@@ -40,27 +40,34 @@ def test_cancel_mid_run_restores_the_table(spark, db, start_node):
     with db.begin() as conn:
         conn.execute(sa.text("UPDATE items SET c = 'old-' || id WHERE id % 2 = 0"))
     before = table_rows(db)
+    faults.arm("worker.after_batch", "block")  # each slot stops after its first batch
     job_id = submit(db, SubmitRequest("backfill", {"table": "items", "set": "c=md5(b)"},
                                       rows_per_subtask=2_000, batch_rows=200,
-                                      max_rows_per_sec=4_000, concurrency=2)).job_id
+                                      concurrency=2)).job_id
     start_node("n1", slots=2)
-    wait_until(lambda: job_of(db, job_id)["rows_done"] > 1_000, 60, "some progress")
+    faults.wait_blocked("worker.after_batch", 60, count=2)
+    assert job_of(db, job_id)["rows_done"] > 0
     control.cancel(db, job_id)
+    faults.release("worker.after_batch")
     assert wait_state(db, job_id, TERMINAL)["state"] == "cancelled"
     assert table_rows(db) == before
 
 
 def test_add_column_job_pauses_resumes_and_finishes(spark, db, start_node):
     make_items(db, 10_000)
+    faults.enable_signals()
+    faults.arm("worker.after_batch", "block")  # each slot stops after its first batch
     job_id = submit(db, SubmitRequest("backfill", {"table": "items", "set": "d=a * 2",
                                                    "add_column": "d:bigint"},
                                       rows_per_subtask=2_000, batch_rows=200,
-                                      max_rows_per_sec=4_000, concurrency=2)).job_id
+                                      concurrency=2)).job_id
     start_node("n1", slots=2)
-    wait_until(lambda: job_of(db, job_id)["rows_done"] > 500, 60, "some progress")
+    faults.wait_blocked("worker.after_batch", 60, count=2)
+    assert job_of(db, job_id)["rows_done"] > 0
     control.pause(db, job_id)
+    faults.wait("subtask.stop", 60), faults.wait("subtask.stop", 60)  # both slots told
+    faults.release("worker.after_batch")
     wait_state(db, job_id, {"paused"}, 60)
-    control.alter(db, job_id, max_rows_per_sec=0)  # lift the limit
     control.resume(db, job_id)
     assert wait_state(db, job_id, TERMINAL)["state"] == "succeeded"
     assert scalar(db, "SELECT count(*) FROM items WHERE d IS DISTINCT FROM a * 2") == 0
