@@ -21,12 +21,18 @@ A job type is one object with six small duties, called in this order::
                                     transaction that marks the job reverted.
 
 Job types register from outside ``framework`` through the ``reorg.job_types``
-entry point (a callable that calls ``register``) or by calling ``register``.
+entry point (a callable that calls ``register``), by calling ``register``, or
+through ``REORG_JOB_TYPES``: a comma-separated list of ``module:callable``
+(the entry point's own form), imported and called once, like an entry point,
+by every process that looks a job type up. It lets a process the tests start
+run a job type that is not installed (tests/support/fill.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
+import os
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -34,6 +40,8 @@ from importlib.metadata import entry_points
 from typing import Any, Protocol
 
 from sqlalchemy.engine import Connection
+
+from framework import faults
 
 
 class InvalidParams(ValueError):
@@ -118,7 +126,11 @@ class SubtaskContext:
         """Pace batches so the job stays under ``max_rows_per_sec``. Each
         subtask takes an equal share of the limit (the job runs at most
         ``concurrency`` subtasks at once), so the job's total stays below it.
-        Wakes early when the subtask must stop."""
+        Wakes early when the subtask must stop.
+
+        Job types call it after every committed batch, which makes it the
+        ``worker.after_batch`` fault point too."""
+        faults.hit("worker.after_batch")
         limit = self.job.max_rows_per_sec
         if limit and rows:
             wait = rows * max(self.job.concurrency, 1) / limit - took_seconds
@@ -180,14 +192,18 @@ class SubtaskContext:
         """Ask the subtask to stop. A soft stop (pause, drain) lets the current
         batch commit; a hard stop (lease lost, cancel, job failed) also runs the
         ``on_stop`` callbacks so the open batch is abandoned at once."""
+        callbacks: list[Callable[[], None]] = []
         with self._lock:
             if not self.stop_event.is_set():
                 self.stop_reason.append(reason)
                 self.stop_event.set()
-            if not hard or self._hard:
-                return
-            self._hard = True
-            callbacks = list(self._on_stop)
+            first_hard = hard and not self._hard
+            if first_hard:
+                self._hard = True
+                callbacks = list(self._on_stop)
+        faults.hit("subtask.stop")
+        if not first_hard:
+            return
         # Cancellers run on a thread of their own: cancelling a query needs the
         # network, which may be the very thing that is broken (a partition).
         threading.Thread(target=_run_all, args=(callbacks,), name="stop-subtask",
@@ -244,3 +260,6 @@ def _load_entry_points() -> None:
     _entry_points_loaded = True
     for ep in entry_points(group="reorg.job_types"):
         ep.load()()
+    for spec in filter(None, os.environ.get("REORG_JOB_TYPES", "").split(",")):
+        module, _, name = spec.strip().partition(":")
+        getattr(importlib.import_module(module), name or "register")()

@@ -339,6 +339,7 @@ class Owner:
             detail = "table restored"
             if job.step >= STEP_PREPARED:
                 if table_exists(conn, job.target_table):
+                    faults.hit("owner.before_rollback")
                     jobtype.get(job.type).rollback(conn, job)
                 else:
                     detail = (f"table {job.target_table} no longer exists (dropped or "

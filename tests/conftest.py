@@ -15,13 +15,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import create_database, drop_database
+from support.db import create_database, drop_database
 
 from framework.localpg.cluster import LocalPostgres
 
-# Framework fixtures (migrated database, settings, in-process nodes) and the
-# Spark data plane's (the SparkSession, an engine on a fresh database).
-pytest_plugins = ["framework_fixtures", "spark_helpers"]
+# Framework fixtures (migrated database, settings, in-process nodes, worker
+# processes) and the Spark data plane's (the SparkSession, an engine on a
+# fresh database): see tests/support.
+pytest_plugins = ["support.fixtures", "support.spark"]
 
 # Worker processes the tests start would each build a Spark class-data archive
 # in the background on their first Spark start: CPU noise on a small machine,

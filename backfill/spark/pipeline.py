@@ -35,6 +35,7 @@ from backfill.spark import failures, session
 from backfill.spark.failures import SparkBatchError
 from backfill.spark.jdbc import JdbcTarget, jdbc_target
 from backfill.spark.sizing import BatchSizer
+from framework import faults
 from framework.jobtype import LeaseLost, RetryableError, Stopped, SubtaskContext
 
 if TYPE_CHECKING:
@@ -295,6 +296,7 @@ class RangePipeline(ABC):
     def _apply(self, batch: Batch) -> float:
         started = time.monotonic()
         ctx = self.ctx
+        faults.hit("spark.before_apply")
         with self.engine.begin() as conn, ctx.cancel_on_stop(conn):
             raw = conn.connection.driver_connection
             assert raw is not None

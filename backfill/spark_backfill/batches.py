@@ -29,6 +29,7 @@ from backfill.spark.pipeline import Batch, BatchStat, RangePipeline, key_between
 from backfill.spark.session import on_session_stop
 from backfill.spark_backfill.merge import MergeSql
 from backfill.spark_backfill.transform import Transform
+from framework import faults
 from framework.jobtype import RetryableError, SubtaskContext
 
 if TYPE_CHECKING:
@@ -181,6 +182,7 @@ class SubtaskRunner(RangePipeline):
         staged: Staged = batch.payload
         while staged.rows:
             landing.copy_in(raw, self.spec.column_type, list(m.STAGE_COLUMNS), staged.data)
+            faults.hit("spark.after_stage")
             result = conn.execute(text(m.merge()), bounds)
             applied = result.scalar_one() if m.overwrite else result.rowcount
             if applied == staged.rows:

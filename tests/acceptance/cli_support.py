@@ -8,27 +8,15 @@ environment cleared of ``REORG_*`` so nothing reaches the embedded default.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import signal
 import subprocess
-import tempfile
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import psycopg
 from psycopg import sql
+from support import make_items
+from support.processes import REORG, clean_env
 
-REORG = shutil.which("reorg")
 SYSTEM_SCHEMA = "reorg"
-TERMINAL = {"succeeded", "cancelled", "reverted"}
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REORG_")}
-    return {**env, "COLUMNS": "200", **extra}
 
 
 def reorg(url: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -70,22 +58,6 @@ def assert_one_error_line(result: subprocess.CompletedProcess[str], exit_code: i
 # -- the user's table and snapshots of every table ------------------------------
 
 
-def execute(url: str, statement: str, params: dict[str, Any] | None = None) -> list[tuple]:
-    with psycopg.connect(url, autocommit=True) as conn:
-        cur = conn.execute(statement, params)  # type: ignore[arg-type]
-        return cur.fetchall() if cur.description else []
-
-
-def make_items(url: str, rows: int, table: str = "items") -> None:
-    """``items(id bigint pk, a int, b text, c text)`` with keys 1..rows."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE TABLE {} (id bigint PRIMARY KEY, a int, b text, c text)")
-                     .format(sql.Identifier(table)))
-        conn.execute(sql.SQL("INSERT INTO {} SELECT g, g %% 97, 'v' || g, NULL "
-                             "FROM generate_series(1, %s) g").format(sql.Identifier(table)),
-                     (rows,))
-
-
 def dump(url: str, *, schemas: tuple[str, ...] = (SYSTEM_SCHEMA, "public"),
          skip: tuple[str, ...] = ()) -> dict[str, Any]:
     """Every table of ``schemas`` (columns and sorted rows), to compare before
@@ -110,44 +82,10 @@ def dump(url: str, *, schemas: tuple[str, ...] = (SYSTEM_SCHEMA, "public"),
     return snapshot
 
 
-# -- worker processes -------------------------------------------------------------
-
-
-@dataclass
-class Worker:
-    node_id: str
-    proc: subprocess.Popen[bytes]
-    log_path: Path
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-
-@dataclass
-class Workers:
-    """``reorg worker`` subprocesses; ``stop_all`` kills what is left (teardown)."""
-
-    url: str
-    started: list[Worker] = field(default_factory=list)
-
-    def start(self, node_id: str, *args: str) -> Worker:
-        assert REORG
-        fd, path = tempfile.mkstemp(prefix=f"reorg-{node_id}-", suffix=".log")
-        with os.fdopen(fd, "wb") as log:
-            proc = subprocess.Popen(
-                [REORG, "--db", self.url, "--lease-seconds", "5", "--owner-lease-seconds", "5",
-                 "worker", "--node-id", node_id, "--poll-seconds", "0.2", *args],
-                env=clean_env(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-        worker = Worker(node_id, proc, Path(path))
-        self.started.append(worker)
-        return worker
-
-    def stop_all(self) -> None:
-        for w in self.started:
-            if w.proc.poll() is None:
-                w.proc.send_signal(signal.SIGKILL)
-            w.proc.wait(timeout=10)
-            w.log_path.unlink(missing_ok=True)
-
-    def __iter__(self) -> Iterator[Worker]:
-        return iter(self.started)
+def seed_items_db(url: str, rows: int) -> str:
+    """``items`` (``rows`` rows) and a queued job on ``other`` (10 rows), so the
+    system tables have rows a bad command could touch."""
+    make_items(url, rows)
+    make_items(url, 10, table="other")
+    submit(url, "--table", "other", "--set", "c=b")
+    return url

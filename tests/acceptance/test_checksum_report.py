@@ -6,29 +6,18 @@ verdict yet. Bad input is one ``error:`` line and changes nothing."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
-import pytest
 from cli_support import (
-    Workers,
     assert_one_error_line,
     dump,
-    execute,
-    make_items,
     ok,
     reorg,
     reorg_json,
     submit,
 )
+from support import Workers, execute, make_items
 
 MATCH, DIFFER, INCOMPLETE, BAD_INPUT = 0, 3, 4, 2
-
-
-@pytest.fixture
-def workers(migrated_db: str) -> Iterator[Workers]:
-    pool = Workers(migrated_db)
-    yield pool
-    pool.stop_all()
 
 
 def make_copies(url: str) -> None:
@@ -50,7 +39,7 @@ def submit_checksum(url: str, target: str) -> int:
 
 def run_to_end(url: str, job_id: int, workers: Workers) -> None:
     if not workers.started:
-        workers.start("w1")
+        workers.start_cli("w1")
     waited = reorg(url, "wait", str(job_id), "--timeout", "120", timeout=150)
     assert waited.returncode == 0, waited.stderr + "".join(w.log() for w in workers)
 

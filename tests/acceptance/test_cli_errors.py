@@ -8,14 +8,13 @@ import pytest
 from cli_support import (
     assert_one_error_line,
     dump,
-    execute,
     job_status,
-    make_items,
     ok,
     reorg,
     reorg_json,
     submit,
 )
+from support import execute, make_items
 
 from framework.migrate import head_revision
 
@@ -23,14 +22,7 @@ BAD_INPUT, OPERATIONAL = 2, 5
 UNREACHABLE = "postgresql://x@127.0.0.1:1/x"
 
 
-@pytest.fixture
-def items_db(migrated_db: str) -> str:
-    """A migrated database with ``items`` (1,000 rows) and a queued job on
-    ``other``, so the system tables have rows a bad command could touch."""
-    make_items(migrated_db, 1_000)
-    make_items(migrated_db, 10, table="other")
-    submit(migrated_db, "--table", "other", "--set", "c=b")
-    return migrated_db
+ITEMS_ROWS = 1_000  # rows of ``items`` in the ``items_db`` fixture
 
 
 BAD_SUBMITS = {

@@ -4,30 +4,18 @@ processes: run, wait, inspect, pause/resume/alter, cancel, drain, demo."""
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
 
 import pytest
 from cli_support import (
-    TERMINAL,
-    Workers,
     assert_one_error_line,
     dump,
-    execute,
     job_status,
-    make_items,
     ok,
     reorg,
     reorg_json,
     submit,
 )
-from helpers import wait_until
-
-
-@pytest.fixture
-def workers(migrated_db: str) -> Iterator[Workers]:
-    pool = Workers(migrated_db)
-    yield pool
-    pool.stop_all()
+from support import TERMINAL, Workers, execute, make_items, wait_until
 
 
 def wrong_rows(url: str, expression: str = "md5(b)") -> int:
@@ -42,7 +30,7 @@ def live_subtasks(url: str, job_id: int) -> int:
 def test_end_to_end_with_one_worker(migrated_db: str, workers: Workers) -> None:
     url = migrated_db
     make_items(url, 5_000)
-    worker = workers.start("w1")
+    worker = workers.start_cli("w1")
     job_id = submit(url, "--table", "items", "--set", "c=md5(b)", "--rows-per-subtask", "1000",
                     "--batch-rows", "400")
 
@@ -80,7 +68,7 @@ def test_end_to_end_with_one_worker(migrated_db: str, workers: Workers) -> None:
 
 def test_worker_sigterm_drains_exits_0_and_deregisters(migrated_db: str,
                                                       workers: Workers) -> None:
-    worker = workers.start("w-term", "--slots", "3")
+    worker = workers.start_cli("w-term", "--slots", "3")
     wait_until(lambda: [n["node_id"] for n in reorg_json(migrated_db, "nodes")] == ["w-term"],
                30, "worker registered")
     worker.proc.send_signal(signal.SIGTERM)
@@ -95,7 +83,7 @@ def test_pause_alter_resume_then_finish(migrated_db: str, workers: Workers) -> N
     # One subtask at 1,000 rows/s: slow enough to pause mid-run, with room to spare.
     job_id = submit(url, "--table", "items", "--set", "c=md5(b)", "--batch-rows", "100",
                     "--concurrency", "1", "--max-rows-per-sec", "1000")
-    workers.start("w1")
+    workers.start_cli("w1")
     wait_until(lambda: job_status(url, job_id)["rows_done"] > 0, 30, "job making progress")
     assert ok(reorg(url, "pause", str(job_id))).strip() == "pausing"
     paused = wait_until(lambda: (j := job_status(url, job_id))["state"] == "paused" and j,
@@ -117,7 +105,7 @@ def test_cancelled_job_is_rolled_back_and_wait_exits_1(migrated_db: str,
     before = dump(url, schemas=("public",))
     job_id = submit(url, "--table", "items", "--set", "d=md5(b)", "--add-column", "d:text",
                     "--batch-rows", "100", "--concurrency", "1", "--max-rows-per-sec", "500")
-    workers.start("w1")
+    workers.start_cli("w1")
     # Mid-run: the column exists and some rows hold the new value.
     wait_until(lambda: job_status(url, job_id)["rows_done"] > 0, 30, "job making progress")
     assert ok(reorg(url, "cancel", str(job_id))).strip() == "cancelling"

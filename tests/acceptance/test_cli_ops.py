@@ -9,22 +9,12 @@ import json
 import signal
 import socket
 import urllib.request
-from collections.abc import Iterator
 from importlib.metadata import version
 
-import pytest
-from cli_support import (
-    Workers,
-    assert_one_error_line,
-    execute,
-    make_items,
-    ok,
-    reorg,
-    reorg_json,
-    submit,
-)
-from helpers import wait_until
+from cli_support import assert_one_error_line, ok, reorg, reorg_json, submit
 from prometheus_client.parser import text_string_to_metric_families
+from support import execute, make_items, wait_until
+from support.processes import Workers
 
 from framework.localpg.cluster import free_port
 from framework.migrate import head_revision
@@ -33,13 +23,6 @@ UNREACHABLE = "postgresql://x@127.0.0.1:1/x"
 # The documented exit codes (README, "Exit codes").
 OK, JOB_DID_NOT_SUCCEED, BAD_INPUT, TIMEOUT, OPERATIONAL = 0, 1, 2, 3, 5
 ACTOR = f"{getpass.getuser()}@{socket.gethostname()}"
-
-
-@pytest.fixture
-def workers(migrated_db: str) -> Iterator[Workers]:
-    pool = Workers(migrated_db)
-    yield pool
-    pool.stop_all()
 
 
 def test_wait_exit_codes_and_every_user_event_names_user_at_host(
@@ -59,7 +42,7 @@ def test_wait_exit_codes_and_every_user_event_names_user_at_host(
         (ACTOR, "queued", "queued", "altered: batch_rows=400"),
     ]
 
-    workers.start("w1", "--no-spark-warmup")
+    workers.start_cli("w1", "--no-spark-warmup")
     waited = reorg(url, "wait", str(job), "--timeout", "60")
     assert waited.returncode == OK, waited.stderr
     assert f"job {job} succeeded" in waited.stdout
@@ -104,7 +87,7 @@ def test_worker_metrics_and_json_log_lines(migrated_db: str, workers: Workers) -
     url = migrated_db
     make_items(url, 3_000)
     port = free_port()
-    worker = workers.start("w1", "--no-spark-warmup", "--metrics-port", str(port),
+    worker = workers.start_cli("w1", "--no-spark-warmup", "--metrics-port", str(port),
                            "--log-format", "json")
     job = submit(url, "--table", "items", "--set", "c=md5(b)", "--rows-per-subtask", "1000",
                  "--batch-rows", "500")

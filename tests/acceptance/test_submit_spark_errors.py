@@ -7,7 +7,8 @@ exit code 2, and every table exactly as it was: no job row, no column."""
 from __future__ import annotations
 
 import pytest
-from cli_support import assert_one_error_line, dump, execute, make_items, ok, reorg, submit
+from cli_support import assert_one_error_line, dump, ok, reorg
+from support import execute
 
 pytestmark = pytest.mark.spark
 
@@ -16,14 +17,7 @@ BAD_INPUT = 2
 SPARK_TIMEOUT = 180
 
 
-@pytest.fixture
-def items_db(migrated_db: str) -> str:
-    """A migrated database with ``items`` (200 rows) and a queued job on
-    ``other``, so the system tables have rows a bad command could touch."""
-    make_items(migrated_db, 200)
-    make_items(migrated_db, 10, table="other")
-    submit(migrated_db, "--table", "other", "--set", "c=b")
-    return migrated_db
+ITEMS_ROWS = 200  # rows of ``items`` in the ``items_db`` fixture
 
 
 # args after `submit backfill --table items`, and what the line must say: one

@@ -5,13 +5,12 @@ the partition heals none of the partitioned worker's writes land (DESIGN 2, 3)."
 from __future__ import annotations
 
 import pytest
-from framework_fixtures import make_items, table_rows
-from helpers import wait_until
 from netns import Host, Relay, netns_available
 from sqlalchemy.engine import make_url
+from support import fill, make_items, table_rows, wait_until
 
 from framework import control
-from framework.submit import SubmitRequest, submit
+from framework.submit import submit
 
 pytestmark = [pytest.mark.fault,
               pytest.mark.skipif(not netns_available(), reason="needs root and ip netns")]
@@ -29,14 +28,13 @@ def test_partitioned_worker_is_replaced_and_lands_nothing_after_healing(db, work
     relay = Relay((remote_host.gateway, 15432), (url.host, url.port)).start()
     try:
         make_items(db, 6_000)
-        job_id = submit(db, SubmitRequest(
-            "sql-update", {"table": "items", "set": "c=md5(b) || ':' || txid_current()"},
-            rows_per_subtask=3_000, batch_rows=100, max_rows_per_sec=1_500,
-            concurrency=1)).job_id
+        job_id = submit(db, fill("md5(b) || ':' || txid_current()", rows_per_subtask=3_000,
+                                 batch_rows=100, concurrency=1)).job_id
         remote_url = url.set(host=remote_host.gateway, port=15432).render_as_string(
             hide_password=False)
+        # far stops after its first committed batch until released.
         far = workers.start("far", slots=1, prefix=remote_host.command,
-                            REORG_DATABASE_URL=remote_url)
+                            faults="worker.after_batch=block", REORG_DATABASE_URL=remote_url)
 
         def far_progress():
             with db.begin() as conn:
@@ -44,10 +42,12 @@ def test_partitioned_worker_is_replaced_and_lands_nothing_after_healing(db, work
                     "SELECT id FROM {s}.background_subtask WHERE exec_id = 'far' "
                     "AND state = 'running' AND curr_key > start_key")).scalar()
 
-        sub_id = wait_until(far_progress, 60, "far worker to make progress")
+        workers.gates.wait_blocked("worker.after_batch", 60)
+        sub_id = far_progress()
+        assert sub_id, "far worker made progress"
         remote_host.partition()
+        workers.gates.release("worker.after_batch")  # far's next batch meets the partition
         workers.start("near", slots=2)
-        control.alter(db, job_id, max_rows_per_sec=0)
         state = wait_until(lambda: (s := control.status(db, job_id)[0]["state"])
                            in {"succeeded", "reverted", "cancelled"} and s, 90, "job to finish")
         assert state == "succeeded"
@@ -57,7 +57,7 @@ def test_partitioned_worker_is_replaced_and_lands_nothing_after_healing(db, work
                 "SELECT exec_id FROM {s}.background_subtask_history WHERE id = :i"),
                 {"i": sub_id}).scalar()
             bad = conn.execute(db.sql(
-                "SELECT count(*) FROM items WHERE c NOT LIKE md5(b) || ':%'")).scalar()
+                "SELECT count(*) FROM items WHERE d NOT LIKE md5(b) || ':%'")).scalar()
         assert holder == "near" and bad == 0
         snapshot = table_rows(db)
         remote_host.heal()

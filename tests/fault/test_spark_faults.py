@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from framework_fixtures import make_items, table_rows
-from helpers import wait_until
-from test_process_faults import _proc_state, held_by, job_state, q, wait_done
+from support import held_by, job_of, make_items, table_rows, wait_state, wait_until
+from support.processes import proc_state
+from test_process_faults import HOLD, q
 
 from framework import control
 from framework.submit import SubmitRequest, submit
@@ -28,16 +28,15 @@ def versions(db) -> list[tuple]:
 def test_kill_9_in_the_middle_of_a_spark_batch_resumes_and_matches_the_oracle(db, workers):
     make_items(db, 40_000)
     job_id = submit(db, SubmitRequest("backfill", {"table": "items", "set": "c=md5(b)"},
-                                      rows_per_subtask=10_000, batch_rows=1_000,
-                                      max_rows_per_sec=6_000)).job_id
-    victim = workers.start("victim")
-    progressed = wait_until(lambda: [r for r in held_by(db, "victim") if r.curr_key > r.start_key],
-                            120, "victim to commit a Spark batch")
+                                      rows_per_subtask=10_000, batch_rows=1_000)).job_id
+    victim = workers.start("victim", faults=HOLD)
+    workers.gates.wait_blocked("worker.after_batch", 120)  # a Spark batch committed
+    progressed = [r for r in held_by(db, "victim") if r.curr_key > r.start_key]
+    assert progressed
     victim.signal(signal.SIGKILL)  # a Spark read of the next batch is in flight (pipelined)
     victim.proc.wait(10)
     workers.start("heir")
-    control.alter(db, job_id, max_rows_per_sec=0)
-    assert wait_done(db, job_id, 180)["state"] == "succeeded"
+    assert wait_state(db, job_id, timeout=180)["state"] == "succeeded"
     assert q(db, "SELECT count(*) FROM items WHERE c IS DISTINCT FROM md5(b)")[0][0] == 0
     total = q(db, "SELECT sum(row_count) FROM (SELECT row_count FROM {s}.background_subtask "
                   "UNION ALL SELECT row_count FROM {s}.background_subtask_history) x")[0][0]
@@ -57,11 +56,11 @@ def test_sigstop_mid_merge_past_the_lease_never_commits(db, workers):
     # Stops itself inside its 2nd merge transaction, after the merge statement,
     # before the checkpoint: the batch's rows are written and locked, uncommitted.
     zombie = workers.start("zombie", slots=1, faults="worker.before_checkpoint=stop@2")
-    wait_until(lambda: _proc_state(zombie.pid) == "T", 120, "zombie to stop itself mid-merge")
+    wait_until(lambda: proc_state(zombie.pid) == "T", 120, "zombie to stop itself mid-merge")
     (sub_id, _, _), = q(db, "SELECT id, start_key, curr_key FROM {s}.background_subtask "
                             "WHERE exec_id = 'zombie'")
     workers.start("heir")
-    assert wait_done(db, job_id, 180)["state"] == "succeeded"
+    assert wait_state(db, job_id, timeout=180)["state"] == "succeeded"
     assert q(db, "SELECT count(*) FROM items WHERE c IS DISTINCT FROM md5(b)")[0][0] == 0
     settled = versions(db)
     zombie.signal(signal.SIGCONT)
@@ -76,12 +75,13 @@ def test_cancel_of_a_spark_backfill_restores_the_table_exactly(db, workers):
         conn.execute(sa.text("UPDATE items SET c = 'orig-' || id WHERE id % 3 <> 0"))
     before = table_rows(db)
     job_id = submit(db, SubmitRequest("backfill", {"table": "items", "set": "c=upper(b)"},
-                                      rows_per_subtask=5_000, batch_rows=1_000,
-                                      max_rows_per_sec=5_000)).job_id
-    workers.start("w1")
-    wait_until(lambda: job_state(db, job_id)["rows_done"] > 5_000, 120, "some progress")
+                                      rows_per_subtask=5_000, batch_rows=1_000)).job_id
+    workers.start("w1", faults=HOLD)
+    workers.gates.wait_blocked("worker.after_batch", 120, count=2)  # both slots wrote a batch
+    assert job_of(db, job_id)["rows_done"] >= 2_000
     control.cancel(db, job_id)
-    assert wait_done(db, job_id, 120)["state"] == "cancelled"
+    workers.gates.release("worker.after_batch")
+    assert wait_state(db, job_id, timeout=120)["state"] == "cancelled"
     assert table_rows(db) == before
 
 
@@ -101,16 +101,15 @@ def test_kill_9_of_the_workers_jvm_restarts_spark_and_the_job_succeeds(db, worke
     every row equals the oracle."""
     make_items(db, 40_000)
     job_id = submit(db, SubmitRequest("backfill", {"table": "items", "set": "c=md5(b)"},
-                                      rows_per_subtask=10_000, batch_rows=1_000,
-                                      max_rows_per_sec=6_000)).job_id
-    worker = workers.start("lone", slots=2)
-    wait_until(lambda: len([r for r in held_by(db, "lone") if r.curr_key > r.start_key]) == 2,
-               120, "both slots to commit a Spark batch")
+                                      rows_per_subtask=10_000, batch_rows=1_000)).job_id
+    worker = workers.start("lone", slots=2, faults=HOLD)
+    workers.gates.wait_blocked("worker.after_batch", 120, count=2)  # both slots committed one
+    assert len([r for r in held_by(db, "lone") if r.curr_key > r.start_key]) == 2
     (jvm,) = wait_until(lambda: _java_children(worker.pid), 10, "the worker's JVM")
     os.kill(jvm, signal.SIGKILL)
+    workers.gates.release("worker.after_batch")  # each slot's next batch meets the dead JVM
     wait_until(lambda: "starting a new session" in worker.log(), 60, "the worker to restart Spark")
-    control.alter(db, job_id, max_rows_per_sec=0)
-    assert wait_done(db, job_id, 180)["state"] == "succeeded", worker.log()[-3000:]
+    assert wait_state(db, job_id, timeout=180)["state"] == "succeeded", worker.log()[-3000:]
     assert worker.alive()
     assert q(db, "SELECT count(*) FROM items WHERE c IS DISTINCT FROM md5(b)")[0][0] == 0
     total = q(db, "SELECT sum(row_count) FROM (SELECT row_count FROM {s}.background_subtask "

@@ -3,47 +3,22 @@ cancel, pause, failure, retries, local mode, history (DESIGN 5-10)."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import threading
 
 import pytest
 import sqlalchemy as sa
-from framework_fixtures import make_items, table_rows
-from helpers import wait_until
+from support import TERMINAL, fill, job_of, make_items, scalar, table_rows, wait_state, wait_until
 
 from framework import control, faults
 from framework.states import JobState
 from framework.submit import SubmitRequest, submit
 
-TERMINAL = {"succeeded", "cancelled", "reverted"}
-
-
-@pytest.fixture(autouse=True)
-def _no_faults():
-    faults.disarm_all()
-    yield
-    faults.disarm_all()
-
-
-def job_of(db, job_id):
-    return control.status(db, job_id)[0]
-
-
-def wait_state(db, job_id, states, timeout=60):
-    return wait_until(lambda: job_of(db, job_id)["state"] in states and job_of(db, job_id),
-                      timeout, f"job {job_id} to reach {states}")
-
-
-def scalar(db, sql, **params):
-    with db.begin() as conn:
-        return conn.execute(db.sql(sql), params).scalar()
-
 
 def test_backfill_runs_on_two_nodes_to_the_oracle_and_moves_history(db, start_node):
     make_items(db, 20_000, step=7)  # gappy keys
-    job_id = submit(db, SubmitRequest(
-        "sql-update", {"table": "items", "set": "c=md5(b) || a", "add_column": "d:text"}
-        | {"set": "d=md5(b) || a"}, rows_per_subtask=2_000, batch_rows=500)).job_id
+    job_id = submit(db, fill("md5(b) || a", rows_per_subtask=2_000, batch_rows=500)).job_id
     start_node("n1"), start_node("n2")
     seen = []
 
@@ -71,18 +46,27 @@ def test_backfill_runs_on_two_nodes_to_the_oracle_and_moves_history(db, start_no
     assert events == [(None, "queued"), ("queued", "running"), ("running", "succeeded")]
 
 
-def _slow_job(db, params, rows=6_000):
-    return submit(db, SubmitRequest("sql-update", params, rows_per_subtask=1_000, batch_rows=100,
-                                    max_rows_per_sec=1_000, concurrency=2)).job_id
+def _held_job(db, request):
+    """Submit a job whose batches stop at worker.after_batch (each slot after
+    its first committed batch) until the test releases them."""
+    faults.arm("worker.after_batch", "block")
+    return submit(db, dataclasses.replace(request, rows_per_subtask=1_000, batch_rows=100,
+                                          concurrency=2)).job_id
+
+
+def _held_on_both_slots(db, job_id):
+    faults.wait_blocked("worker.after_batch", 30, count=2)
+    assert job_of(db, job_id)["rows_done"] >= 200  # some progress, visible
 
 
 def test_cancel_mid_run_drops_the_added_column(db, start_node):
     make_items(db, 6_000)
     before = table_rows(db)
-    job_id = _slow_job(db, {"table": "items", "set": "d=md5(b)", "add_column": "d:text"})
+    job_id = _held_job(db, fill("md5(b)"))
     start_node("n1")
-    wait_until(lambda: job_of(db, job_id)["rows_done"] > 300, 30, "some progress")
+    _held_on_both_slots(db, job_id)
     assert control.cancel(db, job_id) is JobState.CANCELLING
+    faults.release("worker.after_batch")
     job = wait_state(db, job_id, TERMINAL)
     assert job["state"] == "cancelled"
     assert table_rows(db) == before  # DESIGN 8: column gone, every row as before
@@ -95,13 +79,14 @@ def test_cancel_mid_run_restores_overwritten_values_but_keeps_later_app_writes(d
     with db.begin() as conn:
         conn.execute(sa.text("UPDATE items SET c = 'old-' || id"))
     before = {r[0]: r for r in table_rows(db)}
-    job_id = _slow_job(db, {"table": "items", "set": "c=md5(b)"})
+    job_id = _held_job(db, SubmitRequest("sql-update", {"table": "items", "set": "c=md5(b)"}))
     start_node("n1")
-    wait_until(lambda: job_of(db, job_id)["rows_done"] > 300, 30, "some progress")
+    _held_on_both_slots(db, job_id)  # subtasks 1 and 2 are claimed first
     with db.begin() as conn:  # the application writes row 1 after the job did
         assert conn.execute(sa.text("SELECT c FROM items WHERE id = 1")).scalar() != "old-1"
         conn.execute(sa.text("UPDATE items SET c = 'app' WHERE id = 1"))
     control.cancel(db, job_id)
+    faults.release("worker.after_batch")
     assert wait_state(db, job_id, TERMINAL)["state"] == "cancelled"
     after = {r[0]: r for r in table_rows(db)}
     assert after[1][3] == "app"  # DESIGN 9: the later write wins over the restore
@@ -113,20 +98,22 @@ def test_cancel_mid_run_restores_overwritten_values_but_keeps_later_app_writes(d
 
 def test_pause_stops_all_work_and_resume_finishes(db, start_node):
     make_items(db, 6_000)
-    job_id = _slow_job(db, {"table": "items", "set": "c=md5(b)"})
+    faults.enable_signals()
+    job_id = _held_job(db, fill("md5(b)"))
     start_node("n1")
-    wait_until(lambda: job_of(db, job_id)["rows_done"] > 200, 30, "some progress")
+    _held_on_both_slots(db, job_id)
     control.pause(db, job_id)
+    faults.wait("subtask.stop", 30), faults.wait("subtask.stop", 30)  # both slots told
+    faults.release("worker.after_batch")  # ... so each commits no more than its batch
     paused = wait_state(db, job_id, {"paused"}, 30)
     assert paused["running"] == 0  # every subtask handed back
     done = paused["rows_done"]
     wait_until(lambda: scalar(db, "SELECT count(*) FROM {s}.background_subtask WHERE state = 'running'") == 0,
                5, "no running subtask")
     assert job_of(db, job_id)["rows_done"] == done
-    control.alter(db, job_id, max_rows_per_sec=0)  # lift the limit
     control.resume(db, job_id)
     assert wait_state(db, job_id, TERMINAL)["state"] == "succeeded"
-    assert scalar(db, "SELECT count(*) FROM items WHERE c IS DISTINCT FROM md5(b)") == 0
+    assert scalar(db, "SELECT count(*) FROM items WHERE d IS DISTINCT FROM md5(b)") == 0
     states = [e["to_state"] for e in control.events(db, job_id)]
     # The second "paused" is the alter's event (the state stays).
     assert states == ["queued", "running", "pausing", "paused", "paused", "resuming", "running",
@@ -137,9 +124,7 @@ def test_a_non_retryable_error_fails_the_job_and_rolls_it_back(db, start_node):
     make_items(db, 3_000)
     before = table_rows(db)
     faults.arm("worker.before_checkpoint", "raise@4")
-    job_id = submit(db, SubmitRequest("sql-update", {"table": "items", "set": "d=a*2",
-                                                     "add_column": "d:int"},
-                                      rows_per_subtask=1_000, batch_rows=200)).job_id
+    job_id = submit(db, fill("a*2", type="int", rows_per_subtask=1_000, batch_rows=200)).job_id
     start_node("n1", slots=1)
     job = wait_state(db, job_id, TERMINAL)
     assert job["state"] == "reverted"  # DESIGN 7: never counted as success
@@ -150,18 +135,16 @@ def test_a_non_retryable_error_fails_the_job_and_rolls_it_back(db, start_node):
 def test_retryable_errors_are_retried_with_backoff_and_the_job_succeeds(db, start_node):
     make_items(db, 2_000)
     faults.arm("worker.before_checkpoint", "retryable@2")
-    job_id = submit(db, SubmitRequest("sql-update", {"table": "items", "set": "c=md5(b)"},
-                                      rows_per_subtask=1_000, batch_rows=250)).job_id
+    job_id = submit(db, fill("md5(b)", rows_per_subtask=1_000, batch_rows=250)).job_id
     start_node("n1", slots=1)
     assert wait_state(db, job_id, TERMINAL)["state"] == "succeeded"
-    assert scalar(db, "SELECT count(*) FROM items WHERE c IS DISTINCT FROM md5(b)") == 0
+    assert scalar(db, "SELECT count(*) FROM items WHERE d IS DISTINCT FROM md5(b)") == 0
     assert scalar(db, "SELECT max(attempts) FROM {s}.background_subtask_history") == 2
 
 
 def test_a_small_job_runs_only_on_the_owners_node(db, start_node, settings):
     make_items(db, 2_000)
-    job_id = submit(db, SubmitRequest("sql-update", {"table": "items", "set": "c=md5(b)"},
-                                      rows_per_subtask=1_000, batch_rows=100)).job_id
+    job_id = submit(db, fill("md5(b)", rows_per_subtask=1_000, batch_rows=100)).job_id
     owner = start_node("n1", local_job_max_subtasks=10)
     wait_until(lambda: owner.owner.term is not None, 10, "n1 elected")
     other = start_node("n2", local_job_max_subtasks=10)
@@ -172,14 +155,20 @@ def test_a_small_job_runs_only_on_the_owners_node(db, start_node, settings):
 
 def test_drain_hands_subtasks_back_at_once_and_another_node_finishes(db, start_node):
     make_items(db, 4_000)
-    job_id = _slow_job(db, {"table": "items", "set": "c=md5(b)"}, rows=4_000)
+    faults.enable_signals()
+    job_id = _held_job(db, fill("md5(b)"))
     first = start_node("n1")
-    wait_until(lambda: first.pool.busy() == 2, 30, "n1 busy")
-    first.drain(timeout=10)
+    _held_on_both_slots(db, job_id)
+    assert first.pool.busy() == 2
+    draining = threading.Thread(target=first.drain, kwargs={"timeout": 10})
+    draining.start()
+    faults.wait("subtask.stop", 30), faults.wait("subtask.stop", 30)  # both slots told
+    faults.release("worker.after_batch")
+    draining.join(15)
+    assert not draining.is_alive()
     with_lease = scalar(db, "SELECT count(*) FROM {s}.background_subtask WHERE exec_id = 'n1'")
     assert with_lease == 0  # released, not left to expire
     assert scalar(db, "SELECT count(*) FROM {s}.nodes WHERE node_id = 'n1'") == 0
-    control.alter(db, job_id, max_rows_per_sec=0)
     start_node("n2")
     assert wait_state(db, job_id, TERMINAL, 30)["state"] == "succeeded"
 
@@ -189,8 +178,7 @@ def test_a_node_restarting_with_the_same_id_releases_what_it_held(db, start_node
     from framework.store import subtasks
 
     make_items(db, 2_000)
-    submit(db, SubmitRequest("sql-update", {"table": "items", "set": "c=md5(b)"},
-                             rows_per_subtask=1_000))
+    submit(db, fill("md5(b)", rows_per_subtask=1_000))
     with db.begin() as conn:  # the job is running and "n1" died holding a subtask
         from framework.owner import Owner
         Owner(db, "o").tick()
@@ -210,8 +198,7 @@ def test_history_move_is_exact_when_the_owner_dies_between_batches(db, settings)
     from framework.owner import Owner
 
     make_items(db, 100)
-    job_id = submit(db, SubmitRequest("sql-update", {"table": "items", "set": "c=md5(b)"},
-                                      rows_per_subtask=10)).job_id
+    job_id = submit(db, fill("md5(b)", rows_per_subtask=10)).job_id
     small = Database(Settings(**{**settings.__dict__, "history_batch": 3}))
     owner = Owner(small, "o")
     owner.tick()  # start

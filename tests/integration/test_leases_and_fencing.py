@@ -6,12 +6,12 @@ import time
 
 import pytest
 import sqlalchemy as sa
-from framework_fixtures import make_items
+from support import fill, make_items
 
 from framework.jobtype import Job
 from framework.states import JobState
 from framework.store import history, jobs, owner_lease, subtasks
-from framework.submit import SubmitRequest, submit
+from framework.submit import submit
 
 
 def _expire_owner(db) -> None:
@@ -28,7 +28,7 @@ def _expire_leases(db) -> None:
 
 def _job_with_ranges(db, n_ranges: int = 3) -> tuple[int, owner_lease.OwnerTerm]:
     make_items(db, 30)
-    job_id = submit(db, SubmitRequest("sql-update", {"table": "items", "set": "c=md5(b)"})).job_id
+    job_id = submit(db, fill("md5(b)")).job_id
     with db.begin() as conn:
         term = owner_lease.campaign(db, conn, "owner-a")
         subtasks.insert_ranges(db, conn, term, job_id, 1,
@@ -146,11 +146,11 @@ def test_a_paused_zombie_in_an_open_transaction_is_cut_off_by_the_session_timeou
 
 def test_job_key_makes_submit_idempotent_and_one_active_job_per_table(db):
     make_items(db, 10)
-    req = SubmitRequest("sql-update", {"table": "items", "set": "c=md5(b)"}, job_key="k1")
+    req = fill("md5(b)", job_key="k1")
     first, again = submit(db, req), submit(db, req)
     assert first.created and not again.created and first.job_id == again.job_id
     with pytest.raises(jobs.ActiveJobExists):
-        submit(db, SubmitRequest("sql-update", {"table": "public.items", "set": "c=b"}))
+        submit(db, fill("b", table="public.items", column="e"))
 
 
 def test_job_row_round_trips_into_the_job_type_view(db):
@@ -159,4 +159,4 @@ def test_job_row_round_trips_into_the_job_type_view(db):
         job = jobs.get(db, conn, job_id)
     assert isinstance(job, Job)
     assert job.target_table == '"public"."items"' and job.key_column == '"id"'
-    assert job.params["column"] == "c" and job.params["work_schema"] == "reorg"
+    assert job.params["column"] == "d" and job.params["work_schema"] == "reorg"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 from alembic.script import ScriptDirectory
-from framework_fixtures import make_items
+from support import make_items
 
 from framework import migrate
 from framework.config import Settings

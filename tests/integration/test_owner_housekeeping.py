@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import time
 
-from framework_fixtures import make_items
-from helpers import wait_until
+from support import fill, make_items, wait_until
 
 from framework import control
 from framework.config import Settings
 from framework.db import Database
 from framework.owner import Owner
 from framework.store import history, nodes
-from framework.submit import SubmitRequest, submit
+from framework.submit import submit
 
 
 def test_history_older_than_retention_is_deleted_and_newer_kept(db):
@@ -73,7 +72,7 @@ def test_idle_workers_wake_on_notify_long_before_their_poll_interval(db, start_n
     node = start_node("n1", poll_seconds=60)
     wait_until(lambda: node.owner.term is not None, 10, "n1 to be elected")
     submitted = time.monotonic()
-    job_id = submit(db, SubmitRequest("sql-update", {"table": "items", "set": "c=md5(b)"})).job_id
+    job_id = submit(db, fill("md5(b)")).job_id
     wait_until(lambda: control.status(db, job_id)[0]["state"] == "succeeded", 20,
                "job to succeed without waiting for a 60 s poll")
     assert time.monotonic() - submitted < 20

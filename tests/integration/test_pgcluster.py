@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from helpers import wait_until
+from support import wait_until
 
 from framework.localpg import cluster as pgcluster
 from framework.localpg import embedded

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
-from framework_fixtures import make_items
+from support import make_items
 
 from backfill.copy.batches import CopySpec
 from backfill.expressions import one_expression

@@ -9,7 +9,8 @@ import threading
 
 import pytest
 import sqlalchemy as sa
-from spark_helpers import JobKind, make_context, make_items, scalar, snapshot
+from support import make_items, scalar, snapshot
+from support.spark import JobKind, make_context
 
 from backfill.spark_backfill.batches import SubtaskRunner
 from backfill.spark_backfill.job import BackfillJobType, merge_sql, spec_of
@@ -58,7 +59,7 @@ def test_where_and_add_column(spark, target_db):
 def test_python_udf(spark, target_db):
     make_items(target_db, 2_000)
     job = BACKFILL.submit(target_db, 103, {"table": "items", "set": "c=reverse_text(b)",
-                                           "udf": "spark_helpers:reverse_text"})
+                                           "udf": "support.spark:reverse_text"})
     BACKFILL.run_all(target_db, job, 2_000, parts=1)
     assert scalar(target_db, "SELECT count(*) FROM items WHERE c IS DISTINCT FROM reverse(b)") == 0
 

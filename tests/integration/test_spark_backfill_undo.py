@@ -8,8 +8,8 @@ import threading
 
 import pytest
 import sqlalchemy as sa
-from helpers import wait_until
-from spark_helpers import TERMINAL, JobKind, make_items, rows, scalar, snapshot, wait_state
+from support import TERMINAL, make_items, rows, scalar, snapshot, wait_state, wait_until
+from support.spark import JobKind
 
 from backfill.spark_backfill.batches import SubtaskRunner
 from backfill.spark_backfill.job import BackfillJobType, merge_sql, register, spec_of

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
-from framework_fixtures import table_rows
-from spark_helpers import TERMINAL, JobKind, make_context, make_items, rows, snapshot, wait_state
+from support import TERMINAL, make_items, rows, snapshot, table_rows, wait_state
+from support.spark import JobKind, make_context
 
 from backfill.checksum import batches as comparing
 from backfill.checksum.batches import ChecksumPipeline, Findings

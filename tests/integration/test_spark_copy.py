@@ -7,23 +7,12 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
-from framework_fixtures import table_rows
-from helpers import wait_until
-from spark_helpers import (
-    TERMINAL,
-    JobKind,
-    job_of,
-    make_context,
-    make_items,
-    rows,
-    scalar,
-    snapshot,
-    wait_state,
-)
+from support import TERMINAL, make_items, rows, scalar, snapshot, table_rows, wait_state
+from support.spark import JobKind, make_context
 
 from backfill.copy.batches import CopyConflict, CopyPipeline
 from backfill.copy.job import CopyJobType, spec_of
-from framework import control
+from framework import control, faults
 from framework.jobtype import LeaseLost, Stopped
 from framework.submit import SubmitRequest, submit
 
@@ -346,11 +335,13 @@ def test_cancelled_copy_job_removes_exactly_what_it_copied(spark, db, start_node
     before = table_rows(db, "items_copy")
     job_id = submit(db, SubmitRequest(
         "copy", {"table": "items", "target": "items_copy", "select": ["id", "a", "b"]},
-        rows_per_subtask=2_000, batch_rows=200, max_rows_per_sec=4_000, concurrency=2)).job_id
+        rows_per_subtask=2_000, batch_rows=200, concurrency=2)).job_id
+    faults.arm("worker.after_batch", "block")  # each slot stops after its first batch
     start_node("n1", slots=2)
-    wait_until(lambda: job_of(db, job_id)["rows_done"] > 1_000, 60, "some progress")
+    faults.wait_blocked("worker.after_batch", 60, count=2)
     assert len(table_rows(db, "items_copy")) > len(before)
     control.cancel(db, job_id)
+    faults.release("worker.after_batch")
     assert wait_state(db, job_id, TERMINAL)["state"] == "cancelled"
     assert table_rows(db, "items_copy") == before
     with db.begin() as conn:

@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
-from framework_fixtures import make_items, table_rows
-from helpers import wait_until
-from spark_helpers import TERMINAL, job_of, wait_state
+from support import TERMINAL, job_of, make_items, scalar, table_rows, wait_state, wait_until
 
 from backfill.spark_backfill.job import register
-from framework import control
+from framework import control, faults
 from framework.submit import SubmitRequest, submit
 
 pytestmark = pytest.mark.spark
@@ -21,10 +19,6 @@ pytestmark = pytest.mark.spark
 def _registered():
     register()
 
-
-def scalar(db, sql, **params):
-    with db.begin() as conn:
-        return conn.execute(db.sql(sql), params).scalar()
 
 
 def test_backfill_job_succeeds_on_two_slots_and_drops_its_work_tables(spark, db, start_node):
@@ -46,27 +40,34 @@ def test_cancel_mid_run_restores_the_table(spark, db, start_node):
     with db.begin() as conn:
         conn.execute(sa.text("UPDATE items SET c = 'old-' || id WHERE id % 2 = 0"))
     before = table_rows(db)
+    faults.arm("worker.after_batch", "block")  # each slot stops after its first batch
     job_id = submit(db, SubmitRequest("backfill", {"table": "items", "set": "c=md5(b)"},
                                       rows_per_subtask=2_000, batch_rows=200,
-                                      max_rows_per_sec=4_000, concurrency=2)).job_id
+                                      concurrency=2)).job_id
     start_node("n1", slots=2)
-    wait_until(lambda: job_of(db, job_id)["rows_done"] > 1_000, 60, "some progress")
+    faults.wait_blocked("worker.after_batch", 60, count=2)
+    assert job_of(db, job_id)["rows_done"] > 0
     control.cancel(db, job_id)
+    faults.release("worker.after_batch")
     assert wait_state(db, job_id, TERMINAL)["state"] == "cancelled"
     assert table_rows(db) == before
 
 
 def test_add_column_job_pauses_resumes_and_finishes(spark, db, start_node):
     make_items(db, 10_000)
+    faults.enable_signals()
+    faults.arm("worker.after_batch", "block")  # each slot stops after its first batch
     job_id = submit(db, SubmitRequest("backfill", {"table": "items", "set": "d=a * 2",
                                                    "add_column": "d:bigint"},
                                       rows_per_subtask=2_000, batch_rows=200,
-                                      max_rows_per_sec=4_000, concurrency=2)).job_id
+                                      concurrency=2)).job_id
     start_node("n1", slots=2)
-    wait_until(lambda: job_of(db, job_id)["rows_done"] > 500, 60, "some progress")
+    faults.wait_blocked("worker.after_batch", 60, count=2)
+    assert job_of(db, job_id)["rows_done"] > 0
     control.pause(db, job_id)
+    faults.wait("subtask.stop", 60), faults.wait("subtask.stop", 60)  # both slots told
+    faults.release("worker.after_batch")
     wait_state(db, job_id, {"paused"}, 60)
-    control.alter(db, job_id, max_rows_per_sec=0)  # lift the limit
     control.resume(db, job_id)
     assert wait_state(db, job_id, TERMINAL)["state"] == "succeeded"
     assert scalar(db, "SELECT count(*) FROM items WHERE d IS DISTINCT FROM a * 2") == 0

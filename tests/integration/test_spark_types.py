@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
-from spark_helpers import JobKind
+from support.spark import JobKind
 
 from backfill.spark_backfill.batches import SubtaskRunner
 from backfill.spark_backfill.job import BackfillJobType, spec_of

@@ -8,30 +8,11 @@ import threading
 
 import pytest
 import sqlalchemy as sa
-from framework_fixtures import table_rows
-from helpers import wait_until
+from support import TERMINAL, table_rows, wait_state, wait_until
 
 from framework import control, faults
 from framework.jobtype import InvalidParams
 from framework.submit import SubmitRequest, submit
-
-TERMINAL = {"succeeded", "cancelled", "reverted"}
-
-
-@pytest.fixture(autouse=True)
-def _no_faults():
-    faults.disarm_all()
-    yield
-    faults.disarm_all()
-
-
-def job_of(db, job_id):
-    return control.status(db, job_id)[0]
-
-
-def wait_state(db, job_id, states, timeout=60):
-    return wait_until(lambda: job_of(db, job_id)["state"] in states and job_of(db, job_id),
-                      timeout, f"job {job_id} to reach {states}")
 
 
 def run(db, sql, **params):
@@ -209,10 +190,10 @@ def test_cancel_restores_values_without_equality_and_later_app_writes_win(
     col = {"j": 0, "p": 1, "x": 2}[column]
     job_id = submit(db, SubmitRequest(
         "sql-update", {"table": "odd", "set": f"{column}={expr}"},
-        rows_per_subtask=1_000, batch_rows=100, max_rows_per_sec=1_000,
-        concurrency=2)).job_id
+        rows_per_subtask=1_000, batch_rows=100, concurrency=2)).job_id
+    faults.arm("worker.after_batch", "block")  # each slot stops after its first batch
     start_node("n1")
-    wait_until(lambda: job_of(db, job_id)["rows_done"] > 300, 30, "some progress")
+    faults.wait_blocked("worker.after_batch", 30, count=2)  # subtasks 1 and 2: keys 1-100 written
     # Rows the job already wrote (one whose old value was NULL among them),
     # then rows it has not reached: the application's values must survive.
     done = run(db, f"SELECT id FROM odd WHERE {column}::text LIKE '%new%' "
@@ -222,6 +203,7 @@ def test_cancel_restores_values_without_equality_and_later_app_writes_win(
     run(db, f"UPDATE odd SET {column} = {app_value} WHERE id = ANY(:ids)", ids=app_rows)
     app_text = run(db, f"SELECT {column}::text FROM odd WHERE id = 7").scalar()
     control.cancel(db, job_id)
+    faults.release("worker.after_batch")
     assert wait_state(db, job_id, TERMINAL, 30)["state"] == "cancelled"
     after = odd_rows(db)
     for k in app_rows:

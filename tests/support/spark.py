@@ -1,10 +1,11 @@
-"""Helpers for tests of the Spark data plane (registered in conftest's
-``pytest_plugins``, so ``spark`` and ``target_db`` are fixtures everywhere).
+"""Helpers for tests of the Spark data plane (a pytest plugin named in
+conftest's ``pytest_plugins``, so ``spark`` and ``target_db`` are fixtures
+everywhere).
 
 A ``SubtaskContext`` whose checkpoint is a fenced conditional UPDATE on a small
 fake lease table, so a test can run a job type's subtasks without the worker
 and can take the lease away; ``JobKind`` submits a job and runs its ranges
-that way; small query helpers; waits for jobs run by real nodes."""
+that way."""
 
 from __future__ import annotations
 
@@ -17,50 +18,15 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import pytest
 import sqlalchemy as sa
-from framework_fixtures import make_items as _make_items
-from helpers import wait_until
 from sqlalchemy.engine import Connection, Engine
 
-from framework import control
 from framework.jobtype import LEASE_LOST, InvalidParams, Job, LeaseLost, SubtaskContext
+from support.db import catalogue, wait_until
 
 if TYPE_CHECKING:
     from backfill.spark.pipeline import RangePipeline
 
 FAKE_LEASES = "public.fake_lease"
-TERMINAL = {"succeeded", "cancelled", "reverted", "failed"}
-
-
-# -- data and queries (``engine``: an Engine or a framework Database) -------------
-
-
-def make_items(engine: Any, rows: int, *, table: str = "items", step: int = 1) -> None:
-    """items(id bigint pk, a int, b text, c text) with keys 1, 1+step, ...; c NULL;
-    analysed, so batch bounds are planned as on a real table."""
-    _make_items(engine, rows, table=table, step=step)
-    with engine.begin() as conn:
-        conn.execute(sa.text(f"ANALYZE {table}"))
-
-
-def rows(engine: Any, sql: str, **params: Any) -> list[tuple]:
-    with engine.connect() as conn:
-        return [tuple(r) for r in conn.execute(sa.text(sql), params)]
-
-
-def scalar(engine: Any, sql: str, **params: Any) -> Any:
-    with engine.connect() as conn:
-        return conn.execute(sa.text(sql), params).scalar()
-
-
-def snapshot(engine: Any, table: str = "items") -> list[tuple]:
-    return rows(engine, f"SELECT * FROM {table} ORDER BY 1")
-
-
-def catalogue(engine: Any) -> list[tuple]:
-    """Every user table's columns and types: what rejected input must leave alone."""
-    return rows(engine, """
-        SELECT table_schema, table_name, column_name, data_type FROM information_schema.columns
-        WHERE table_schema NOT IN ('pg_catalog', 'information_schema') ORDER BY 1, 2, 3""")
 
 
 @dataclass
@@ -241,21 +207,8 @@ class JobKind(Generic[P]):
         assert catalogue(engine) == before
 
 
-# -- jobs run by real in-process nodes ------------------------------------------
-
-
-def job_of(db: Any, job_id: int) -> dict[str, Any]:
-    return control.status(db, job_id)[0]
-
-
-def wait_state(db: Any, job_id: int, states: set[str], timeout: float = 90) -> Any:
-    """The job's status once its state is one of ``states``."""
-    return wait_until(lambda: job_of(db, job_id)["state"] in states and job_of(db, job_id),
-                      timeout, f"job {job_id} to reach {states}")
-
-
 def reverse_text(value: str | None) -> str | None:
-    """A Python UDF for tests (``--udf spark_helpers:reverse_text``)."""
+    """A Python UDF for tests (``--udf support.spark:reverse_text``)."""
     return None if value is None else value[::-1]
 
 

@@ -1,22 +1,42 @@
-"""Fixtures for tests of the framework on a real PostgreSQL: a migrated
-database per test (copied from a template migrated once per session), settings
-with short leases, and in-process nodes that are always drained."""
+"""Fixtures for tests of the framework on a real PostgreSQL (a pytest plugin,
+named in tests/conftest.py): a migrated database per test (copied from a
+template migrated once per session), settings with short leases, in-process
+nodes that are always drained, ``reorg worker`` processes that are always
+killed, and fault points disarmed around every test."""
 
 from __future__ import annotations
 
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
-from helpers import create_database, database_url, drop_database
 
-from framework import migrate
+from framework import faults, migrate
 from framework.config import Settings
 from framework.db import Database
 from framework.node import Node
+from support.db import create_database, database_url, drop_database
+from support.fill import register as register_test_fill
+from support.processes import Workers
 
 TEMPLATE = "reorg_template"
+
+
+@pytest.fixture(autouse=True)
+def _faults_disarmed() -> Iterator[None]:
+    """No test sees another's fault points, signals or blocked threads."""
+    faults.disarm_all()
+    faults.disable_signals()
+    yield
+    faults.disarm_all()
+    faults.disable_signals()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _test_fill_registered() -> None:
+    register_test_fill()
 
 
 @pytest.fixture(scope="session")
@@ -68,22 +88,22 @@ def start_node(settings: Settings) -> Iterator[Callable[..., Node]]:
         return node
 
     yield start
+    faults.disarm_all()  # a slot blocked at a fault point would hold its drain up
     for node in started:
         if not node.stopped.is_set():
             node.drain(timeout=10)
 
 
-def make_items(db: Database, rows: int, *, table: str = "items", step: int = 1) -> None:
-    """items(id bigint pk, a int, b text, c text) with keys 1, 1+step, ..."""
-    with db.begin() as conn:
-        conn.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
-        conn.execute(sa.text(
-            f"CREATE TABLE {table} (id bigint PRIMARY KEY, a int, b text, c text)"))
-        conn.execute(sa.text(
-            f"INSERT INTO {table} SELECT 1 + (g - 1) * :step, g % 97, 'v' || g, NULL "
-            "FROM generate_series(1, :n) g"), {"n": rows, "step": step})
+@pytest.fixture
+def gates() -> Iterator[faults.Gates]:
+    """``block`` fault points of the worker processes this test starts."""
+    with tempfile.TemporaryDirectory(prefix="reorg-gates-") as directory:
+        yield faults.Gates(Path(directory))
 
 
-def table_rows(db: Database, table: str = "items") -> list[tuple]:
-    with db.begin() as conn:
-        return [tuple(r) for r in conn.execute(sa.text(f"SELECT * FROM {table} ORDER BY 1"))]
+@pytest.fixture
+def workers(migrated_db: str, gates: faults.Gates) -> Iterator[Workers]:
+    """``reorg worker`` processes on ``migrated_db``; killed at teardown."""
+    pool = Workers(migrated_db, gates)
+    yield pool
+    pool.stop_all()

@@ -1,0 +1,14 @@
+"""Fixtures of the ``reorg`` acceptance tests."""
+
+from __future__ import annotations
+
+import pytest
+from cli_support import seed_items_db
+
+
+@pytest.fixture
+def items_db(migrated_db: str, request: pytest.FixtureRequest) -> str:
+    """A migrated database with ``items`` (the test module's ``ITEMS_ROWS``
+    rows, 1,000 unless it says) and a queued job on ``other``, so the system
+    tables have rows a bad command could touch."""
+    return seed_items_db(migrated_db, getattr(request.module, "ITEMS_ROWS", 1_000))

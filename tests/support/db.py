@@ -1,0 +1,145 @@
+"""Databases, tables and jobs for tests: create and drop databases, the
+``items`` table every suite uses, small query helpers, and waits for jobs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection
+from typing import Any, TypeVar
+
+import psycopg
+import sqlalchemy as sa
+from psycopg import sql
+from sqlalchemy.engine import make_url
+
+from framework import control
+from framework.states import JOB_TERMINAL
+
+T = TypeVar("T")
+
+# Where a job ends: framework.states.JOB_TERMINAL as plain strings, the form
+# ``control.status`` reports (``failed`` is not terminal: a failed job reverts).
+TERMINAL = frozenset(state.value for state in JOB_TERMINAL)
+
+
+def wait_until(
+    predicate: Callable[[], T], timeout: float = 10.0, message: str = "condition",
+    *, interval: float = 0.05,
+) -> T:  # fmt: skip
+    """Poll ``predicate`` until it returns something truthy and return that.
+
+    Raises AssertionError naming ``message`` once ``timeout`` seconds have passed,
+    so a hung test fails with a reason instead of a bare timeout.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for: {message}")
+        time.sleep(interval)
+
+
+# -- databases --------------------------------------------------------------------
+
+
+def database_url(admin_url: str, dbname: str) -> str:
+    """``admin_url`` pointed at another database on the same server."""
+    return make_url(admin_url).set(database=dbname).render_as_string(hide_password=False)
+
+
+def create_database(admin_url: str, name: str, *, template: str | None = None) -> str:
+    """Create database ``name`` (optionally as a copy of ``template``); return its URL."""
+    query = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+    if template is not None:
+        query += sql.SQL(" TEMPLATE {}").format(sql.Identifier(template))
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(query)
+    return database_url(admin_url, name)
+
+
+def drop_database(admin_url: str, name: str) -> None:
+    """Drop database ``name``, disconnecting anything still attached to it."""
+    query = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(query)
+
+
+# -- tables and queries (``target``: a URL, an Engine or a framework Database) -----
+
+
+def execute(target: Any, statement: str, params: dict[str, Any] | None = None) -> list[tuple]:
+    """Run ``statement`` (``;``-separated statements are fine without params)
+    and commit; the rows of the last statement, if it returns any."""
+    if isinstance(target, str):
+        with psycopg.connect(target, autocommit=True) as conn:
+            cur = conn.execute(statement, params)  # type: ignore[arg-type]
+            return cur.fetchall() if cur.description else []
+    with target.begin() as conn:
+        result = conn.execute(sa.text(statement), params or {})
+        return [tuple(r) for r in result] if result.returns_rows else []
+
+
+def make_items(target: Any, rows: int, *, table: str = "items", step: int = 1) -> None:
+    """items(id bigint pk, a int, b text, c text) with keys 1, 1+step, ...; c NULL;
+    analysed, so batch bounds are planned as on a real table."""
+    name = sql.Identifier(table).as_string(None)
+    execute(target, f"DROP TABLE IF EXISTS {name}; "
+                    f"CREATE TABLE {name} (id bigint PRIMARY KEY, a int, b text, c text)")
+    execute(target, f"INSERT INTO {name} SELECT 1 + (g - 1) * {int(step)}, g % 97, 'v' || g, "
+                    f"NULL FROM generate_series(1, {int(rows)}) g; ANALYZE {name}")
+
+
+def rows(engine: Any, statement: str, **params: Any) -> list[tuple]:
+    with engine.begin() as conn:
+        return [tuple(r) for r in conn.execute(_sql(engine, statement), params)]
+
+
+def scalar(engine: Any, statement: str, **params: Any) -> Any:
+    """The first column of the first row. On a framework Database, ``{s}`` in
+    ``statement`` is its system schema."""
+    with engine.begin() as conn:
+        return conn.execute(_sql(engine, statement), params).scalar()
+
+
+def table_rows(engine: Any, table: str = "items") -> list[tuple]:
+    return rows(engine, f"SELECT * FROM {table} ORDER BY 1")
+
+
+snapshot = table_rows
+
+
+def catalogue(engine: Any) -> list[tuple]:
+    """Every user table's columns and types: what rejected input must leave alone."""
+    return rows(engine, """
+        SELECT table_schema, table_name, column_name, data_type FROM information_schema.columns
+        WHERE table_schema NOT IN ('pg_catalog', 'information_schema') ORDER BY 1, 2, 3""")
+
+
+def _sql(engine: Any, statement: str) -> Any:
+    return engine.sql(statement) if hasattr(engine, "sql") else sa.text(statement)
+
+
+# -- jobs run by nodes ---------------------------------------------------------------
+
+
+def job_of(db: Any, job_id: int) -> dict[str, Any]:
+    return control.status(db, job_id)[0]
+
+
+def wait_state(db: Any, job_id: int, states: Collection[str] = TERMINAL,
+               timeout: float = 90) -> dict[str, Any]:
+    """The job's status once its state is one of ``states``."""
+    return wait_until(lambda: (job := job_of(db, job_id))["state"] in states and job,
+                      timeout, f"job {job_id} to reach {sorted(states)}")
+
+
+def held_by(db: Any, node_id: str, *, live: bool = True) -> list[Any]:
+    """(id, start_key, curr_key) rows of the running subtasks ``node_id`` holds;
+    ``live``: only those whose lease has not expired."""
+    expiry = "AND exec_expired > clock_timestamp()" if live else ""
+    with db.begin() as conn:
+        return conn.execute(db.sql(
+            "SELECT id, start_key, curr_key FROM {s}.background_subtask "
+            f"WHERE exec_id = :n AND state = 'running' {expiry}"), {"n": node_id}).all()

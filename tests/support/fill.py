@@ -1,0 +1,91 @@
+"""``test-fill``: the small job type the framework's own tests run, so they
+depend on no built-in job type (``backfill/``).
+
+It adds a column and fills it from a SQL expression, range by range: each
+batch's UPDATE commits with its fenced checkpoint (DESIGN 3), and since the
+column is the job's own, rollback only drops it (no before-images). Params::
+
+    {"table": "items", "column": "d", "type": "text", "expr": "md5(b)"}
+
+In-process tests get it registered by support.fixtures; worker processes
+through ``REORG_JOB_TYPES=support.fill:register`` (support.processes).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.engine import Connection, Engine
+
+from framework import jobtype
+from framework.jobtype import InvalidParams, Job, SubtaskContext, Target
+from framework.submit import SubmitRequest
+
+NAME = "test-fill"
+
+
+def fill(expr: str, *, table: str = "items", column: str = "d", type: str = "text",
+         **knobs: Any) -> SubmitRequest:
+    """A submit of ``test-fill``: ``column`` (added, of ``type``) := ``expr``."""
+    return SubmitRequest(NAME, {"table": table, "column": column, "type": type, "expr": expr},
+                         **knobs)
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+class FillJob:
+    name = NAME
+
+    def validate(self, conn: Connection, params: dict[str, Any]) -> Target:
+        table = conn.execute(text("SELECT to_regclass(:t)::oid"),
+                             {"t": params.get("table", "")}).scalar()
+        if table is None:
+            raise InvalidParams(f"table {params.get('table')!r} does not exist; create it")
+        schema, name, key = conn.execute(text("""
+            SELECT n.nspname, c.relname, a.attname FROM pg_class c
+            JOIN pg_namespace n ON n.oid = c.relnamespace
+            JOIN pg_index i ON i.indrelid = c.oid AND i.indisprimary
+            JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = i.indkey[0]
+            WHERE c.oid = :t"""), {"t": table}).one()
+        return Target(f"{_quote(schema)}.{_quote(name)}", _quote(key), dict(params))
+
+    def prepare(self, conn: Connection, job: Job) -> None:
+        p = job.params
+        conn.execute(text("SET LOCAL lock_timeout = '1s'"))
+        conn.execute(text(f"ALTER TABLE {job.target_table} "
+                          f"ADD COLUMN {_quote(p['column'])} {p['type']}"))
+
+    def run_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
+        job, p = ctx.job, ctx.job.params
+        t, k = job.target_table, job.key_column
+        curr = ctx.curr_key
+        while curr < ctx.end_key:
+            ctx.raise_if_stopped()
+            started = time.monotonic()
+            with engine.begin() as conn, ctx.cancel_on_stop(conn):
+                last, count = conn.execute(text(
+                    f"SELECT max(k), count(*) FROM (SELECT {k} AS k FROM {t} WHERE {k} >= :lo "
+                    f"AND {k} < :end ORDER BY {k} LIMIT :n) batch"),
+                    {"lo": curr, "end": ctx.end_key, "n": job.batch_rows}).one()
+                upper = ctx.end_key if count < job.batch_rows or last is None else last + 1
+                conn.execute(text(f"UPDATE {t} SET {_quote(p['column'])} = ({p['expr']}) "
+                                  f"WHERE {k} >= :lo AND {k} < :hi"), {"lo": curr, "hi": upper})
+                ctx.checkpoint(conn, upper, count)
+            curr = upper
+            ctx.throttle(count, time.monotonic() - started)
+
+    def advance(self, conn: Connection, job: Job) -> None:
+        pass
+
+    def rollback(self, conn: Connection, job: Job) -> None:
+        conn.execute(text("SET LOCAL lock_timeout = '5s'"))
+        conn.execute(text(f"ALTER TABLE {job.target_table} "
+                          f"DROP COLUMN IF EXISTS {_quote(job.params['column'])}"))
+
+
+def register() -> None:
+    jobtype.register(FillJob())
