@@ -19,7 +19,7 @@ from cli.output import count, print_json, table_name
 from framework.db import Database
 from framework.jobtype import InvalidParams
 from framework.states import JobState
-from framework.store import jobs
+from framework.store import history, jobs
 
 app = typer.Typer()
 
@@ -46,7 +46,7 @@ def load_report(db: Database, job_id: int, max_keys: int) -> dict[str, Any]:
         job = jobs.get(db, conn, job_id)
         if job is None:
             raise InvalidParams(f"job {job_id} does not exist; `reorg status` lists jobs")
-        return report(conn, job, max_keys)
+        return report(job, history.subtasks_of_job(db, conn, job_id), max_keys)
 
 
 def exit_code(found: dict[str, Any]) -> int:

@@ -1,22 +1,20 @@
 """A ``checksum`` job's findings, summed up from its subtasks' meta (live and
-history): what ``reorg checksum report`` prints."""
+history, as ``framework.store.history.subtasks_of_job`` reads them): what
+``reorg checksum-report`` prints."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import text
-from sqlalchemy.engine import Connection
-
 from backfill.checksum.batches import KINDS, META_KEY
-from backfill.tables import quote
 from framework.jobtype import InvalidParams, Job
 
 
-def report(conn: Connection, job: Job, max_keys: int = 1000) -> dict[str, Any]:
-    """A checksum job's findings so far, from its subtasks (live and history).
+def report(job: Job, subtasks: list[dict[str, Any]], max_keys: int = 1000) -> dict[str, Any]:
+    """A checksum job's findings so far, from its subtasks (live and history,
+    read with the job in one snapshot).
 
-    ``state`` is the job's, as read in ``conn``'s transaction;
+    ``state`` is the job's;
     ``complete`` is True once every subtask has succeeded; ``mismatches`` counts
     every mismatching key, ``by_kind`` splits it into ``missing_in_target``
     (in --table, not in --target), ``missing_in_source`` (the reverse) and
@@ -26,18 +24,12 @@ def report(conn: Connection, job: Job, max_keys: int = 1000) -> dict[str, Any]:
     if job.type != "checksum":
         raise InvalidParams(f"job {job.id} is a {job.type} job, not a checksum job; only "
                             "`reorg submit checksum` jobs have findings to report")
-    schema = quote(job.params.get("work_schema", "reorg"))
-    rows = conn.execute(text(f"""
-        SELECT state, row_count, meta FROM {schema}.background_subtask WHERE job_id = :j
-        UNION ALL
-        SELECT state, row_count, meta FROM {schema}.background_subtask_history WHERE job_id = :j
-    """), {"j": job.id}).all()
     by_kind = dict.fromkeys(KINDS, 0)
     ranges: list[dict[str, Any]] = []
     keys: list[dict[str, Any]] = []
     dropped = 0
-    for row in rows:
-        found = (row.meta or {}).get(META_KEY) or {}
+    for row in subtasks:
+        found = (row["meta"] or {}).get(META_KEY) or {}
         for kind in KINDS:
             by_kind[kind] += int(found.get(kind, 0))
         ranges += [{"start_key": lo, "end_key": hi, "mismatches": n}
@@ -54,9 +46,9 @@ def report(conn: Connection, job: Job, max_keys: int = 1000) -> dict[str, Any]:
         "target": job.params.get("target"),
         "columns": [c["name"] for c in job.params.get("columns", [])],
         "state": job.state,
-        "complete": bool(rows) and all(r.state == "succeeded" for r in rows),
-        "subtasks": len(rows),
-        "rows_compared": sum(int(r.row_count or 0) for r in rows),
+        "complete": bool(subtasks) and all(r["state"] == "succeeded" for r in subtasks),
+        "subtasks": len(subtasks),
+        "rows_compared": sum(int(r["row_count"] or 0) for r in subtasks),
         "mismatches": mismatches,
         "by_kind": by_kind,
         "ranges": ranges,

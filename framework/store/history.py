@@ -25,7 +25,7 @@ def subtasks_of_job(db: Database, conn: Connection, job_id: int) -> list[dict[st
     order. One statement, so one snapshot: a move meanwhile can neither hide
     nor repeat a subtask. ``moved_at`` is None for a live one."""
     columns = ("id, job_id, step, ordinal, state, start_key, end_key, curr_key, exec_id, "
-               "exec_expired, epoch, attempts, row_count, error, started_at, finished_at")
+               "exec_expired, epoch, attempts, row_count, error, meta, started_at, finished_at")
     rows = conn.execute(
         db.sql(f"""
             SELECT {columns}, NULL::timestamptz AS moved_at

@@ -16,7 +16,7 @@ from backfill.checksum.batches import ChecksumPipeline, Findings
 from backfill.checksum.job import ChecksumJobType, spec_of
 from backfill.checksum.report import report
 from framework.jobtype import LeaseLost
-from framework.store import jobs
+from framework.store import history, jobs
 from framework.submit import SubmitRequest, submit
 
 pytestmark = pytest.mark.spark
@@ -225,7 +225,7 @@ def test_checksum_job_succeeds_with_findings_and_reports_them(spark, db, start_n
     with db.begin() as conn:
         job = jobs.get(db, conn, job_id)
         assert job is not None
-        result = report(conn, job)
+        result = report(job, history.subtasks_of_job(db, conn, job_id))
     assert result["complete"] and result["subtasks"] == 4
     assert result["rows_compared"] == 20_000
     assert result["mismatches"] == 6
