@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
-from framework import faults, jobtype, leases
+from framework import catch_up, faults, jobtype, leases
 from framework.db import Database
 from framework.errors import is_retryable, one_line
 from framework.jobtype import Job
-from framework.splitting import max_key, plan_split
+from framework.splitting import plan_split
 from framework.states import JobState
-from framework.store import history, jobs, nodes, owner_lease, subtasks
+from framework.store import history, jobs, nodes, owner_lease, steps
 from framework.store.owner_lease import OwnerTerm
 
 log = logging.getLogger("reorg.owner")
@@ -35,11 +35,6 @@ STEP_PREPARED = 1  # schema step done, subtasks inserted for this step
 STEP_DONE = 2  # final schema step done
 
 
-# Catch-up ranges (rows that arrived past the split's last key) are added at
-# most this many times: a table with a steady stream of inserts always has a
-# new tail, and the job must end. Rows arriving after the last round are named
-# in the job's success event.
-MAX_CATCH_UP_ROUNDS = 3
 # A job the owner cannot drive (a transient error) is looked at again after
 # this backoff, doubling per failure; other jobs go on meanwhile.
 JOB_BACKOFF_SECONDS = 1.0
@@ -226,7 +221,7 @@ class Owner:
             with self._fenced(term) as conn:
                 kind.prepare(conn, job)
                 faults.hit("owner.after_prepare")
-                subtasks.insert_ranges(self.db, conn, term, job.id, STEP_PREPARED, plan.ranges)
+                steps.insert_ranges(self.db, conn, term, job.id, STEP_PREPARED, plan.ranges)
                 self._must(jobs.start(
                     self.db, conn, term, job.id, actor=self._actor(term), step=STEP_PREPARED,
                     row_estimate=plan.row_count, run_on_node=self.node_id if local else None,
@@ -251,10 +246,10 @@ class Owner:
                 # Small jobs follow the owner: a new owner takes over its
                 # predecessor's local jobs.
                 jobs.bind_to_node(self.db, conn, term, job.id, self.node_id)
-            subtasks.fail_exhausted(self.db, conn, term, job.id, self.db.settings.max_attempts)
+            steps.fail_exhausted(self.db, conn, term, job.id, self.db.settings.max_attempts)
         with self.db.begin() as conn:
-            snap = subtasks.step_snapshot(self.db, conn, job.id, job.step)
-            error = subtasks.first_error(self.db, conn, job.id) if (
+            snap = steps.step_snapshot(self.db, conn, job.id, job.step)
+            error = steps.first_error(self.db, conn, job.id) if (
                 snap.failed or snap.cancelled) else None
         if error is not None:
             with self._fenced(term) as conn:
@@ -265,7 +260,7 @@ class Owner:
             return self._advance(term, job)
         if snap.succeeded:
             with self.db.begin() as conn:
-                many = subtasks.succeeded_beyond(self.db, conn, job.id, LIVE_SUCCEEDED_KEPT)
+                many = steps.succeeded_beyond(self.db, conn, job.id, LIVE_SUCCEEDED_KEPT)
             if many:  # keep what status reads of a running job small
                 self._move_to_history(term, job.id, job_finished=False,
                                       seconds=HISTORY_SECONDS_WHILE_RUNNING)
@@ -276,45 +271,23 @@ class Owner:
         with self._fenced(term) as conn:
             # Re-read in this transaction: the decision and the advance must
             # rest on the same committed state (DESIGN 7).
-            snap = subtasks.step_snapshot(self.db, conn, job.id, job.step)
+            snap = steps.step_snapshot(self.db, conn, job.id, job.step)
             if not snap.all_succeeded:
                 return None
-            tail = self._cover_tail(conn, term, job)
+            tail = catch_up.cover_tail(self.db, conn, term, job)
             if tail.added:
                 return tail.detail
             kind.advance(conn, job)
             faults.hit("owner.after_advance_step")
-            count = subtasks.count_in_step(self.db, conn, job.id, job.step)
+            count = steps.count_in_step(self.db, conn, job.id, job.step)
             self._must(jobs.succeed(self.db, conn, term, job.id, actor=self._actor(term),
                                     step=STEP_DONE,
                                     detail=f"{count} subtasks succeeded{tail.detail}"))
         return "succeeded"
 
-    def _cover_tail(self, conn: sa.Connection, term: OwnerTerm, job: Job) -> _Tail:
-        """Rows inserted past the last range's end after the split (a serial
-        key keeps growing while the job runs) get ranges of their own before
-        the job may succeed, up to MAX_CATCH_UP_ROUNDS times."""
-        last = subtasks.last_range(self.db, conn, job.id, job.step)
-        newest = max_key(conn, job.target_table, job.key_column)
-        covered = last.end_key if last else None
-        if newest is None or (covered is not None and newest < covered):
-            return _Tail(False, "")
-        round_no = (last.catch_up_round if last else 0) + 1
-        if round_no > MAX_CATCH_UP_ROUNDS:
-            return _Tail(False, f"; rows inserted with keys >= {covered} after the last of "
-                                f"{MAX_CATCH_UP_ROUNDS} catch-up ranges were not processed")
-        plan = plan_split(conn, job.target_table, job.key_column,
-                          job.params.get("rows_per_subtask"), from_key=covered)
-        subtasks.insert_ranges(self.db, conn, term, job.id, job.step, plan.ranges,
-                               first_ordinal=last.ordinal + 1 if last else 0,
-                               meta={"catch_up": round_no})
-        jobs.add_to_estimate(self.db, conn, term, job.id, plan.row_count)
-        return _Tail(True, f"{plan.row_count} rows arrived past the last range; "
-                           f"catch-up round {round_no} added {len(plan.ranges)} subtask(s)")
-
     def _pause_when_quiet(self, term: OwnerTerm, job: Job) -> str | None:
         with self.db.begin() as conn:
-            snap = subtasks.step_snapshot(self.db, conn, job.id, job.step)
+            snap = steps.step_snapshot(self.db, conn, job.id, job.step)
         if snap.live_leases:
             return None
         with self._fenced(term) as conn:
@@ -325,8 +298,8 @@ class Owner:
         """Cancel or failure: wait until no worker holds a live lease, mark the
         rest cancelled, then revert."""
         with self._fenced(term) as conn:
-            subtasks.cancel_unleased(self.db, conn, term, job.id)
-            snap = subtasks.step_snapshot(self.db, conn, job.id, job.step)
+            steps.cancel_unleased(self.db, conn, term, job.id)
+            snap = steps.step_snapshot(self.db, conn, job.id, job.step)
             if snap.live_leases or snap.unfinished:
                 return None
             self._must(jobs.begin_revert(self.db, conn, term, job.id, actor=self._actor(term)))
@@ -413,12 +386,6 @@ class _Raced(RuntimeError):
     """A compare-and-set found the job moved by someone else (e.g. a cancel
     raced an advance): the transaction rolls back and the job is looked at
     again next tick."""
-
-
-@dataclass(frozen=True)
-class _Tail:
-    added: bool  # ranges were added: the job runs on
-    detail: str
 
 
 def table_exists(conn: sa.Connection, table: str) -> bool:

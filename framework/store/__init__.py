@@ -1,5 +1,6 @@
-"""All SQL of the framework, split by concern: the owner lease, jobs, live
-subtasks, history and nodes.
+"""All SQL of the framework, split by concern: the owner lease, jobs, a job
+step's subtasks (the owner's side, ``steps``), one subtask under a lease (the
+worker's side, ``subtasks``), history, progress and nodes.
 
 Every state change is one compare-and-set statement that returns whether it
 applied. Owner writes carry an ``OwnerTerm`` and are fenced on it in the same

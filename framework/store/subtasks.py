@@ -1,9 +1,10 @@
-"""Live subtask rows: the owner inserts ranges; workers claim, renew,
-checkpoint and finish them under a lease.
+"""Live subtask rows, the worker's side: claim, renew, checkpoint and finish
+under a lease (the owner's side, per job step, is ``framework.store.steps``).
 
 Worker writes are fenced on ``(id, exec_id, epoch)``; those that commit data
 (checkpoint, finish) also require the lease to be unexpired by the database
-clock. A write that hits 0 rows means the worker lost the subtask.
+clock. A write that hits 0 rows means the worker lost the subtask. Every
+state guard is built from ``SUBTASK_TRANSITIONS`` (``guard_into``).
 """
 
 from __future__ import annotations
@@ -18,14 +19,13 @@ from framework.db import Database
 from framework.jobtype import Job
 from framework.states import SUBTASK_TRANSITIONS, SubtaskState
 from framework.store.jobs import JOB_COLUMNS
-from framework.store.owner_lease import FENCE, OwnerTerm
 
 S = SubtaskState
 
-_LEASE_LIVE = "exec_expired > clock_timestamp()"
+LEASE_LIVE = "exec_expired > clock_timestamp()"
 
 
-def _from(dst: SubtaskState) -> str:
+def guard_into(dst: SubtaskState) -> str:
     """The guard of every transition into ``dst``: the states the transition
     map (``framework.states.SUBTASK_TRANSITIONS``) lets reach it."""
     sources = sorted(s for s, nxt in SUBTASK_TRANSITIONS.items() if dst in nxt)
@@ -35,7 +35,7 @@ def _from(dst: SubtaskState) -> str:
 def _held(dst: SubtaskState) -> str:
     """Held by the caller's claim (fenced on exec_id and epoch, DESIGN 2) and
     allowed to move to ``dst``."""
-    return f"id = :id AND exec_id = :exec_id AND epoch = :epoch AND {_from(dst)}"
+    return f"id = :id AND exec_id = :exec_id AND epoch = :epoch AND {guard_into(dst)}"
 
 
 @dataclass(frozen=True)
@@ -54,186 +54,6 @@ class Claim:
     def fence(self) -> dict[str, object]:
         return {"id": self.id, "exec_id": self.exec_id, "epoch": self.epoch}
 
-
-# --- owner side -------------------------------------------------------------
-
-def insert_ranges(
-    db: Database, conn: Connection, term: OwnerTerm, job_id: int, step: int,
-    ranges: list[tuple[int, int]], *, first_ordinal: int = 0,
-    meta: dict[str, Any] | None = None,
-) -> int:
-    """Insert the ranges as pending subtasks, and count them into the job's
-    ``subtasks_total`` in the same statement (``reorg status`` reads it)."""
-    return int(conn.execute(
-        db.sql(f"""
-            WITH inserted AS (
-                INSERT INTO {{s}}.background_subtask
-                    (job_id, step, ordinal, state, start_key, end_key, curr_key, meta)
-                SELECT :job_id, :step, :first + r.ordinal - 1, 'pending', r.lo, r.hi, r.lo,
-                       CAST(:meta AS jsonb)
-                FROM unnest(CAST(:los AS bigint[]), CAST(:his AS bigint[]))
-                     WITH ORDINALITY AS r(lo, hi, ordinal)
-                WHERE {FENCE}
-                RETURNING 1),
-            counted AS (
-                UPDATE {{s}}.jobs SET subtasks_total = subtasks_total
-                                                      + (SELECT count(*) FROM inserted)
-                WHERE id = :job_id AND EXISTS (SELECT 1 FROM inserted))
-            SELECT count(*) FROM inserted"""),
-        {"job_id": job_id, "step": step, "los": [lo for lo, _ in ranges],
-         "his": [hi for _, hi in ranges], "first": first_ordinal,
-         "meta": json.dumps(meta or {}), **term.params()},
-    ).scalar_one())
-
-
-@dataclass(frozen=True)
-class LastRange:
-    """The highest range of a job step: where its coverage ends."""
-
-    ordinal: int
-    end_key: int
-    catch_up_round: int  # 0 for the split's own ranges
-
-
-def last_range(db: Database, conn: Connection, job_id: int, step: int) -> LastRange | None:
-    """One probe of the (job_id, step, ordinal) index, live and history rows
-    alike (ordinals grow with keys, so the last ordinal ends the coverage)."""
-    row = conn.execute(
-        db.sql("""
-            SELECT ordinal, end_key, coalesce((meta->>'catch_up')::int, 0) AS catch_up_round
-            FROM (
-                (SELECT ordinal, end_key, meta FROM {s}.background_subtask
-                 WHERE job_id = :job_id AND step = :step ORDER BY ordinal DESC LIMIT 1)
-                UNION ALL
-                (SELECT ordinal, end_key, meta FROM {s}.background_subtask_history
-                 WHERE job_id = :job_id AND step = :step ORDER BY ordinal DESC LIMIT 1)
-            ) last ORDER BY ordinal DESC LIMIT 1"""),
-        {"job_id": job_id, "step": step},
-    ).mappings().first()
-    return LastRange(**row) if row else None
-
-
-def first_error(db: Database, conn: Connection, job_id: int) -> str:
-    """The error to show for a failed job: its first failed subtask's."""
-    return conn.execute(
-        db.sql("""
-            SELECT 'subtask ' || ordinal || ': ' || coalesce(error, state)
-            FROM {s}.background_subtask
-            WHERE job_id = :id AND state IN ('failed', 'cancelled')
-            ORDER BY (state = 'failed') DESC, ordinal LIMIT 1"""),
-        {"id": job_id},
-    ).scalar() or "a subtask failed"
-
-
-@dataclass(frozen=True)
-class StepSnapshot:
-    """Which states one job step's subtasks are in, read in one statement (one
-    snapshot). Each field is one probe of an index, not a count, so the owner's
-    tick costs the same for 40 subtasks or 100,000."""
-
-    pending: bool = False
-    running: bool = False
-    live_leases: bool = False
-    succeeded: bool = False
-    failed: bool = False
-    cancelled: bool = False
-
-    @property
-    def unfinished(self) -> bool:
-        return self.pending or self.running
-
-    @property
-    def all_succeeded(self) -> bool:
-        """Every subtask succeeded, or there are none (an empty table)."""
-        return not (self.unfinished or self.failed or self.cancelled)
-
-
-def step_snapshot(db: Database, conn: Connection, job_id: int, step: int) -> StepSnapshot:
-    def probe(cond: str, in_order: bool = False) -> str:
-        # Pending rows can be nearly all of a job's: in ordinal order the probe
-        # takes the claimable index to its first one, where the planner would
-        # otherwise bet on a sequential scan finding one early.
-        # (A scalar subquery: EXISTS would drop the ORDER BY.)
-        order = " ORDER BY ordinal" if in_order else ""
-        return (f"(SELECT ordinal FROM {{s}}.background_subtask WHERE job_id = :job_id "
-                f"AND step = :step AND {cond}{order} LIMIT 1) IS NOT NULL")
-
-    row = conn.execute(
-        db.sql(f"""
-            SELECT {probe("state = 'pending'", in_order=True)} AS pending,
-                   {probe("state = 'running'", in_order=True)} AS running,
-                   {probe(f"state = 'running' AND {_LEASE_LIVE}")} AS live_leases,
-                   {probe("state = 'succeeded'")} AS succeeded,
-                   {probe("state = 'failed'")} AS failed,
-                   {probe("state = 'cancelled'")} AS cancelled"""),
-        {"job_id": job_id, "step": step},
-    ).mappings().one()
-    return StepSnapshot(**row)
-
-
-def succeeded_beyond(db: Database, conn: Connection, job_id: int, kept: int) -> bool:
-    """More than ``kept`` succeeded subtasks of the job in the live table (an
-    index walk of at most ``kept`` entries, not a count of them all)."""
-    return conn.execute(
-        db.sql("""
-            SELECT (SELECT 1 FROM {s}.background_subtask
-                    WHERE job_id = :job_id AND state = 'succeeded'
-                    OFFSET :kept LIMIT 1) IS NOT NULL"""),
-        {"job_id": job_id, "kept": kept},
-    ).scalar() is True
-
-
-def count_in_step(db: Database, conn: Connection, job_id: int, step: int) -> int:
-    """How many subtasks a step has (live and moved): for the job's final event."""
-    return int(conn.execute(
-        db.sql("""
-            SELECT (SELECT count(*) FROM {s}.background_subtask
-                    WHERE job_id = :job_id AND step = :step)
-                 + (SELECT count(*) FROM {s}.background_subtask_history
-                    WHERE job_id = :job_id AND step = :step)"""),
-        {"job_id": job_id, "step": step},
-    ).scalar_one())
-
-
-def fail_exhausted(
-    db: Database, conn: Connection, term: OwnerTerm, job_id: int, max_attempts: int
-) -> int:
-    """Fail subtasks that used their last allowed attempt and are not being
-    worked on: a running one whose lease expired, or a pending one (handed back
-    after its holder crashed; claims skip it, so nothing else would end it)."""
-    return conn.execute(
-        db.sql(f"""
-            UPDATE {{s}}.background_subtask SET
-                state = 'failed', finished_at = clock_timestamp(), updated_at = clock_timestamp(),
-                error = coalesce(error || '; ', '')
-                        || CASE WHEN state = 'running' THEN 'lease expired'
-                                ELSE 'holder restarted' END
-                        || ' on attempt ' || attempts || ' of ' || :max_attempts
-            WHERE job_id = :job_id AND attempts >= :max_attempts
-              AND state IN ('pending', 'running')  -- subtask_exhausted's predicate
-              AND {_from(S.FAILED)}
-              AND (state = 'pending' OR exec_expired <= clock_timestamp())
-              AND {FENCE}"""),
-        {"job_id": job_id, "max_attempts": max_attempts, **term.params()},
-    ).rowcount
-
-
-def cancel_unleased(db: Database, conn: Connection, term: OwnerTerm, job_id: int) -> int:
-    """Cancel every unfinished subtask no worker holds a live lease on."""
-    return conn.execute(
-        db.sql(f"""
-            UPDATE {{s}}.background_subtask SET
-                state = 'cancelled', finished_at = clock_timestamp(),
-                updated_at = clock_timestamp()
-            WHERE job_id = :job_id AND {_from(S.CANCELLED)}
-              AND (state = 'pending' OR exec_expired IS NULL
-                   OR exec_expired <= clock_timestamp())
-              AND {FENCE}"""),
-        {"job_id": job_id, **term.params()},
-    ).rowcount
-
-
-# --- worker side ------------------------------------------------------------
 
 _JOB = "jobrow_"  # prefix of the job's columns in a claim's row
 
@@ -266,7 +86,7 @@ def claim(db: Database, conn: Connection, exec_id: str, limit: int = 1) -> list[
                 CROSS JOIN LATERAL (
                     SELECT st.id FROM {{s}}.background_subtask st
                     WHERE st.job_id = job.id AND st.step = job.step
-                      AND st.{_from(S.RUNNING)}
+                      AND st.{guard_into(S.RUNNING)}
                       AND (st.state = 'pending' OR st.exec_expired <= clock_timestamp())
                       AND (st.not_before IS NULL OR st.not_before <= clock_timestamp())
                       AND st.attempts < :max_attempts
@@ -310,7 +130,7 @@ def renew(db: Database, conn: Connection, claims: list[Claim]) -> dict[int, dict
             FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS held(id, epoch),
                  {{s}}.jobs j
             WHERE st.id = held.id AND st.epoch = held.epoch AND st.exec_id = :exec_id
-              AND st.state = 'running' AND st.{_LEASE_LIVE} AND j.id = st.job_id
+              AND st.state = 'running' AND st.{LEASE_LIVE} AND j.id = st.job_id
             RETURNING st.id, j.state AS job_state, j.batch_rows, j.max_rows_per_sec,
                       j.concurrency"""),
         {"ids": [c.id for c in claims], "epochs": [c.epoch for c in claims],
@@ -338,7 +158,7 @@ def checkpoint(
                 state = CASE WHEN :curr_key = end_key THEN 'succeeded' ELSE state END,
                 finished_at = CASE WHEN :curr_key = end_key THEN clock_timestamp() END,
                 error = CASE WHEN :curr_key = end_key THEN NULL ELSE error END
-            WHERE {_held(S.SUCCEEDED)} AND {_LEASE_LIVE}
+            WHERE {_held(S.SUCCEEDED)} AND {LEASE_LIVE}
               AND curr_key <= :curr_key AND :curr_key <= end_key
             RETURNING state"""),
         {**claim.fence(), "curr_key": curr_key, "rows": rows,
@@ -353,7 +173,7 @@ def finish_if_held(db: Database, conn: Connection, claim: Claim) -> bool:
             UPDATE {{s}}.background_subtask SET
                 state = 'succeeded', finished_at = clock_timestamp(),
                 updated_at = clock_timestamp(), error = NULL
-            WHERE {_held(S.SUCCEEDED)} AND {_LEASE_LIVE} AND curr_key = end_key"""),
+            WHERE {_held(S.SUCCEEDED)} AND {LEASE_LIVE} AND curr_key = end_key"""),
         claim.fence(),
     ).rowcount == 1
 
@@ -406,7 +226,7 @@ def release_all_held_by(db: Database, conn: Connection, exec_id: str) -> int:
             UPDATE {{s}}.background_subtask SET
                 state = 'pending', exec_id = NULL, exec_expired = NULL,
                 attempts = greatest(attempts - 1, 0), updated_at = clock_timestamp()
-            WHERE exec_id = :exec_id AND {_from(S.PENDING)}"""),
+            WHERE exec_id = :exec_id AND {guard_into(S.PENDING)}"""),
         {"exec_id": exec_id},
     ).rowcount
 
@@ -422,6 +242,6 @@ def requeue_after_restart(db: Database, conn: Connection, exec_id: str) -> int:
             UPDATE {{s}}.background_subtask SET
                 state = 'pending', exec_id = NULL, exec_expired = NULL,
                 updated_at = clock_timestamp()
-            WHERE exec_id = :exec_id AND {_from(S.PENDING)}"""),
+            WHERE exec_id = :exec_id AND {guard_into(S.PENDING)}"""),
         {"exec_id": exec_id},
     ).rowcount

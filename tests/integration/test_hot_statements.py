@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from framework.store import history, owner_lease, progress, subtasks
+from framework.store import history, owner_lease, progress, steps, subtasks
 from framework.store.subtasks import Claim
 
 JOB = 42
@@ -89,10 +89,10 @@ def test_no_hot_statement_scans_the_subtask_tables(big_job):
         subtasks.claim(db, conn, "w9", limit=4)
         subtasks.renew(db, conn, [held])
         subtasks.checkpoint(db, conn, held, 20015, 5)
-        subtasks.step_snapshot(db, conn, JOB, 1)
-        subtasks.fail_exhausted(db, conn, term, JOB, 5)
-        subtasks.last_range(db, conn, JOB, 1)
-        subtasks.succeeded_beyond(db, conn, JOB, 5_000)
+        steps.step_snapshot(db, conn, JOB, 1)
+        steps.fail_exhausted(db, conn, term, JOB, 5)
+        steps.last_range(db, conn, JOB, 1)
+        steps.succeeded_beyond(db, conn, JOB, 5_000)
         history.move_finished(db, conn, term, JOB, 1000, only_succeeded=True)
         history.jobs_awaiting_history(db, conn, 10)
         progress.jobs_progress(db, conn, JOB)

@@ -10,7 +10,7 @@ from support import fill, make_items
 
 from framework.jobtype import Job
 from framework.states import JobState
-from framework.store import history, jobs, owner_lease, subtasks
+from framework.store import history, jobs, owner_lease, steps, subtasks
 from framework.submit import submit
 
 
@@ -31,7 +31,7 @@ def _job_with_ranges(db, n_ranges: int = 3) -> tuple[int, owner_lease.OwnerTerm]
     job_id = submit(db, fill("md5(b)")).job_id
     with db.begin() as conn:
         term = owner_lease.campaign(db, conn, "owner-a")
-        subtasks.insert_ranges(db, conn, term, job_id, 1,
+        steps.insert_ranges(db, conn, term, job_id, 1,
                                [(1 + 10 * i, 11 + 10 * i) for i in range(n_ranges)])
         jobs.start(db, conn, term, job_id, actor="t", step=1, row_estimate=30,
                    run_on_node=None, detail="test")
@@ -50,8 +50,8 @@ def test_each_owner_term_has_a_higher_revision_and_deposed_writes_hit_nothing(db
         assert not owner_lease.renew(db, conn, term_a)
         assert not owner_lease.hold(db, conn, term_a)
         assert jobs.fail(db, conn, term_a, job_id, actor="a", error="x", detail="x") is None
-        assert subtasks.insert_ranges(db, conn, term_a, job_id, 1, [(100, 200)]) == 0
-        assert subtasks.cancel_unleased(db, conn, term_a, job_id) == 0
+        assert steps.insert_ranges(db, conn, term_a, job_id, 1, [(100, 200)]) == 0
+        assert steps.cancel_unleased(db, conn, term_a, job_id) == 0
         assert history.move_finished(db, conn, term_a, job_id, 100) == 0
     with db.begin() as conn:
         assert jobs.state(db, conn, job_id) is JobState.RUNNING

@@ -76,8 +76,8 @@ def test_store_guards_are_built_from_the_transition_maps():
     assert jobs._into(J.CANCELLING) == JOB_CANCELLABLE
     assert jobs._into(J.FAILED) == {J.QUEUED, J.RUNNING}
     assert jobs._into(J.REVERTING) == {J.CANCELLING, J.FAILED}
-    assert subtasks._from(S.SUCCEEDED) == "state IN ('running')"
-    assert subtasks._from(S.FAILED) == "state IN ('pending', 'running')"
+    assert subtasks.guard_into(S.SUCCEEDED) == "state IN ('running')"
+    assert subtasks.guard_into(S.FAILED) == "state IN ('pending', 'running')"
     # A subtask is claimed from pending, or again from running once its lease expired.
-    assert subtasks._from(S.RUNNING) == "state IN ('pending', 'running')"
+    assert subtasks.guard_into(S.RUNNING) == "state IN ('pending', 'running')"
     assert subtasks._held(S.PENDING).endswith("state IN ('running')")
