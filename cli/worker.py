@@ -17,7 +17,6 @@ from cli import logs
 from cli.context import cli_state
 from framework import jobtype, metrics
 from framework.errors import one_line
-from framework.node import Node, default_node_id
 
 app = typer.Typer()
 
@@ -61,6 +60,10 @@ def worker(
 ) -> None:
     """Run a worker node until SIGTERM/SIGINT; then drain and deregister."""
     state = cli_state(ctx)
+    # The node (APScheduler, the listener) loads only for this command, not
+    # for every `reorg` command that imports this module.
+    from framework.node import Node, default_node_id
+
     node_id = node_id or default_node_id()
     # First, so that even a failure to start is logged in the chosen format.
     logs.configure(debug=state.options.debug, fmt=log_format.value, node_id=node_id)
