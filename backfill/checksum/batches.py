@@ -20,18 +20,7 @@ collects the keys that differ. The two reads are two snapshots, so in the
 batch's transaction the found keys are compared again with the statement
 above (one snapshot) and only what it confirms is recorded.
 
-Why PostgreSQL by default, measured on this 2-core machine (shared, noisy;
-1,000,000 rows of (id bigint, a int, b text, c text) against a copy with 149
-differences; whole subtasks through ``ChecksumPipeline``, warm Spark session,
-adaptive batches from 10,000 rows, 3 runs each, min / median):
-
-    compare_in=postgres, 1 subtask     1.40 s / 1.51 s
-    compare_in=postgres, 2 subtasks    0.72 s / 0.79 s
-    compare_in=spark,    1 subtask     2.40 s / 3.02 s
-    compare_in=spark,    2 subtasks    2.99 s / 3.12 s
-
-and per 100,000-row batch (min of 5): PostgreSQL 0.14 s; Spark read + join
-0.68 s; Spark reading both sides in parallel and joining in Arrow 0.29 s.
+Why PostgreSQL by default (figures in docs/benchmarks.md, "checksum"):
 Spark is 2-4x slower: it needs every row PostgreSQL reads anyway, rendered
 and sent over JDBC, and then pays per batch for two JDBC scans and a shuffle
 join, where PostgreSQL compares in place. That is "much slower", so the

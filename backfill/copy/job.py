@@ -23,10 +23,7 @@ Each batch lands its rows in one transaction with its fenced checkpoint
 (only if it still carries this job's marker comment); otherwise exactly the
 keys the job wrote are deleted. Advance drops the job's key list.
 
-Measured on the shared 2-core dev machine (warm Spark session, 1,000,000
-rows of (id bigint, a int, b text, c text) copied verbatim into a created
-target, two subtasks at once, 3 runs): 3.7-3.8 s, against 1.2-1.3 s for one
-``INSERT INTO ... SELECT *`` (which has no checkpoints, fencing or batches).
+Its cost against one ``INSERT INTO ... SELECT *``: docs/benchmarks.md, "copy".
 
 The copy reads SRC batch by batch: it is a snapshot per range, not a
 replication stream. Writes to SRC after their range was copied are not

@@ -1,10 +1,10 @@
 """A class-data-sharing archive of Spark's classes, so the driver JVM starts faster.
 
-Starting a SparkSession costs ~5 s on a 2-core machine and the first job
-another ~3 s, most of it loading and verifying thousands of Spark classes.
-Java 17 can dump the classes a JVM loaded into an archive
-(``-XX:ArchiveClassesAtExit``) and map it into later JVMs
-(``-XX:SharedArchiveFile``): measured here, start 3.2 s and first job 1.2 s.
+Starting a SparkSession and its first job costs seconds, most of it loading
+and verifying thousands of Spark classes. Java 17 can dump the classes a JVM
+loaded into an archive (``-XX:ArchiveClassesAtExit``) and map it into later
+JVMs (``-XX:SharedArchiveFile``), about twice as fast (docs/benchmarks.md,
+"Spark class-data archive").
 That matters most for ``reorg submit``, whose dry run starts Spark in the
 CLI process every time, and for a worker's start.
 

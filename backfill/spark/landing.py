@@ -1,11 +1,9 @@
 """Landing a batch's Spark output in PostgreSQL: Arrow to the driver, CSV,
 ``COPY`` into a temporary staging table inside the merge transaction.
 
-Measured on the 2-core dev machine (50,000-row batches of c = md5(b), one
-slot): Spark JDBC read + transform + JDBC write (reWriteBatchedInserts) into
-an UNLOGGED table took 0.475 s; the same read + ``toArrow`` + CSV + COPY into a
-temporary table took 0.385 s, and needs no cleanup of staging rows. ``collect``
-instead of ``toArrow`` is 3x slower (Python row objects).
+Faster than a Spark JDBC write into an unlogged table, needs no cleanup of
+staging rows, and ``toArrow`` beats ``collect`` (Python row objects) by far:
+figures in docs/benchmarks.md, "Landing a batch in PostgreSQL".
 
 A temporary table is private to the merge session and emptied at commit, so
 staging is isolated per (subtask, epoch, batch) by construction: a zombie's

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 # A Spark subtask pays a fixed cost (plan, JDBC connection, pipeline fill and
 # drain); 250k-row ranges keep it small while still giving many hosts work.
-# Measured on 2M rows, 2 slots: 50k-row subtasks ~19 s, 250k-row ~10-18 s (noisy host).
+# (Figures behind the choice: docs/benchmarks.md, "Rows per subtask".)
 # An explicit --rows-per-subtask overrides it (framework.submit).
 ROWS_PER_SUBTASK = 250_000
 MIN_ROWS = 100
