@@ -210,9 +210,10 @@ class Owner:
     def _start(self, term: OwnerTerm, job: Job) -> str:
         try:
             kind = jobtype.get(job.type)
-            # The split reads the whole key column; it runs before, and outside,
-            # the transaction that takes DDL locks, so the table is never locked
-            # for it (``keep_term`` keeps the term alive meanwhile).
+            # The split reads the key column (a sample of it on a big table); it
+            # runs before, and outside, the transaction that takes DDL locks, so
+            # the table is never locked for it (``keep_term`` keeps the term
+            # alive meanwhile).
             with self.db.begin(isolation_level="REPEATABLE READ") as conn:
                 faults.hit("owner.before_split")
                 plan = plan_split(conn, job.target_table, job.key_column,
