@@ -82,6 +82,17 @@ class Job:
     max_rows_per_sec: int | None
     row_estimate: int | None
     concurrency: int = 1
+    # Subtasks of the job holding a live lease, as last seen by this worker
+    # (at the claim, then at each lease renewal); None: not known yet.
+    running: int | None = None
+
+    def rate_share(self) -> float | None:
+        """This subtask's share of ``max_rows_per_sec``: the job's budget split
+        among the subtasks running it now, on every node, so the job as a
+        whole delivers the limit whatever the number of workers and slots."""
+        if not self.max_rows_per_sec:
+            return None
+        return self.max_rows_per_sec / max(self.running or self.concurrency, 1)
 
 
 LEASE_LOST = "lease lost"
@@ -123,17 +134,16 @@ class SubtaskContext:
             raise LeaseLost(reason) if reason == LEASE_LOST else Stopped(reason)
 
     def throttle(self, rows: int, took_seconds: float) -> None:
-        """Pace batches so the job stays under ``max_rows_per_sec``. Each
-        subtask takes an equal share of the limit (the job runs at most
-        ``concurrency`` subtasks at once), so the job's total stays below it.
-        Wakes early when the subtask must stop.
+        """Pace batches so the job delivers ``max_rows_per_sec`` in all: each
+        running subtask takes an equal share (``Job.rate_share``). Wakes early
+        when the subtask must stop.
 
         Job types call it after every committed batch, which makes it the
         ``worker.after_batch`` fault point too."""
         faults.hit("worker.after_batch")
-        limit = self.job.max_rows_per_sec
-        if limit and rows:
-            wait = rows * max(self.job.concurrency, 1) / limit - took_seconds
+        share = self.job.rate_share()
+        if share and rows:
+            wait = rows / share - took_seconds
             if wait > 0:
                 self.stop_event.wait(wait)
 

@@ -394,4 +394,4 @@ def table_exists(conn: sa.Connection, table: str) -> bool:
 
 
 def _job(row: dict) -> Job:
-    return Job(**{k: row[k] for k in Job.__dataclass_fields__})
+    return Job(**{k: row[k] for k in Job.__dataclass_fields__ if k in row})

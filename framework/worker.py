@@ -138,7 +138,7 @@ class WorkerPool:
             # Knob changes (`reorg alter`) reach the running subtask here.
             h.ctx.job = replace(h.ctx.job, batch_rows=info["batch_rows"],
                                 max_rows_per_sec=info["max_rows_per_sec"],
-                                concurrency=info["concurrency"])
+                                concurrency=info["concurrency"], running=info["running"])
             state = JobState(info["job_state"])
             if state in _HARD_STOP_STATES:
                 h.ctx.stop(f"job {state}", hard=True)
@@ -283,8 +283,8 @@ class WorkerPool:
     def _checkpoint(self, ctx: SubtaskContext, claim: Claim, tally: _Tally, conn: Connection,
                     key: int, rows: int, meta: dict | None) -> None:
         faults.hit("worker.before_checkpoint")
-        state = subtasks.checkpoint(self.db, conn, claim, key, rows, meta)
-        if state is None:
+        done = subtasks.checkpoint(self.db, conn, claim, key, rows, meta)
+        if done is None:
             metrics.batch(claim.job_id, claim.job.type, "refused")
             self._lose(ctx, "checkpoint_refused")
             raise LeaseLost(f"subtask {claim.id} epoch {claim.epoch}: checkpoint refused")
@@ -292,7 +292,10 @@ class WorkerPool:
         ctx.curr_key = key
         # Done once the batch's transaction commits; until then a failure
         # rolls the finish back with the batch.
-        ctx.finished = state == "succeeded"
+        ctx.finished = done.state == "succeeded"
+        # The job's rate budget is split among the subtasks running it: fresh
+        # with every batch, so a budget shared with other nodes holds.
+        ctx.job = replace(ctx.job, running=done.running)
         faults.hit("worker.after_checkpoint")
 
 

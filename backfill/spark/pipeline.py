@@ -242,9 +242,7 @@ class RangePipeline(ABC):
     def _size(self) -> int:
         job = self.ctx.job  # replaced by the worker when `reorg alter` changes the knobs
         self.sizer.retarget(job.batch_rows)
-        per_subtask = (job.max_rows_per_sec / max(job.concurrency, 1)
-                       if job.max_rows_per_sec else None)
-        return self.sizer.next_rows(per_subtask)
+        return self.sizer.next_rows(job.rate_share())
 
     # --- read thread: bounds, then compute -------------------------------------
 

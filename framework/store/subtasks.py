@@ -10,6 +10,7 @@ state guard is built from ``SUBTASK_TRANSITIONS`` (``guard_into``).
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,7 +82,7 @@ def claim(db: Database, conn: Connection, exec_id: str, limit: int = 1) -> list[
                 WHERE j.state = 'running'
                   AND (j.run_on_node IS NULL OR j.run_on_node = :exec_id)),
             candidate AS (
-                SELECT c.id FROM (SELECT * FROM job WHERE room > 0
+                SELECT c.id, job.room FROM (SELECT * FROM job WHERE room > 0
                                   ORDER BY priority DESC, id) job
                 CROSS JOIN LATERAL (
                     SELECT st.id FROM {{s}}.background_subtask st
@@ -103,16 +104,19 @@ def claim(db: Database, conn: Connection, exec_id: str, limit: int = 1) -> list[
             FROM candidate, {{s}}.jobs j
             WHERE st.id = candidate.id AND j.id = st.job_id
             RETURNING st.id, st.job_id, st.start_key, st.end_key, st.curr_key, st.epoch,
-                      st.attempts, st.meta,
+                      st.attempts, st.meta, j.concurrency - candidate.room AS running_before,
                       {", ".join(f"j.{c.strip()} AS {_JOB}{c.strip()}"
                                  for c in JOB_COLUMNS.split(","))}"""),
         {"exec_id": exec_id, "ttl": db.settings.lease_seconds,
          "max_attempts": db.settings.max_attempts, "limit": limit},
     ).mappings().all()
+    claimed = Counter(r["job_id"] for r in rows)
     claims = []
     for row in sorted(rows, key=lambda r: (r["job_id"], r["start_key"])):
-        job = Job(**{k[len(_JOB):]: v for k, v in row.items() if k.startswith(_JOB)})
-        fields = {k: v for k, v in row.items() if not k.startswith(_JOB)}
+        job = Job(**{k[len(_JOB):]: v for k, v in row.items() if k.startswith(_JOB)},
+                  running=row["running_before"] + claimed[row["job_id"]])
+        fields = {k: v for k, v in row.items()
+                  if not k.startswith(_JOB) and k != "running_before"}
         claims.append(Claim(**fields, exec_id=exec_id, job=job))
     return claims
 
@@ -132,25 +136,35 @@ def renew(db: Database, conn: Connection, claims: list[Claim]) -> dict[int, dict
             WHERE st.id = held.id AND st.epoch = held.epoch AND st.exec_id = :exec_id
               AND st.state = 'running' AND st.{LEASE_LIVE} AND j.id = st.job_id
             RETURNING st.id, j.state AS job_state, j.batch_rows, j.max_rows_per_sec,
-                      j.concurrency"""),
+                      j.concurrency,
+                      (SELECT count(*) FROM {{s}}.background_subtask r
+                       WHERE r.job_id = j.id AND r.state = 'running'
+                         AND r.exec_expired > clock_timestamp()) AS running"""),
         {"ids": [c.id for c in claims], "epochs": [c.epoch for c in claims],
          "exec_id": claims[0].exec_id, "ttl": db.settings.lease_seconds},
     ).mappings()
     return {r["id"]: dict(r) for r in rows}
 
 
+@dataclass(frozen=True)
+class Checkpointed:
+    state: str  # running, or succeeded: the checkpoint reached end_key
+    running: int  # the job's subtasks under a live lease (its rate is shared among them)
+
+
 def checkpoint(
     db: Database, conn: Connection, claim: Claim, curr_key: int, rows: int,
     meta: dict[str, Any] | None = None,
-) -> str | None:
+) -> Checkpointed | None:
     """Advance curr_key inside the transaction that wrote the batch (DESIGN 3).
     The checkpoint that reaches ``end_key`` also finishes the subtask, in the
     same transaction: no extra round trip per subtask. Returns the subtask's
-    state after it (running or succeeded), or None when the lease is lost.
+    state after it and how many of the job's subtasks run now, or None when
+    the lease is lost.
 
     ``curr_key`` never moves backward (DESIGN 6): the statement refuses it.
     """
-    return conn.execute(
+    row = conn.execute(
         db.sql(f"""
             UPDATE {{s}}.background_subtask SET
                 curr_key = :curr_key, row_count = row_count + :rows,
@@ -160,10 +174,14 @@ def checkpoint(
                 error = CASE WHEN :curr_key = end_key THEN NULL ELSE error END
             WHERE {_held(S.SUCCEEDED)} AND {LEASE_LIVE}
               AND curr_key <= :curr_key AND :curr_key <= end_key
-            RETURNING state"""),
-        {**claim.fence(), "curr_key": curr_key, "rows": rows,
+            RETURNING state,
+                      (SELECT count(*) FROM {{s}}.background_subtask r
+                       WHERE r.job_id = :job_id AND r.state = 'running'
+                         AND r.exec_expired > clock_timestamp()) AS running"""),
+        {**claim.fence(), "job_id": claim.job_id, "curr_key": curr_key, "rows": rows,
          "meta": json.dumps(meta) if meta is not None else None},
-    ).scalar()
+    ).mappings().first()
+    return Checkpointed(**row) if row else None
 
 
 def finish_if_held(db: Database, conn: Connection, claim: Claim) -> bool:

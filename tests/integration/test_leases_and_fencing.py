@@ -103,12 +103,12 @@ def test_curr_key_never_moves_backward_and_finish_needs_the_whole_range(db):
     _job_with_ranges(db, 1)
     with db.begin() as conn:
         claim, = subtasks.claim(db, conn, "w1")
-        assert subtasks.checkpoint(db, conn, claim, 6, 5) == "running"
+        assert subtasks.checkpoint(db, conn, claim, 6, 5) == subtasks.Checkpointed("running", 1)
         assert not subtasks.checkpoint(db, conn, claim, 4, 1)  # backward
         assert not subtasks.checkpoint(db, conn, claim, 99, 1)  # past the range
         assert not subtasks.finish_if_held(db, conn, claim)  # range not done
         # The checkpoint that reaches the end finishes the subtask with the batch.
-        assert subtasks.checkpoint(db, conn, claim, 11, 5) == "succeeded"
+        assert subtasks.checkpoint(db, conn, claim, 11, 5).state == "succeeded"
         assert not subtasks.finish_if_held(db, conn, claim)
         row = conn.execute(db.sql("SELECT curr_key, row_count, state FROM {s}.background_subtask")).one()
     assert tuple(row) == (11, 10, "succeeded")

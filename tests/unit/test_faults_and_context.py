@@ -132,3 +132,15 @@ def test_throttle_paces_to_the_jobs_share_of_the_limit():
     ctx.stop_event.wait = lambda s: waited.append(s)  # type: ignore[method-assign]
     ctx.throttle(rows=100, took_seconds=0.05)
     assert waited == [pytest.approx(0.15)]  # 100 rows * 2 slots / 1000 rows/s - 0.05 s
+
+
+def test_the_rate_budget_is_split_among_the_subtasks_running_the_job():
+    """--max-rows-per-sec is the job's: 4 running subtasks get a quarter each
+    whatever the concurrency setting (16 by default), and one alone gets it all."""
+    from dataclasses import replace
+
+    job = Job(1, "t", "running", 1, {}, "t", "id", 100, 2_000, None, concurrency=16)
+    assert job.rate_share() == 2_000 / 16  # nothing seen yet: the most it could be split
+    assert replace(job, running=4).rate_share() == 500
+    assert replace(job, running=1).rate_share() == 2_000
+    assert replace(job, max_rows_per_sec=None, running=4).rate_share() is None
