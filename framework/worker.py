@@ -283,7 +283,10 @@ class WorkerPool:
     def _checkpoint(self, ctx: SubtaskContext, claim: Claim, tally: _Tally, conn: Connection,
                     key: int, rows: int, meta: dict | None) -> None:
         faults.hit("worker.before_checkpoint")
-        done = subtasks.checkpoint(self.db, conn, claim, key, rows, meta)
+        # Counting the job's running subtasks costs an index walk per batch:
+        # only a job with a rate limit needs it.
+        done = subtasks.checkpoint(self.db, conn, claim, key, rows, meta,
+                                   count_running=bool(ctx.job.max_rows_per_sec))
         if done is None:
             metrics.batch(claim.job_id, claim.job.type, "refused")
             self._lose(ctx, "checkpoint_refused")
@@ -293,9 +296,10 @@ class WorkerPool:
         # Done once the batch's transaction commits; until then a failure
         # rolls the finish back with the batch.
         ctx.finished = done.state == "succeeded"
-        # The job's rate budget is split among the subtasks running it: fresh
-        # with every batch, so a budget shared with other nodes holds.
-        ctx.job = replace(ctx.job, running=done.running)
+        if done.running is not None:
+            # The job's rate budget is split among the subtasks running it: fresh
+            # with every batch, so a budget shared with other nodes holds.
+            ctx.job = replace(ctx.job, running=done.running)
         faults.hit("worker.after_checkpoint")
 
 

@@ -26,6 +26,14 @@ S = SubtaskState
 LEASE_LIVE = "exec_expired > clock_timestamp()"
 
 
+def running_of(job_id: str) -> str:
+    """SQL: how many of the job's subtasks hold a live lease now (its
+    concurrency and its rate budget are shared among them). ``job_id`` is a
+    SQL expression, e.g. ``j.id`` or ``:job_id``."""
+    return (f"(SELECT count(*) FROM {{s}}.background_subtask r WHERE r.job_id = {job_id} "
+            f"AND r.state = 'running' AND r.exec_expired > clock_timestamp())")
+
+
 def guard_into(dst: SubtaskState) -> str:
     """The guard of every transition into ``dst``: the states the transition
     map (``framework.states.SUBTASK_TRANSITIONS``) lets reach it."""
@@ -74,10 +82,7 @@ def claim(db: Database, conn: Connection, exec_id: str, limit: int = 1) -> list[
         db.sql(f"""
             WITH job AS (
                 SELECT j.id, j.step, j.priority,
-                       j.concurrency - (
-                           SELECT count(*) FROM {{s}}.background_subtask r
-                           WHERE r.job_id = j.id AND r.state = 'running'
-                             AND r.exec_expired > clock_timestamp()) AS room
+                       j.concurrency - {running_of("j.id")} AS room
                 FROM {{s}}.jobs j
                 WHERE j.state = 'running'
                   AND (j.run_on_node IS NULL OR j.run_on_node = :exec_id)),
@@ -136,10 +141,7 @@ def renew(db: Database, conn: Connection, claims: list[Claim]) -> dict[int, dict
             WHERE st.id = held.id AND st.epoch = held.epoch AND st.exec_id = :exec_id
               AND st.state = 'running' AND st.{LEASE_LIVE} AND j.id = st.job_id
             RETURNING st.id, j.state AS job_state, j.batch_rows, j.max_rows_per_sec,
-                      j.concurrency,
-                      (SELECT count(*) FROM {{s}}.background_subtask r
-                       WHERE r.job_id = j.id AND r.state = 'running'
-                         AND r.exec_expired > clock_timestamp()) AS running"""),
+                      j.concurrency, {running_of("j.id")} AS running"""),
         {"ids": [c.id for c in claims], "epochs": [c.epoch for c in claims],
          "exec_id": claims[0].exec_id, "ttl": db.settings.lease_seconds},
     ).mappings()
@@ -149,18 +151,20 @@ def renew(db: Database, conn: Connection, claims: list[Claim]) -> dict[int, dict
 @dataclass(frozen=True)
 class Checkpointed:
     state: str  # running, or succeeded: the checkpoint reached end_key
-    running: int  # the job's subtasks under a live lease (its rate is shared among them)
+    # The job's subtasks under a live lease (its rate is shared among them);
+    # None when not asked for (``count_running``: a job with no rate limit).
+    running: int | None
 
 
 def checkpoint(
     db: Database, conn: Connection, claim: Claim, curr_key: int, rows: int,
-    meta: dict[str, Any] | None = None,
+    meta: dict[str, Any] | None = None, *, count_running: bool = True,
 ) -> Checkpointed | None:
     """Advance curr_key inside the transaction that wrote the batch (DESIGN 3).
     The checkpoint that reaches ``end_key`` also finishes the subtask, in the
     same transaction: no extra round trip per subtask. Returns the subtask's
-    state after it and how many of the job's subtasks run now, or None when
-    the lease is lost.
+    state after it and (with ``count_running``) how many of the job's
+    subtasks run now, or None when the lease is lost.
 
     ``curr_key`` never moves backward (DESIGN 6): the statement refuses it.
     """
@@ -175,10 +179,9 @@ def checkpoint(
             WHERE {_held(S.SUCCEEDED)} AND {LEASE_LIVE}
               AND curr_key <= :curr_key AND :curr_key <= end_key
             RETURNING state,
-                      (SELECT count(*) FROM {{s}}.background_subtask r
-                       WHERE r.job_id = :job_id AND r.state = 'running'
-                         AND r.exec_expired > clock_timestamp()) AS running"""),
-        {**claim.fence(), "job_id": claim.job_id, "curr_key": curr_key, "rows": rows,
+                      CASE WHEN :count_running THEN {running_of(":job_id")} END AS running"""),
+        {**claim.fence(), "job_id": claim.job_id, "count_running": count_running,
+         "curr_key": curr_key, "rows": rows,
          "meta": json.dumps(meta) if meta is not None else None},
     ).mappings().first()
     return Checkpointed(**row) if row else None
