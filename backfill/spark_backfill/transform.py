@@ -3,9 +3,9 @@ which may call a Python function given as ``module:function`` (registered
 under the function's name, e.g. ``--udf mylib:normalise --set c=normalise(b)``).
 
 Every batch becomes the same three columns, in the order the staging table
-has them: ``k`` (key), ``ver`` (row version read) and ``new`` (computed
-value). The old value never travels through Spark: its types do not carry
-every PostgreSQL value exactly, so the merge takes before-images inside
+has them (``MergeSql.STAGE_COLUMNS``): ``k`` (key), ``ver`` (row version
+read) and ``new`` (computed value). The old value never travels through
+Spark: its types do not carry every PostgreSQL value exactly, so the merge takes before-images inside
 PostgreSQL (``merge``). Spark prunes the target column from the read unless
 the expression uses it.
 """
@@ -29,8 +29,6 @@ from backfill.spark.session import on_session_stop
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import DataType
-
-OUTPUT_COLUMNS = ("k", "ver", "new")
 
 _registered: set[tuple[str, str]] = set()
 _lock = threading.Lock()
