@@ -5,9 +5,9 @@ under the function's name, e.g. ``--udf mylib:normalise --set c=normalise(b)``).
 Every batch becomes the same three columns, in the order the staging table
 has them (``MergeSql.STAGE_COLUMNS``): ``k`` (key), ``ver`` (row version
 read) and ``new`` (computed value). The old value never travels through
-Spark: its types do not carry every PostgreSQL value exactly, so the merge takes before-images inside
-PostgreSQL (``merge``). Spark prunes the target column from the read unless
-the expression uses it.
+Spark: its types do not carry every PostgreSQL value exactly, so the merge
+takes before-images inside PostgreSQL (``merge``). Spark prunes the target
+column from the read unless the expression uses it.
 """
 
 from __future__ import annotations
