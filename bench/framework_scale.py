@@ -59,7 +59,10 @@ class NoopJobType:
 
     def run_subtask(self, ctx: SubtaskContext, engine: Any) -> None:
         with engine.begin() as conn:
-            ctx.checkpoint(conn, ctx.end_key, ctx.end_key - ctx.curr_key)
+            self.run_batch(ctx, conn)
+
+    def run_batch(self, ctx: SubtaskContext, conn: Any) -> None:
+        ctx.checkpoint(conn, ctx.end_key, ctx.end_key - ctx.curr_key)
 
     def advance(self, conn: Any, job: Job) -> None:
         return None

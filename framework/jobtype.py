@@ -241,6 +241,25 @@ class JobType(Protocol):
     def rollback(self, conn: Connection, job: Job) -> None: ...
 
 
+class BatchJobType(JobType, Protocol):
+    """A job type whose subtasks can be quick (one batch, or a few) offers
+    ``run_batch`` beside ``run_subtask``: write the one batch that starts at
+    ``ctx.curr_key`` on ``conn`` and call ``ctx.checkpoint(conn, ...)`` after
+    it, without committing. When a worker claims several subtasks at once
+    (they were quick), it runs their first batches in one transaction and
+    checkpoints them with one fenced statement; if any of them has lost its
+    lease, the whole transaction rolls back and the others' batches run again
+    without it (DESIGN 3). Subtasks not finished by that batch continue
+    through ``run_subtask``."""
+
+    def run_batch(self, ctx: SubtaskContext, conn: Connection) -> None: ...
+
+
+def batch_runner(job_type: JobType) -> Callable[[SubtaskContext, Connection], None] | None:
+    """The job type's ``run_batch``, if it has one (``BatchJobType``)."""
+    return getattr(job_type, "run_batch", None)
+
+
 _registry: dict[str, JobType] = {}
 _entry_points_loaded = False
 

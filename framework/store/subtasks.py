@@ -187,6 +187,49 @@ def checkpoint(
     return Checkpointed(**row) if row else None
 
 
+@dataclass(frozen=True)
+class BatchDone:
+    """One subtask's batch in a transaction shared by several subtasks: where
+    its checkpoint moves ``curr_key`` to, and the rows the batch wrote."""
+
+    claim: Claim
+    curr_key: int
+    rows: int
+    meta: dict[str, Any] | None = None
+
+
+def checkpoint_many(db: Database, conn: Connection, done: list[BatchDone]) -> dict[int, str]:
+    """``checkpoint`` for the batches of several subtasks written in one
+    transaction (quick subtasks, one batch each): one statement, each row
+    fenced on its own ``(id, exec_id, epoch)`` with its lease unexpired, and
+    finished when it reaches ``end_key``. Returns each checkpointed subtask's
+    state; a subtask missing from it is lost, and the caller must roll the
+    whole transaction back, since that subtask's write is in it (DESIGN 3)."""
+    if not done:
+        return {}
+    rows = conn.execute(
+        db.sql(f"""
+            UPDATE {{s}}.background_subtask st SET
+                curr_key = b.curr_key, row_count = st.row_count + b.rows,
+                meta = coalesce(b.meta, st.meta), updated_at = clock_timestamp(),
+                state = CASE WHEN b.curr_key = st.end_key THEN 'succeeded' ELSE st.state END,
+                finished_at = CASE WHEN b.curr_key = st.end_key THEN clock_timestamp() END,
+                error = CASE WHEN b.curr_key = st.end_key THEN NULL ELSE st.error END
+            FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[]),
+                        CAST(:keys AS bigint[]), CAST(:rows AS bigint[]),
+                        CAST(:metas AS jsonb[])) AS b(id, epoch, curr_key, rows, meta)
+            WHERE st.id = b.id AND st.exec_id = :exec_id AND st.epoch = b.epoch
+              AND st.{guard_into(S.SUCCEEDED)} AND st.{LEASE_LIVE}
+              AND st.curr_key <= b.curr_key AND b.curr_key <= st.end_key
+            RETURNING st.id, st.state"""),
+        {"ids": [d.claim.id for d in done], "epochs": [d.claim.epoch for d in done],
+         "keys": [d.curr_key for d in done], "rows": [d.rows for d in done],
+         "metas": [json.dumps(d.meta) if d.meta is not None else None for d in done],
+         "exec_id": done[0].claim.exec_id},
+    ).all()
+    return {r[0]: r[1] for r in rows}
+
+
 def finish_if_held(db: Database, conn: Connection, claim: Claim) -> bool:
     """Mark the subtask succeeded; only a fully covered range can succeed."""
     return conn.execute(
