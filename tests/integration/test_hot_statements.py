@@ -89,6 +89,7 @@ def test_no_hot_statement_scans_the_subtask_tables(big_job):
         subtasks.claim(db, conn, "w9", limit=4)
         subtasks.renew(db, conn, [held])
         subtasks.checkpoint(db, conn, held, 20015, 5)
+        subtasks.checkpoint_many(db, conn, [subtasks.BatchDone(held, 20020, 5)])
         steps.step_snapshot(db, conn, JOB, 1)
         steps.fail_exhausted(db, conn, term, JOB, 5)
         steps.last_range(db, conn, JOB, 1)
