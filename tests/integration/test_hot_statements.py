@@ -98,6 +98,7 @@ def test_no_hot_statement_scans_the_subtask_tables(big_job):
         history.jobs_awaiting_history(db, conn, 10)
         progress.jobs_progress(db, conn, JOB)
         progress.jobs_progress(db, conn)
+        progress.record_samples(db, conn, progress.live_jobs_progress(db, conn, []))
 
     statements = _captured(db, hot)
     assert len(statements) >= 10
