@@ -295,6 +295,8 @@ class WorkerPool:
                     metrics.batch(h.claim.job_id, h.claim.job.type, "committed",
                                   h.deferred.rows, share)
                     faults.hit("worker.after_checkpoint")
+                    # What a job type does after each committed batch of its own.
+                    h.ctx.throttle(h.deferred.rows, share)
                 if h.ctx.finished:
                     self._record(h, SlotResult(h.claim.id, "succeeded"), share, size)
                 else:
