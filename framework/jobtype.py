@@ -19,6 +19,9 @@ A job type is one object with six small duties, called in this order::
     rollback(conn, job)             owner, after failure or cancel: restore the
                                     table to its pre-job contents, in the fenced
                                     transaction that marks the job reverted.
+    [run_batch(ctx, conn)]          optional (``BatchJobType``), worker: one
+                                    batch on the pool's connection, so quick
+                                    subtasks claimed together share a transaction.
 
 Job types register from outside ``framework`` through the ``reorg.job_types``
 entry point (a callable that calls ``register``), by calling ``register``, or
