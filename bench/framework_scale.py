@@ -79,8 +79,10 @@ class NoopJobType:
 
 def run_worker(url: str, node_id: str, slots: int, ticks_file: str) -> None:
     """One node with the no-op type; owner tick durations go to ``ticks_file``."""
+    from cli import logs
     from framework.node import Node
 
+    logs.configure(debug=False)  # a line per subtask, as `reorg worker` writes it
     jobtype.register(NoopJobType())
     settings = Settings(url, local_job_max_subtasks=4, poll_seconds=0.5)
     node = Node(settings, node_id=node_id, slots=slots)
