@@ -132,16 +132,26 @@ def renew(db: Database, conn: Connection, claims: list[Claim]) -> dict[int, dict
     a claim missing from the result is lost."""
     if not claims:
         return {}
+    # The running count is taken once per job, not once per renewed row: a
+    # node renews up to slots x 32 claimed quick subtasks at once, and each
+    # count walks the job's running entries (dead ones too, until vacuum)
+    # while the renewed rows stay locked.
     rows = conn.execute(
         db.sql(f"""
-            UPDATE {{s}}.background_subtask st SET
-                exec_expired = clock_timestamp() + make_interval(secs => :ttl)
-            FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS held(id, epoch),
-                 {{s}}.jobs j
-            WHERE st.id = held.id AND st.epoch = held.epoch AND st.exec_id = :exec_id
-              AND st.state = 'running' AND st.{LEASE_LIVE} AND j.id = st.job_id
-            RETURNING st.id, j.state AS job_state, j.batch_rows, j.max_rows_per_sec,
-                      j.concurrency, {running_of("j.id")} AS running"""),
+            WITH renewed AS (
+                UPDATE {{s}}.background_subtask st SET
+                    exec_expired = clock_timestamp() + make_interval(secs => :ttl)
+                FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[])) AS held(id, epoch)
+                WHERE st.id = held.id AND st.epoch = held.epoch AND st.exec_id = :exec_id
+                  AND st.state = 'running' AND st.{LEASE_LIVE}
+                RETURNING st.id, st.job_id),
+            job AS (
+                SELECT j.id, j.state, j.batch_rows, j.max_rows_per_sec, j.concurrency,
+                       {running_of("j.id")} AS running
+                FROM {{s}}.jobs j WHERE j.id IN (SELECT job_id FROM renewed))
+            SELECT r.id, job.state AS job_state, job.batch_rows, job.max_rows_per_sec,
+                   job.concurrency, job.running
+            FROM renewed r JOIN job ON job.id = r.job_id"""),
         {"ids": [c.id for c in claims], "epochs": [c.epoch for c in claims],
          "exec_id": claims[0].exec_id, "ttl": db.settings.lease_seconds},
     ).mappings()
