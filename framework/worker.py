@@ -133,7 +133,7 @@ class WorkerPool:
             return
         sent = self.clock()
         try:
-            with self.db.begin() as conn:
+            with self.db.connect(isolation_level="AUTOCOMMIT") as conn:  # one statement
                 alive = subtasks.renew(self.db, conn, [h.claim for h in held])
         except Exception as exc:
             log.warning("lease renewal failed: %s", one_line(exc))
@@ -205,7 +205,9 @@ class WorkerPool:
         if self._draining.is_set():
             return False
         sent = self.clock()
-        with self.db.begin() as conn:
+        # The claim is one statement, a transaction by itself: in autocommit it
+        # is one round trip instead of three (BEGIN, claim, COMMIT).
+        with self.db.connect(isolation_level="AUTOCOMMIT") as conn:
             claims = subtasks.claim(self.db, conn, self.node_id, size.next())
         if not claims:
             return False
