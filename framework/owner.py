@@ -29,10 +29,6 @@ from framework.store.owner_lease import OwnerTerm
 log = logging.getLogger("reorg.owner")
 J = JobState
 
-# A revert subtask that used its last attempt is tried again after this long
-# (never failed: a rollback must not stop with the table half restored).
-REVERT_RETRY_SECONDS = 30.0
-
 
 # A job the owner cannot drive (a transient error) is looked at again after
 # this backoff, doubling per failure; other jobs go on meanwhile.
@@ -348,8 +344,13 @@ class Owner:
         with self._fenced(term) as conn:
             if row["run_on_node"] and row["run_on_node"] != self.node_id:
                 jobs.bind_to_node(self.db, conn, term, job.id, self.node_id)
-            steps.retry_exhausted_reverts(self.db, conn, term, job.id, settings.max_attempts,
-                                          REVERT_RETRY_SECONDS)
+            # A revert subtask that used its last attempt gets a new round after
+            # the backoff of one attempt more (never failed: a rollback must not
+            # stop with the table half restored).
+            steps.retry_exhausted_reverts(
+                self.db, conn, term, job.id, settings.max_attempts,
+                leases.retry_backoff(settings.max_attempts + 1, settings.retry_backoff_seconds,
+                                     jitter=0.0))
             if not table_exists(conn, job.target_table):
                 # Nothing left to restore: stop the revert subtasks, end the job
                 # once no worker holds one.
