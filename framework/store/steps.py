@@ -125,8 +125,11 @@ def retry_exhausted_reverts(
                 updated_at = clock_timestamp()
             WHERE job_id = :job_id AND attempts >= :max_attempts
               AND state IN ('pending', 'running')  -- subtask_exhausted's predicate
-              AND step = {STEP_REVERT} AND {guard_into(S.PENDING)}
-              AND (state = 'pending' OR exec_expired <= clock_timestamp())
+              AND step = {STEP_REVERT}
+              -- A pending one stays pending (only its attempts reset); a running
+              -- one whose lease expired moves back to pending.
+              AND (state = 'pending'
+                   OR {guard_into(S.PENDING)} AND exec_expired <= clock_timestamp())
               AND {FENCE}"""),
         {"job_id": job_id, "max_attempts": max_attempts, "backoff": backoff_seconds,
          **term.params()},
