@@ -15,6 +15,8 @@ One object may be both (every built-in type is). In the order they run::
     [split]                         owner, done by the framework: the key space
                                     of (table, key) into equal-row ranges, the
                                     subtasks of step STEP_PREPARED.
+    [start_worker()]                worker, optional: once when a worker process
+                                    starts (e.g. start Spark while idle).
     run_subtask(ctx, engine)        worker: batch by batch from ctx.curr_key;
                                     each batch's write and ctx.checkpoint(...)
                                     commit in one transaction (exactly once).
@@ -285,6 +287,17 @@ class Executor(Protocol):
 
 class JobType(Planner, Executor, Protocol):
     """Both sides in one object, as every built-in job type is registered."""
+
+
+def start_workers() -> None:
+    """Run each registered executor's per-worker start hook, ``start_worker()``
+    (optional; e.g. start Spark while the worker is idle rather than inside
+    its first subtask's lease). Called once when a worker process starts."""
+    _load_entry_points()
+    for job_type in list(_registry.values()):
+        hook = getattr(job_type, "start_worker", None)
+        if hook is not None:
+            hook()
 
 
 def run_step(job_type: Executor, ctx: SubtaskContext, engine: Any) -> None:

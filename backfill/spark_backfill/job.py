@@ -184,6 +184,11 @@ class BackfillJobType:
         conn.execute(text(f"ALTER TABLE {job.target_table} ADD COLUMN {quote(column)} "
                           f"{job.params['column_type']}"))
 
+    def start_worker(self) -> None:
+        from backfill.spark.warmup import start_in_background
+
+        start_in_background()
+
     def run_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
         from backfill.spark_backfill.batches import run_subtask
 
