@@ -202,9 +202,11 @@ def finish_revert(
     db: Database, conn: Connection, term: OwnerTerm, job_id: int, target: JobState, *,
     actor: str, detail: str,
 ) -> JobState | None:
-    """reverting -> cancelled | reverted (the job's ``revert_target``)."""
+    """reverting -> cancelled | reverted (the job's ``revert_target``). A note
+    of why the revert was being retried (``note_error``) goes: it is over. The
+    job's own error (why it failed) stays."""
     return _move(db, conn, job_id, {J.REVERTING}, target, actor=actor, term=term,
-                 detail=detail)
+                 detail=detail, sets=f"error = {_WITHOUT_NOTE}", sep=NOW_SEP)
 
 
 def start_revert_step(
@@ -277,6 +279,9 @@ def resume_while_pausing(
 # --- owner writes that are not transitions ---------------------------------------
 
 NOW_SEP = " | now: "
+# The job's error without a note ``note_error`` left (the inverse of its CASE).
+_WITHOUT_NOTE = ("CASE WHEN j.error LIKE '%retrying: %' AND position(:sep IN j.error) = 0 "
+                 "THEN NULL ELSE split_part(j.error, :sep, 1) END")
 
 
 def note_error(db: Database, conn: Connection, term: OwnerTerm, job_id: int, error: str) -> bool:
