@@ -11,6 +11,7 @@ import signal
 import pytest
 import sqlalchemy as sa
 from support import job_of, rows, table_rows, wait_state, wait_until
+from test_spark_faults import _java_children
 
 from framework import control
 from framework.jobtype import STEP_REVERT
@@ -126,3 +127,33 @@ def test_owners_killed_while_planning_and_while_reverting_hand_the_revert_on(db,
     reverts = _revert_subtasks(db, job_id)
     assert [r[:3] for r in reverts] == [r[:3] for r in planned]  # planned once, never redone
     assert sum(r[4] for r in reverts) == done["rows_done"]
+
+
+def test_kill_9_mid_restore_of_a_spark_backfill_resumes_without_spark(db, workers, start_node):
+    """The backfill's forward batches run on Spark; its restore is PostgreSQL
+    alone: the workers that revert never start Spark."""
+    before = _items_with_old_values(db, 6_000)
+    start_node("owner", slots=0)
+    wait_until(lambda: _owner(db)["owner_id"] == "owner", 30, "the test's node to own")
+    job_id = submit(db, SubmitRequest("backfill", {"table": "items", "set": "c=upper(b)"},
+                                      rows_per_subtask=2_000, batch_rows=500)).job_id
+    forward = workers.start("spark", faults=HOLD)
+    workers.gates.wait_blocked("worker.after_batch", 180, count=2)
+    control.alter(db, job_id, batch_rows=100)
+    control.cancel(db, job_id)
+    forward.signal(signal.SIGKILL)
+    forward.proc.wait(10)
+    no_spark = {"REORG_SPARK_WARMUP": "false"}
+    victim = workers.start("victim", slots=1, faults="worker.in_restore_batch=block@2",
+                           **no_spark)
+    workers.gates.wait_blocked("worker.in_restore_batch", 90)
+    (held,) = [r for r in _revert_subtasks(db, job_id) if r[6] == "victim" and r[7] == "running"]
+    assert held[1] < held[3] < held[2]
+    victim.signal(signal.SIGKILL)
+    victim.proc.wait(10)
+    heir = workers.start("heir", **no_spark)
+    assert wait_state(db, job_id, timeout=120)["state"] == "cancelled"
+    assert table_rows(db) == before
+    (resumed,) = [r for r in _revert_subtasks(db, job_id) if r[0] == held[0]]
+    assert resumed[5] == 2 and resumed[6] == "heir" and resumed[7] == "succeeded"
+    assert heir.alive() and _java_children(heir.pid) == []  # no JVM: no Spark started
