@@ -69,8 +69,9 @@ _JOB = "jobrow_"  # prefix of the job's columns in a claim's row
 
 def claim(db: Database, conn: Connection, exec_id: str, limit: int = 1) -> list[Claim]:
     """Claim up to ``limit`` subtasks: pending ones, or running ones whose lease
-    has expired, of the first running (or reverting: STEP_REVERT) jobs (by priority) with room under their
-    ``concurrency``, in range order.
+    has expired, of the first running jobs (by priority; a reverting job at
+    STEP_REVERT counts as running) with room under their ``concurrency``, in
+    range order.
 
     Each job's candidates come from one ordered scan of the claimable index
     (job_id, step, ordinal), which stops after the rows it needs, however many
