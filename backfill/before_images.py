@@ -54,12 +54,12 @@ class BeforeImages:
 
     def index_for_restore(self) -> list[str]:
         """Indexes a range's restore batches look up by key: the images by
-        ``k``, the batches by ``lo`` (created once, when the revert step is
-        planned; the writes never pay for them)."""
+        ``k``, the batches by their key range (created once, when the revert
+        step is planned; the writes never pay for them)."""
         return [f"CREATE INDEX IF NOT EXISTS {_index_name(self.images, 'k')} "
                 f"ON {self.images} (k)",
-                f"CREATE INDEX IF NOT EXISTS {_index_name(self.batches, 'lo')} "
-                f"ON {self.batches} (lo)"]
+                f"CREATE INDEX IF NOT EXISTS {_index_name(self.batches, 'range')} "
+                f"ON {self.batches} USING gist (int8range(lo, hi))"]
 
     def restore_range(self, target: str, ref: str, key: str, column: str) -> list[str]:
         """Put back the old values of rows in ``[:lo, :hi)`` (one batch of a
@@ -68,19 +68,18 @@ class BeforeImages:
         columns are referred to). Order matters: rows restored by the first
         statement get this transaction's xmin, so the second (old value NULL)
         skips them; a retry after a crash finds every row as before (one
-        transaction). Forward batches are disjoint (each starts at its
-        subtask's ``curr_key``), so at most one of them starts below ``:lo``
-        and reaches into the range: the one with the greatest ``lo`` below it."""
+        transaction)."""
         col = quote(column)
-        straddling = f"(SELECT max(lo) FROM {self.batches} WHERE lo < :lo)"
+        # The bounds on both sides of each join, as constants: the planner
+        # then reads the table, the images and the batch records by index.
+        rows_in = f"{ref}.{key} >= :lo AND {ref}.{key} < :hi"
         return [
             f"UPDATE {target} SET {col} = reorg_i.old FROM {self.images} reorg_i "
             f"WHERE {ref}.{key} = reorg_i.k AND {ref}.xmin = CAST(reorg_i.xid AS xid) "
-            f"AND reorg_i.k >= :lo AND reorg_i.k < :hi",
+            f"AND reorg_i.k >= :lo AND reorg_i.k < :hi AND {rows_in}",
             f"UPDATE {target} SET {col} = NULL FROM {self.batches} reorg_b "
-            f"WHERE (reorg_b.lo >= :lo AND reorg_b.lo < :hi OR reorg_b.lo = {straddling}) "
-            f"AND {ref}.{key} >= greatest(reorg_b.lo, :lo) "
-            f"AND {ref}.{key} < least(reorg_b.hi, :hi) "
+            f"WHERE int8range(reorg_b.lo, reorg_b.hi) && int8range(:lo, :hi) AND {rows_in} "
+            f"AND {ref}.{key} >= reorg_b.lo AND {ref}.{key} < reorg_b.hi "
             f"AND {ref}.xmin = CAST(reorg_b.xid AS xid)",
         ]
 
