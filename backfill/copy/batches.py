@@ -162,7 +162,8 @@ class CopySpec:
         """Delete the rows the job copied with keys in ``[:lo, :hi)``: one
         batch of a revert subtask."""
         return (f"DELETE FROM {self.target} t USING {self.keys} w "
-                f"WHERE t.{self.key} = w.k AND w.k >= :lo AND w.k < :hi")
+                f"WHERE t.{self.key} = w.k AND w.k >= :lo AND w.k < :hi "
+                f"AND t.{self.key} >= :lo AND t.{self.key} < :hi")
 
 
 @dataclass(frozen=True)
