@@ -14,9 +14,12 @@ subtransaction's id.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from backfill.tables import quote
+
+_RELATION = re.compile(r'"((?:[^"]|"")*)"$')
 
 
 @dataclass(frozen=True)
@@ -25,7 +28,8 @@ class BeforeImages:
     batches: str
 
     def create(self, column_type: str, *, temporary: bool = False) -> list[str]:
-        # No indexes: one append per row on the hot path; rollback joins by hash.
+        # No indexes: one append per row on the hot path; the revert plan
+        # indexes them once (``index_for_restore``).
         create = "CREATE TEMP TABLE" if temporary else "CREATE TABLE IF NOT EXISTS"
         tail = " ON COMMIT DROP" if temporary else ""
         return [f"{create} {self.images} (k bigint NOT NULL, old {column_type}, "
@@ -48,18 +52,41 @@ class BeforeImages:
         return (f"INSERT INTO {self.batches} (subtask_id, lo, hi, xid) "
                 f"VALUES (:subtask, :lo, :hi, pg_current_xact_id())")
 
-    def restore(self, target: str, ref: str, key: str, column: str) -> list[str]:
-        """Put back the old values of rows the job wrote and nobody wrote since
+    def index_for_restore(self) -> list[str]:
+        """Indexes a range's restore batches look up by key: the images by
+        ``k``, the batches by their key range (created once, when the revert
+        step is planned; the writes never pay for them)."""
+        return [f"CREATE INDEX IF NOT EXISTS {_index_name(self.images, 'k')} "
+                f"ON {self.images} (k)",
+                f"CREATE INDEX IF NOT EXISTS {_index_name(self.batches, 'range')} "
+                f"ON {self.batches} USING gist (int8range(lo, hi))"]
+
+    def restore_range(self, target: str, ref: str, key: str, column: str) -> list[str]:
+        """Put back the old values of rows in ``[:lo, :hi)`` (one batch of a
+        revert subtask) that the job wrote and nobody wrote since
         (``target``: the table as the statement names it, ``ref``: how its
         columns are referred to). Order matters: rows restored by the first
         statement get this transaction's xmin, so the second (old value NULL)
         skips them; a retry after a crash finds every row as before (one
         transaction)."""
         col = quote(column)
+        # The bounds on both sides of each join, as constants: the planner
+        # then reads the table, the images and the batch records by index.
+        rows_in = f"{ref}.{key} >= :lo AND {ref}.{key} < :hi"
         return [
             f"UPDATE {target} SET {col} = reorg_i.old FROM {self.images} reorg_i "
-            f"WHERE {ref}.{key} = reorg_i.k AND {ref}.xmin = CAST(reorg_i.xid AS xid)",
+            f"WHERE {ref}.{key} = reorg_i.k AND {ref}.xmin = CAST(reorg_i.xid AS xid) "
+            f"AND reorg_i.k >= :lo AND reorg_i.k < :hi AND {rows_in}",
             f"UPDATE {target} SET {col} = NULL FROM {self.batches} reorg_b "
-            f"WHERE {ref}.{key} >= reorg_b.lo AND {ref}.{key} < reorg_b.hi "
+            f"WHERE int8range(reorg_b.lo, reorg_b.hi) && int8range(:lo, :hi) AND {rows_in} "
+            f"AND {ref}.{key} >= reorg_b.lo AND {ref}.{key} < reorg_b.hi "
             f"AND {ref}.xmin = CAST(reorg_b.xid AS xid)",
         ]
+
+
+def _index_name(table: str, column: str) -> str:
+    """``"schema"."t"`` -> ``"t_<column>"`` (an index lives in its table's schema)."""
+    match = _RELATION.search(table)
+    assert match, table
+    name = match.group(1).replace('""', '"')
+    return quote(f"{name}_{column}")

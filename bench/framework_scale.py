@@ -71,7 +71,13 @@ class NoopJobType:
     def advance(self, conn: Any, job: Job) -> None:
         return None
 
-    def rollback(self, conn: Any, job: Job) -> None:
+    def plan_revert(self, conn: Any, job: Job) -> bool:
+        return True  # every range that ran gets a no-op revert subtask
+
+    def revert_subtask(self, ctx: SubtaskContext, engine: Any) -> None:
+        self.run_subtask(ctx, engine)
+
+    def revert(self, conn: Any, job: Job) -> None:
         return None
 
 

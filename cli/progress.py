@@ -16,6 +16,7 @@ from rich.text import Text
 from cli.output import console, count, duration, rate, table_name
 from framework import control
 from framework.db import Database
+from framework.jobtype import STEP_REVERT
 from framework.states import JOB_TERMINAL
 
 POLL_SECONDS = 0.5
@@ -44,6 +45,15 @@ def _state(job: dict[str, Any]) -> Text:
     return Text(job["state"], style=_STATE_STYLE.get(job["state"], ""))
 
 
+def _step(job: dict[str, Any]) -> str:
+    """The step number; while a job reverts, the revert's own progress (its
+    forward figures stay as they were when it stopped)."""
+    if job["step"] != STEP_REVERT:
+        return str(job["step"])
+    return (f"revert {job['revert_done']}/{job['revert_total']} "
+            f"({job['revert_percent'] or 0.0:.1f}%)")
+
+
 def _subtasks(job: dict[str, Any]) -> str:
     return f"{job['pending']}/{job['running']}/{job['succeeded']}/{job['failed']}"
 
@@ -57,7 +67,7 @@ def status_table(jobs: list[dict[str, Any]]) -> Table:
     for job in jobs:
         table.add_row(
             str(job["id"]), job["type"], table_name(job["target_table"]), _state(job),
-            str(job["step"]), f"{job['percent']:.1f}",
+            _step(job), f"{job['percent']:.1f}",
             f"{count(job['rows_done'])}/{count(job['rows_total'])}",
             rate(job["rows_per_sec"]), duration(job["eta_seconds"]), _subtasks(job),
             ", ".join(job["nodes"]) or "-", job["error"] or "",
@@ -85,6 +95,9 @@ def progress_view(jobs: list[dict[str, Any]]) -> RenderableType:
             f"  subtasks {job['pending']} pending, {job['running']} running, "
             f"{job['succeeded']} succeeded, {job['failed']} failed"
             f"  nodes {len(job['nodes'])}", style="dim"))
+        if job["step"] == STEP_REVERT:
+            parts.append(Text(f"  {_step(job)} of the ranges to restore done",
+                              style="yellow"))
         if job["error"]:
             parts.append(Text(f"  error: {job['error']}", style="red"))
     return Group(*parts)

@@ -16,7 +16,6 @@ import typer
 from cli import logs
 from cli.context import cli_state
 from framework import jobtype, metrics
-from framework.errors import one_line
 
 app = typer.Typer()
 
@@ -48,8 +47,8 @@ def worker(
              "Env REORG_SPARK_CONF takes 'k=v;k=v'.")] = None,
     spark_warmup: Annotated[bool, typer.Option(
         envvar="REORG_SPARK_WARMUP",
-        help="Start Spark when the worker starts (takes seconds) instead of at the first "
-             "Spark subtask.")] = True,
+        help="Run the job types' worker start hooks when the worker starts: the Spark "
+             "types start Spark (takes seconds) instead of at the first Spark subtask.")] = True,
     metrics_port: Annotated[int | None, typer.Option(
         envvar="REORG_METRICS_PORT", min=1, max=65535, show_default=False,
         help="Serve Prometheus metrics at http://0.0.0.0:PORT/metrics.")] = None,
@@ -85,8 +84,8 @@ def worker(
     node = Node(settings, node_id=node_id, slots=slots)
     node.start()
     log.info("job types: %s", ", ".join(types) or "none")
-    if spark_warmup and "backfill" in types:
-        threading.Thread(target=_warm_up_spark, name="spark-warmup", daemon=True).start()
+    if spark_warmup:
+        jobtype.start_workers()  # e.g. the Spark types start Spark now, while idle
     while not stop.wait(1.0):
         pass
     log.info("stop requested; draining (signal again to exit at once)")
@@ -105,25 +104,6 @@ def configure_spark(master: str | None, conf_pairs: list[str]) -> None:
         raise typer.BadParameter(str(exc), param_hint="--spark-conf") from None
     session.configure(dataclasses.replace(
         from_env, master=master or from_env.master, conf={**from_env.conf, **extra}))
-
-
-def _warm_up_spark() -> None:
-    # Spark takes seconds to start; pay it while the node is idle, not inside
-    # the first subtask's lease. A failure here is only logged: subtasks that
-    # need Spark will fail with the same one-line reason.
-    from backfill.spark import cds, session
-
-    try:
-        session.get_spark()
-    except Exception as exc:
-        log.warning("Spark did not start: %s", one_line(exc))
-        return
-    # Once per host, build the class-data archive later JVMs start from
-    # (this worker's next start, and every `reorg submit`'s dry run).
-    try:
-        cds.ensure_in_background(session.cds_archive(), session.settings_environ())
-    except Exception as exc:  # only a speed-up: never stop the worker for it
-        log.warning("not building a Spark class-data archive: %s", exc)
 
 
 def _stop_on_signals() -> threading.Event:

@@ -55,13 +55,16 @@ POINTS: tuple[str, ...] = (
     "owner.before_split",         # owner: job prepared, the key space not yet split
     "owner.after_prepare",        # owner: prepare ran, its fenced transaction still open
     "owner.after_advance_step",   # owner: a step advanced, transaction still open
-    "owner.before_rollback",      # owner: about to run the job type's rollback
-    "owner.after_rollback",       # owner: rollback ran, transaction still open
+    "owner.before_revert_plan",   # owner: about to plan a revert step (fenced transaction)
+    "owner.after_revert_plan",    # owner: revert subtasks inserted, transaction still open
+    "owner.before_rollback",      # owner: about to run the job type's final revert DDL
+    "owner.after_rollback",       # owner: revert DDL ran, transaction still open
     "owner.after_history_batch",  # owner: one batch of subtasks moved to history
     "worker.after_claim",         # worker slot: subtask claimed, not yet run
     "worker.before_checkpoint",   # worker: batch written, checkpoint not yet (transaction open)
     "worker.after_checkpoint",    # worker: checkpoint written, batch not yet committed
     "worker.after_batch",         # subtask: a batch and its checkpoint committed
+    "worker.in_restore_batch",    # revert subtask: a restore batch ran, not yet committed
     "subtask.stop",               # subtask: asked to stop (pause, drain, cancel, lease lost)
     "spark.before_apply",         # Spark pipeline: batch read and computed, not yet applied
     "spark.after_stage",          # Spark backfill: batch staged in PostgreSQL, merge not run

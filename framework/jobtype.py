@@ -1,6 +1,10 @@
 """The job-type extension point, and the registry job types join from outside.
 
-A job type is one object with six small duties, called in this order::
+A job type plugs in through two small interfaces, after TiDB's scheduler /
+task executor split: a ``Planner`` the owner calls (validate, prepare, the
+final forward step, the revert plan and the final revert DDL) and an
+``Executor`` every worker calls (run one subtask of a step, batch by batch).
+One object may be both (every built-in type is). In the order they run::
 
     validate(conn, params)          CLI, at submit: check and normalise params,
                                     name the target table and its key column.
@@ -9,19 +13,42 @@ A job type is one object with six small duties, called in this order::
                                     ADD COLUMN). Runs inside the owner's fenced
                                     transaction together with the subtask insert.
     [split]                         owner, done by the framework: the key space
-                                    of (table, key) into equal-row ranges.
-    run_subtask(ctx)                worker: batch by batch from ctx.curr_key;
+                                    of (table, key) into equal-row ranges, the
+                                    subtasks of step STEP_PREPARED.
+    [start_worker()]                worker, optional: once when a worker process
+                                    starts (e.g. start Spark while idle).
+    run_subtask(ctx, engine)        worker: batch by batch from ctx.curr_key;
                                     each batch's write and ctx.checkpoint(...)
                                     commit in one transaction (exactly once).
-    advance(conn, job)              owner, when every subtask succeeded: final
-                                    schema step, in the fenced transaction that
-                                    marks the job succeeded.
-    rollback(conn, job)             owner, after failure or cancel: restore the
-                                    table to its pre-job contents, in the fenced
-                                    transaction that marks the job reverted.
-    [run_batch(ctx, conn)]          optional (``BatchJobType``), worker: one
-                                    batch on the pool's connection, so quick
-                                    subtasks claimed together share a transaction.
+    [run_batch(ctx, conn)]          optional (``BatchExecutor``), worker: one
+                                    batch of a forward step on the pool's
+                                    connection, so quick subtasks claimed
+                                    together share a transaction.
+    advance(conn, job)              owner, when every subtask of the step
+                                    succeeded: final schema step, in the fenced
+                                    transaction that marks the job succeeded.
+
+Rollback (after failure or cancel) is a step like any other (DESIGN 13)::
+
+    plan_revert(conn, job) -> bool  owner, once, in the short fenced transaction
+                                    that starts the revert step: True when data
+                                    must be restored range by range (the
+                                    framework then inserts one STEP_REVERT
+                                    subtask per forward range that made
+                                    progress: [start_key, curr_key)); it may
+                                    create what the restore needs (an index).
+    revert_subtask(ctx, engine)     worker: restore ctx's range batch by batch,
+                                    each batch with its fenced checkpoint, like
+                                    run_subtask.
+    revert(conn, job)               owner, once every revert subtask succeeded
+                                    (or none was needed): the final revert DDL
+                                    (drop an added column, a created target,
+                                    the work tables), in the fenced transaction
+                                    that marks the job cancelled or reverted.
+
+Step numbers are stored in job and subtask rows: once shipped they never
+change meaning. A job type numbers its forward steps from STEP_PREPARED;
+STEP_REVERT is negative so it never meets one of them.
 
 Job types register from outside ``framework`` through the ``reorg.job_types``
 entry point (a callable that calls ``register``), by calling ``register``, or
@@ -45,6 +72,12 @@ from typing import Any, Protocol
 from sqlalchemy.engine import Connection
 
 from framework import faults
+
+# Job and subtask steps. Once shipped, never renumber: they are stored.
+STEP_QUEUED = 0  # nothing done to the table yet
+STEP_PREPARED = 1  # schema step done; the first forward step's subtasks inserted
+STEP_DONE = 2  # final schema step done
+STEP_REVERT = -1  # rolling back: the revert subtasks restore ranges, then revert DDL
 
 
 class InvalidParams(ValueError):
@@ -230,23 +263,58 @@ def _run_all(callbacks: list[Callable[[], None]]) -> None:
             callback()
 
 
-class JobType(Protocol):
+class Planner(Protocol):
+    """The owner's side of a job type (see the module docstring)."""
+
     name: str
 
     def validate(self, conn: Connection, params: dict[str, Any]) -> Target: ...
 
     def prepare(self, conn: Connection, job: Job) -> None: ...
 
-    def run_subtask(self, ctx: SubtaskContext, engine: Any) -> None: ...
-
     def advance(self, conn: Connection, job: Job) -> None: ...
 
-    def rollback(self, conn: Connection, job: Job) -> None: ...
+    def plan_revert(self, conn: Connection, job: Job) -> bool: ...
+
+    def revert(self, conn: Connection, job: Job) -> None: ...
 
 
-class BatchJobType(JobType, Protocol):
-    """A job type whose subtasks can be quick (one batch, or a few) offers
-    ``run_batch`` beside ``run_subtask``: write the one batch that starts at
+class Executor(Protocol):
+    """The workers' side of a job type: one subtask of a step, batch by batch."""
+
+    name: str
+
+    def run_subtask(self, ctx: SubtaskContext, engine: Any) -> None: ...
+
+    def revert_subtask(self, ctx: SubtaskContext, engine: Any) -> None: ...
+
+
+class JobType(Planner, Executor, Protocol):
+    """Both sides in one object, as every built-in job type is registered."""
+
+
+def start_workers() -> None:
+    """Run each registered executor's per-worker start hook, ``start_worker()``
+    (optional; e.g. start Spark while the worker is idle rather than inside
+    its first subtask's lease). Called once when a worker process starts."""
+    _load_entry_points()
+    for job_type in list(_registry.values()):
+        hook = getattr(job_type, "start_worker", None)
+        if hook is not None:
+            hook()
+
+
+def run_step(job_type: Executor, ctx: SubtaskContext, engine: Any) -> None:
+    """Run one claimed subtask: a revert subtask restores, any other runs forward."""
+    if ctx.job.step == STEP_REVERT:
+        job_type.revert_subtask(ctx, engine)
+    else:
+        job_type.run_subtask(ctx, engine)
+
+
+class BatchExecutor(Executor, Protocol):
+    """An executor whose forward subtasks can be quick (one batch, or a few)
+    offers ``run_batch`` beside ``run_subtask``: write the one batch that starts at
     ``ctx.curr_key`` on ``conn`` and call ``ctx.checkpoint(conn, ...)`` after
     it, without committing. When a worker claims several subtasks at once
     (they were quick), it runs their first batches in one transaction and
@@ -258,8 +326,8 @@ class BatchJobType(JobType, Protocol):
     def run_batch(self, ctx: SubtaskContext, conn: Connection) -> None: ...
 
 
-def batch_runner(job_type: JobType) -> Callable[[SubtaskContext, Connection], None] | None:
-    """The job type's ``run_batch``, if it has one (``BatchJobType``)."""
+def batch_runner(job_type: Executor) -> Callable[[SubtaskContext, Connection], None] | None:
+    """The executor's ``run_batch``, if it has one (``BatchExecutor``)."""
     return getattr(job_type, "run_batch", None)
 
 

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from framework import catch_up, faults, jobtype, leases
 from framework.db import Database
 from framework.errors import is_retryable, one_line
-from framework.jobtype import Job
+from framework.jobtype import STEP_DONE, STEP_PREPARED, STEP_REVERT, Job
 from framework.splitting import plan_split
 from framework.states import JobState
 from framework.store import history, jobs, nodes, owner_lease, steps
@@ -28,11 +28,6 @@ from framework.store.owner_lease import OwnerTerm
 
 log = logging.getLogger("reorg.owner")
 J = JobState
-
-# Job steps. Once shipped, never renumber: they are stored in job rows.
-STEP_QUEUED = 0  # nothing done to the table yet
-STEP_PREPARED = 1  # schema step done, subtasks inserted for this step
-STEP_DONE = 2  # final schema step done
 
 
 # A job the owner cannot drive (a transient error) is looked at again after
@@ -204,7 +199,10 @@ class Owner:
         if state in (J.CANCELLING, J.FAILED):
             return self._wind_down(term, job)
         if state is J.REVERTING:
-            return self._revert(term, job, JobState(row["revert_target"] or J.REVERTED))
+            target = JobState(row["revert_target"] or J.REVERTED)
+            if job.step == STEP_REVERT:
+                return self._check_reverting(term, row, job, target)
+            return self._start_revert(term, job, target)
         return None
 
     def _start(self, term: OwnerTerm, job: Job) -> str:
@@ -306,22 +304,95 @@ class Owner:
             self._must(jobs.begin_revert(self.db, conn, term, job.id, actor=self._actor(term)))
         return "reverting"
 
-    def _revert(self, term: OwnerTerm, job: Job, target: JobState) -> str:
-        """Restore the table and end the job. A failure is retried with backoff
-        (``_job_error``); the job stays reverting meanwhile."""
+    def _start_revert(self, term: OwnerTerm, job: Job, target: JobState) -> str:
+        """Begin the revert step (DESIGN 13) in one short fenced transaction:
+        the job type plans it; the ranges that made progress become revert
+        subtasks, which workers claim like any others. With nothing to restore
+        range by range, the final revert DDL runs at once instead. A failure
+        is retried with backoff (``_job_error``); the job stays reverting."""
+        kind = jobtype.get(job.type) if job.step >= STEP_PREPARED else None
         with self._fenced(term) as conn:
-            detail = "table restored"
-            if job.step >= STEP_PREPARED:
-                if table_exists(conn, job.target_table):
-                    faults.hit("owner.before_rollback")
-                    jobtype.get(job.type).rollback(conn, job)
-                else:
-                    detail = (f"table {job.target_table} no longer exists (dropped or "
-                              "renamed): nothing to restore")
-            faults.hit("owner.after_rollback")
+            if kind is None:
+                detail = "nothing was applied"
+            elif not table_exists(conn, job.target_table):
+                detail = _table_gone(job)
+            else:
+                faults.hit("owner.before_revert_plan")
+                count = 0
+                if kind.plan_revert(conn, job):
+                    count = steps.insert_revert_ranges(self.db, conn, term, job.id, job.step)
+                if count:
+                    faults.hit("owner.after_revert_plan")
+                    if not jobs.start_revert_step(
+                            self.db, conn, term, job.id, from_step=job.step,
+                            actor=self._actor(term),
+                            detail=f"revert step: {count} ranges to restore"):
+                        raise _Raced()
+                    return f"reverting {count} ranges"
+                self._revert_ddl(conn, kind, job)
+                detail = "table restored"
             self._must(jobs.finish_revert(self.db, conn, term, job.id, target,
                                           actor=self._actor(term), detail=detail))
         return str(target)
+
+    def _check_reverting(self, term: OwnerTerm, row: dict, job: Job,
+                         target: JobState) -> str | None:
+        """The revert step: once every revert subtask succeeded (one snapshot,
+        DESIGN 7), run the final revert DDL and end the job. Meanwhile give
+        exhausted revert subtasks another round and show why they are retried."""
+        settings = self.db.settings
+        with self._fenced(term) as conn:
+            if row["run_on_node"] and row["run_on_node"] != self.node_id:
+                jobs.bind_to_node(self.db, conn, term, job.id, self.node_id)
+            # A revert subtask that used its last attempt gets a new round after
+            # the backoff of one attempt more (never failed: a rollback must not
+            # stop with the table half restored).
+            steps.retry_exhausted_reverts(
+                self.db, conn, term, job.id, settings.max_attempts,
+                leases.retry_backoff(settings.max_attempts + 1, settings.retry_backoff_seconds,
+                                     jitter=0.0))
+            if not table_exists(conn, job.target_table):
+                # Nothing left to restore: stop the revert subtasks, end the job
+                # once no worker holds one.
+                steps.cancel_unleased(self.db, conn, term, job.id)
+                if steps.step_snapshot(self.db, conn, job.id, STEP_REVERT).live_leases:
+                    return None
+                self._must(jobs.finish_revert(self.db, conn, term, job.id, target,
+                                              actor=self._actor(term),
+                                              detail=_table_gone(job)))
+                return str(target)
+        with self.db.begin() as conn:
+            snap = steps.step_snapshot(self.db, conn, job.id, STEP_REVERT)
+            error = steps.revert_error(self.db, conn, job.id)
+        if not snap.all_succeeded:
+            if error:
+                with self._fenced(term) as conn:
+                    jobs.note_error(self.db, conn, term, job.id, f"revert retrying: {error}")
+            if snap.succeeded:
+                with self.db.begin() as conn:
+                    many = steps.succeeded_beyond(self.db, conn, job.id, LIVE_SUCCEEDED_KEPT)
+                if many:
+                    self._move_to_history(term, job.id, job_finished=False,
+                                          seconds=HISTORY_SECONDS_WHILE_RUNNING)
+            return None
+        kind = jobtype.get(job.type)
+        with self._fenced(term) as conn:
+            # Re-read in this transaction: the decision and the end of the job
+            # rest on the same committed state (DESIGN 7).
+            if not steps.step_snapshot(self.db, conn, job.id, STEP_REVERT).all_succeeded:
+                return None
+            self._revert_ddl(conn, kind, job)
+            count = steps.count_in_step(self.db, conn, job.id, STEP_REVERT)
+            self._must(jobs.finish_revert(self.db, conn, term, job.id, target,
+                                          actor=self._actor(term),
+                                          detail=f"table restored: {count} ranges"))
+        return str(target)
+
+    @staticmethod
+    def _revert_ddl(conn: sa.Connection, kind: jobtype.Planner, job: Job) -> None:
+        faults.hit("owner.before_rollback")
+        kind.revert(conn, job)
+        faults.hit("owner.after_rollback")
 
     def _housekeeping(self, term: OwnerTerm) -> list[str]:
         actions = []
@@ -387,6 +458,11 @@ class _Raced(RuntimeError):
     """A compare-and-set found the job moved by someone else (e.g. a cancel
     raced an advance): the transaction rolls back and the job is looked at
     again next tick."""
+
+
+def _table_gone(job: Job) -> str:
+    return (f"table {job.target_table} no longer exists (dropped or renamed): "
+            "nothing to restore")
 
 
 def table_exists(conn: sa.Connection, table: str) -> bool:

@@ -13,7 +13,9 @@ Job states (the owner drives the right-hand side, users the left)::
 ``cancelling`` may be entered from any live state (queued, running, pausing,
 paused, resuming); ``failed`` from queued (prepare failed) or running (a
 subtask failed for good). ``reverting`` remembers where it is going in the
-job's ``revert_target`` column.
+job's ``revert_target`` column; while it lasts, the job's revert subtasks
+(step ``framework.jobtype.STEP_REVERT``) are claimed and run like a running
+job's (DESIGN 13), so for them ``reverting`` is the running state.
 
 Subtask states::
 

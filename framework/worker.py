@@ -26,7 +26,7 @@ from sqlalchemy.engine import Connection
 from framework import faults, jobtype, leases, metrics
 from framework.db import Database
 from framework.errors import is_retryable, one_line
-from framework.jobtype import LEASE_LOST, LeaseLost, Stopped, SubtaskContext
+from framework.jobtype import LEASE_LOST, STEP_REVERT, LeaseLost, Stopped, SubtaskContext
 from framework.states import JobState
 from framework.store import subtasks
 from framework.store.subtasks import Claim
@@ -154,6 +154,8 @@ class WorkerPool:
                                 max_rows_per_sec=info["max_rows_per_sec"],
                                 concurrency=info["concurrency"], running=info["running"])
             state = JobState(info["job_state"])
+            if state is JobState.REVERTING and h.claim.job.step == STEP_REVERT:
+                continue  # a revert subtask: reverting is its job's running state
             if state in _HARD_STOP_STATES:
                 h.ctx.stop(f"job {state}", hard=True)
             elif state in _SOFT_STOP_STATES:
@@ -227,9 +229,10 @@ class WorkerPool:
 
     @staticmethod
     def _groupable(ctx: SubtaskContext) -> bool:
-        # A rate-limited job paces every batch on its own (ctx.throttle).
-        return (jobtype.batch_runner(jobtype.get(ctx.job.type)) is not None
-                and not ctx.job.max_rows_per_sec)
+        # A rate-limited job paces every batch on its own (ctx.throttle); a
+        # revert subtask restores (revert_subtask), it never runs forward.
+        return (ctx.job.step != STEP_REVERT and not ctx.job.max_rows_per_sec
+                and jobtype.batch_runner(jobtype.get(ctx.job.type)) is not None)
 
     def _run_alone(self, h: _Held, size: ClaimSize) -> None:
         h.tally.started = h.tally.mark = self.clock()
@@ -344,7 +347,7 @@ class WorkerPool:
             # pause, cancel or drain meanwhile hands it back before it starts.
             ctx.raise_if_stopped()
             faults.hit("worker.after_claim")
-            jobtype.get(ctx.job.type).run_subtask(ctx, self.db.engine)
+            jobtype.run_step(jobtype.get(ctx.job.type), ctx, self.db.engine)
             if ctx.finished:  # the last checkpoint finished it, in the batch's transaction
                 return SlotResult(claim.id, "succeeded")
             ctx.raise_if_stopped()
@@ -366,7 +369,10 @@ class WorkerPool:
             if isinstance(exc, Stopped) or reason is not None:
                 outcome, held = "released", subtasks.release_if_held(self.db, conn, claim)
                 error = reason or error
-            elif is_retryable(exc) and claim.attempts < self.db.settings.max_attempts:
+            elif (is_retryable(exc) and claim.attempts < self.db.settings.max_attempts
+                  # A revert never fails: it is retried (past its last attempt,
+                  # after the owner's longer backoff) until the table is restored.
+                  or claim.job.step == STEP_REVERT):
                 backoff = leases.retry_backoff(
                     claim.attempts, self.db.settings.retry_backoff_seconds)
                 outcome, held = "retry", subtasks.retry_later_if_held(self.db, conn, claim, error, backoff)

@@ -11,7 +11,7 @@ The job succeeds when the comparison completes: mismatches are a finding,
 not a failure. Each subtask keeps its findings in its meta, written with its
 checkpoints (so they follow the subtask into ``background_subtask_history``
 and its retention); ``backfill.checksum.report`` sums them up. Nothing else is
-written, so prepare, advance and rollback have nothing to do.
+written, so prepare, advance and revert have nothing to do.
 """
 
 from __future__ import annotations
@@ -121,7 +121,13 @@ class ChecksumJobType:
     def advance(self, conn: Connection, job: Job) -> None:
         return None  # findings live in the subtasks' meta, which history keeps
 
-    def rollback(self, conn: Connection, job: Job) -> None:
+    def plan_revert(self, conn: Connection, job: Job) -> bool:
+        return False  # read-only: no range to restore
+
+    def revert_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
+        raise AssertionError("checksum plans no revert subtasks")
+
+    def revert(self, conn: Connection, job: Job) -> None:
         return None  # nothing was written outside the subtasks' meta
 
 

@@ -158,8 +158,12 @@ class CopySpec:
     def drop_keys(self) -> str:
         return f"DROP TABLE IF EXISTS {self.keys}"
 
-    def delete_copied(self) -> str:
-        return f"DELETE FROM {self.target} t USING {self.keys} w WHERE t.{self.key} = w.k"
+    def delete_copied_range(self) -> str:
+        """Delete the rows the job copied with keys in ``[:lo, :hi)``: one
+        batch of a revert subtask."""
+        return (f"DELETE FROM {self.target} t USING {self.keys} w "
+                f"WHERE t.{self.key} = w.k AND w.k >= :lo AND w.k < :hi "
+                f"AND t.{self.key} >= :lo AND t.{self.key} < :hi")
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,9 @@ before the job keep their values; rows that appear there during the job
 stop it instead of being overwritten).
 
 Each batch lands its rows in one transaction with its fenced checkpoint
-(``backfill.copy.batches``). Rollback (DESIGN 8): a created DST is dropped
-(only if it still carries this job's marker comment); otherwise exactly the
-keys the job wrote are deleted. Advance drops the job's key list.
+(``backfill.copy.batches``). Rollback (DESIGN 8, 13): a created DST is dropped
+(only if it still carries this job's marker comment); otherwise revert
+subtasks delete exactly the keys the job wrote, range by range. Advance drops the job's key list.
 
 Its cost against one ``INSERT INTO ... SELECT *``: docs/benchmarks.md, "copy".
 
@@ -39,6 +39,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from backfill.copy import submit
 from backfill.copy.batches import CopySpec, OutputColumn
+from backfill.restore import restore_in_batches
 from backfill.tables import relation_exists, set_ddl_lock_timeout
 from framework import jobtype
 from framework.jobtype import InvalidParams, Job, SubtaskContext, Target
@@ -91,7 +92,20 @@ class CopyJobType:
         else:
             conn.execute(text(spec.drop_keys()))
 
-    def rollback(self, conn: Connection, job: Job) -> None:
+    # --- revert step (DESIGN 8, 13) -------------------------------------------
+
+    def plan_revert(self, conn: Connection, job: Job) -> bool:
+        """A created target is dropped whole (``revert``); in an existing one the
+        copied keys are deleted range by range."""
+        spec = spec_of(job)
+        return not spec.created and relation_exists(conn, spec.keys)
+
+    def revert_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
+        spec = spec_of(ctx.job)
+        restore_in_batches(ctx, engine, paced_by=(spec.keys, "k"),
+                           statements=[spec.delete_copied_range()])
+
+    def revert(self, conn: Connection, job: Job) -> None:
         spec = spec_of(job)
         set_ddl_lock_timeout(conn)
         if spec.created:
@@ -99,8 +113,6 @@ class CopyJobType:
             if _carries_marker(conn, spec):
                 conn.execute(text(f"DROP TABLE {spec.target}"))
             return
-        if relation_exists(conn, spec.keys):
-            conn.execute(text(spec.delete_copied()))
         conn.execute(text(spec.drop_keys()))
 
 

@@ -24,6 +24,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
 from backfill.expressions import optional_expression
+from backfill.restore import restore_in_batches
 from backfill.spark.failures import first_line
 from backfill.spark.sizing import ROWS_PER_SUBTASK
 from backfill.spark.validation import DRY_RUN_ROWS, dry_run, start_spark_first
@@ -183,6 +184,11 @@ class BackfillJobType:
         conn.execute(text(f"ALTER TABLE {job.target_table} ADD COLUMN {quote(column)} "
                           f"{job.params['column_type']}"))
 
+    def start_worker(self) -> None:
+        from backfill.spark.warmup import start_in_background
+
+        start_in_background()
+
     def run_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
         from backfill.spark_backfill.batches import run_subtask
 
@@ -192,18 +198,28 @@ class BackfillJobType:
         for stmt in merge_sql(job).drop_images():
             conn.execute(text(stmt))
 
-    def rollback(self, conn: Connection, job: Job) -> None:
-        p = job.params
+    # --- revert step (DESIGN 8, 13): in PostgreSQL, never through Spark ------
+
+    def plan_revert(self, conn: Connection, job: Job) -> bool:
         m = merge_sql(job)
+        if not job.params["overwrite"] or not relation_exists(conn, m.batches):
+            return False
+        for stmt in m.kept.index_for_restore():
+            conn.execute(text(stmt))
+        return True
+
+    def revert_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
+        restore_in_batches(ctx, engine, paced_by=(ctx.job.target_table, ctx.job.key_column),
+                           statements=merge_sql(ctx.job).restore_range())
+
+    def revert(self, conn: Connection, job: Job) -> None:
+        p = job.params
         set_ddl_lock_timeout(conn)
         if not p["overwrite"]:
             conn.execute(text(
                 f"ALTER TABLE {job.target_table} DROP COLUMN IF EXISTS {quote(p['column'])}"))
             return
-        if relation_exists(conn, m.batches):
-            for stmt in m.restore():
-                conn.execute(text(stmt))
-        for stmt in m.drop_images():
+        for stmt in merge_sql(job).drop_images():
             conn.execute(text(stmt))
 
 

@@ -106,5 +106,6 @@ class MergeSql:
     def drop_images(self) -> list[str]:
         return self.kept.drop()
 
-    def restore(self) -> list[str]:
-        return self.kept.restore(f"{self.table} t", "t", self.key, self.column)
+    def restore_range(self) -> list[str]:
+        """``restore`` for one batch ``[:lo, :hi)`` of a revert subtask."""
+        return self.kept.restore_range(f"{self.table} t", "t", self.key, self.column)

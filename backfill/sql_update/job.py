@@ -12,10 +12,11 @@ Submit EXPLAINs (never runs) that very statement, built by the same function
 column may not exist yet, and a clone needs only ACCESS SHARE on the user's
 table, so a submit never queues a stronger lock on a production table.
 
-Rollback (DESIGN 8): a column the job added is dropped; when the job overwrote
-an existing column, rows the job wrote and nobody wrote since (same ``xmin``
-as the batch transaction) get their old values back; later application
-writes win.
+Rollback (DESIGN 8, 13): a column the job added is dropped; when the job
+overwrote an existing column, revert subtasks give rows the job wrote and
+nobody wrote since (same ``xmin`` as the batch transaction) their old values
+back, range by range and batch by batch; later application writes win. Then
+the images are dropped.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
 from backfill.expressions import one_expression, optional_expression
+from backfill.restore import restore_in_batches
 from backfill.sql_update.statements import UpdateSql, alias_of
 from backfill.tables import (
     TableInfo,
@@ -85,7 +87,7 @@ class SqlUpdate:
     def run_batch(self, ctx: SubtaskContext, conn: Connection) -> int:
         """One batch from ``ctx.curr_key`` on ``conn``, checkpointed, not
         committed; its rows scanned. The pool runs quick subtasks' batches
-        together through it (``framework.jobtype.BatchJobType``)."""
+        together through it (``framework.jobtype.BatchExecutor``)."""
         sql = update_sql(ctx.job)
         curr = ctx.curr_key
         # A hard stop (lease lost, cancel) cancels the running statement,
@@ -104,19 +106,34 @@ class SqlUpdate:
             for stmt in update_sql(job).drop_images():
                 conn.execute(text(stmt))
 
-    def rollback(self, conn: Connection, job: Job) -> None:
+    # --- revert step (DESIGN 8, 13) -------------------------------------------
+
+    def plan_revert(self, conn: Connection, job: Job) -> bool:
+        """Overwritten values come back range by range; an added column needs
+        only its DROP (``revert``)."""
+        if not job.params["overwrite"]:
+            return False
+        _restore_legacy_images(conn, job)
+        sql = update_sql(job)
+        if not (sql.batches and relation_exists(conn, sql.batches)):
+            return False
+        for stmt in sql.kept.index_for_restore():
+            conn.execute(text(stmt))
+        return True
+
+    def revert_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
+        sql = update_sql(ctx.job)
+        restore_in_batches(ctx, engine, paced_by=(ctx.job.target_table, ctx.job.key_column),
+                           statements=sql.restore_range())
+
+    def revert(self, conn: Connection, job: Job) -> None:
         p = job.params
         set_ddl_lock_timeout(conn)
         if not p["overwrite"]:
             conn.execute(text(
                 f"ALTER TABLE {job.target_table} DROP COLUMN IF EXISTS {quote(p['column'])}"))
             return
-        _restore_legacy_images(conn, job)
-        sql = update_sql(job)
-        if sql.batches and relation_exists(conn, sql.batches):
-            for stmt in sql.restore():
-                conn.execute(text(stmt))
-        for stmt in sql.drop_images():
+        for stmt in update_sql(job).drop_images():
             conn.execute(text(stmt))
 
 

@@ -70,6 +70,8 @@ class UpdateSql:
     def drop_images(self) -> list[str]:
         return self.kept.drop()
 
-    def restore(self) -> list[str]:
-        return self.kept.restore(f"{self.table} AS {self.alias}", self.alias, self.key,
-                                 self.column)
+
+    def restore_range(self) -> list[str]:
+        """``restore`` for one batch ``[:lo, :hi)`` of a revert subtask."""
+        return self.kept.restore_range(f"{self.table} AS {self.alias}", self.alias, self.key,
+                                       self.column)

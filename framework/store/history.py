@@ -11,6 +11,7 @@ from __future__ import annotations
 from sqlalchemy.engine import Connection
 
 from framework.db import Database
+from framework.jobtype import STEP_REVERT
 from framework.store.owner_lease import FENCE, OwnerTerm
 
 SUBTASK_COLUMNS = (
@@ -62,15 +63,22 @@ def move_finished(
             kept AS (
                 INSERT INTO {{s}}.background_subtask_history ({SUBTASK_COLUMNS})
                 SELECT {SUBTASK_COLUMNS} FROM moved),
+            forward AS (SELECT * FROM moved WHERE step <> {STEP_REVERT}),
             counted AS (
                 UPDATE {{s}}.jobs SET
                     moved_succeeded = moved_succeeded
-                        + (SELECT count(*) FROM moved WHERE state = 'succeeded'),
+                        + (SELECT count(*) FROM forward WHERE state = 'succeeded'),
                     moved_failed = moved_failed
-                        + (SELECT count(*) FROM moved WHERE state = 'failed'),
+                        + (SELECT count(*) FROM forward WHERE state = 'failed'),
                     moved_cancelled = moved_cancelled
-                        + (SELECT count(*) FROM moved WHERE state = 'cancelled'),
-                    moved_rows = moved_rows + (SELECT coalesce(sum(row_count), 0) FROM moved)
+                        + (SELECT count(*) FROM forward WHERE state = 'cancelled'),
+                    moved_rows = moved_rows
+                        + (SELECT coalesce(sum(row_count), 0) FROM forward),
+                    -- Revert subtasks have counters of their own: status shows
+                    -- them apart, never as forward work done twice.
+                    revert_moved = revert_moved
+                        + (SELECT count(*) FROM moved
+                           WHERE step = {STEP_REVERT} AND state = 'succeeded')
                 WHERE id = :job_id AND EXISTS (SELECT 1 FROM moved))
             SELECT count(*) FROM moved"""),
         {"job_id": job_id, "limit": limit, **term.params()},

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from framework.db import Database
-from framework.jobtype import Job
+from framework.jobtype import STEP_REVERT, Job
 from framework.states import (
     JOB_ACTIVE,
     JOB_TERMINAL,
@@ -202,9 +202,38 @@ def finish_revert(
     db: Database, conn: Connection, term: OwnerTerm, job_id: int, target: JobState, *,
     actor: str, detail: str,
 ) -> JobState | None:
-    """reverting -> cancelled | reverted (the job's ``revert_target``)."""
+    """reverting -> cancelled | reverted (the job's ``revert_target``). A note
+    of why the revert was being retried (``note_error``) goes: it is over. The
+    job's own error (why it failed) stays."""
     return _move(db, conn, job_id, {J.REVERTING}, target, actor=actor, term=term,
-                 detail=detail)
+                 detail=detail, sets=f"error = {_WITHOUT_NOTE}", sep=NOW_SEP)
+
+
+def start_revert_step(
+    db: Database, conn: Connection, term: OwnerTerm, job_id: int, *, from_step: int,
+    actor: str, detail: str,
+) -> bool:
+    """A reverting job at forward step ``from_step`` moves to STEP_REVERT once
+    its revert subtasks are inserted (workers claim them from then on). The
+    state stays ``reverting``, so this is a compare-and-set of the step, not a
+    transition; its audit event is written in the same statement."""
+    moved = conn.execute(
+        db.sql(f"""
+            WITH moved AS (
+                UPDATE {{s}}.jobs j SET step = {STEP_REVERT}, updated_at = clock_timestamp()
+                WHERE j.id = :job_id AND j.state = 'reverting' AND j.step = :from_step
+                  AND {FENCE}
+                RETURNING j.id),
+            event AS (
+                INSERT INTO {{s}}.job_events (job_id, actor, from_state, to_state, detail)
+                SELECT id, :actor, 'reverting', 'reverting', :detail FROM moved)
+            SELECT count(*) FROM moved"""),
+        {"job_id": job_id, "from_step": from_step, "actor": actor, "detail": detail,
+         **term.params()},
+    ).scalar_one() == 1
+    if moved:
+        notify(db, conn)  # idle workers claim the revert subtasks at once
+    return moved
 
 
 def paused(db: Database, conn: Connection, term: OwnerTerm, job_id: int, *,
@@ -250,6 +279,9 @@ def resume_while_pausing(
 # --- owner writes that are not transitions ---------------------------------------
 
 NOW_SEP = " | now: "
+# The job's error without a note ``note_error`` left (the inverse of its CASE).
+_WITHOUT_NOTE = ("CASE WHEN j.error LIKE '%retrying: %' AND position(:sep IN j.error) = 0 "
+                 "THEN NULL ELSE split_part(j.error, :sep, 1) END")
 
 
 def note_error(db: Database, conn: Connection, term: OwnerTerm, job_id: int, error: str) -> bool:

@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from framework.db import Database
+from framework.jobtype import STEP_REVERT
 from framework.states import JOB_TERMINAL
 
 _TERMINAL_SQL = ", ".join(f"'{s}'" for s in sorted(JOB_TERMINAL))
@@ -56,35 +57,46 @@ def _progress(db: Database, conn: Connection, where: str,
                 ORDER BY id DESC LIMIT :limit),
             counts AS (
                 -- Per picked job (LATERAL): each reads its own rows through the
-                -- (job_id, state) index, never the whole table.
+                -- (job_id, state) index, never the whole table. Forward and
+                -- revert subtasks are counted apart (``fwd``: not STEP_REVERT).
                 SELECT p.id,
                        p.moved_rows + l.rows_done + q.rows_done AS rows_done,
                        l.running, p.moved_succeeded + l.succeeded AS succeeded,
                        p.moved_failed + l.failed AS failed,
-                       p.moved_cancelled + l.cancelled AS cancelled, l.nodes
+                       p.moved_cancelled + l.cancelled AS cancelled, l.nodes,
+                       p.revert_moved + l.revert_succeeded AS revert_done,
+                       l.revert_running
                 FROM picked p
                 CROSS JOIN LATERAL (
-                    SELECT coalesce(sum(row_count), 0)::bigint AS rows_done,
-                           count(*) FILTER (WHERE state = 'running') AS running,
-                           count(*) FILTER (WHERE state = 'succeeded') AS succeeded,
-                           count(*) FILTER (WHERE state = 'failed') AS failed,
-                           count(*) FILTER (WHERE state = 'cancelled') AS cancelled,
+                    SELECT coalesce(sum(row_count) FILTER (WHERE fwd), 0)::bigint AS rows_done,
+                           count(*) FILTER (WHERE fwd AND state = 'running') AS running,
+                           count(*) FILTER (WHERE fwd AND state = 'succeeded') AS succeeded,
+                           count(*) FILTER (WHERE fwd AND state = 'failed') AS failed,
+                           count(*) FILTER (WHERE fwd AND state = 'cancelled') AS cancelled,
+                           count(*) FILTER (WHERE NOT fwd AND state = 'succeeded')
+                               AS revert_succeeded,
+                           count(*) FILTER (WHERE NOT fwd AND state = 'running')
+                               AS revert_running,
                            coalesce(array_remove(array_agg(DISTINCT exec_id) FILTER (
                                WHERE state = 'running' AND exec_expired > clock_timestamp()),
                                NULL), ARRAY[]::text[]) AS nodes
-                    FROM {s}.background_subtask
-                    WHERE job_id = p.id
-                      AND state IN ('running', 'succeeded', 'failed', 'cancelled')) l
+                    FROM (SELECT *, step <> """ + str(STEP_REVERT) + """ AS fwd
+                          FROM {s}.background_subtask
+                          WHERE job_id = p.id
+                            AND state IN ('running', 'succeeded', 'failed', 'cancelled')) st
+                    ) l
                 CROSS JOIN LATERAL (
                     SELECT coalesce(sum(row_count), 0)::bigint AS rows_done
                     FROM {s}.background_subtask
-                    WHERE job_id = p.id AND state = 'pending' AND row_count > 0) q)
+                    WHERE job_id = p.id AND state = 'pending' AND row_count > 0
+                      AND step <> """ + str(STEP_REVERT) + """) q)
             SELECT p.id, p.type, p.state, p.step, p.target_table, p.priority, p.concurrency,
                    p.batch_rows, p.max_rows_per_sec, p.row_estimate AS rows_total, p.error,
                    p.created_at, p.started_at, p.finished_at, p.job_key, p.history_done,
                    c.rows_done, c.running, c.succeeded, c.failed, c.cancelled, c.nodes,
                    greatest(p.subtasks_total - c.running - c.succeeded - c.failed
                             - c.cancelled, 0) AS pending,
+                   p.revert_total, c.revert_done, c.revert_running,
                    extract(epoch FROM coalesce(p.finished_at, clock_timestamp())
                                       - p.started_at) AS elapsed_seconds,
                    c.rows_done - w.rows_done AS window_rows,
@@ -119,6 +131,12 @@ def with_rates(job: dict[str, Any]) -> dict[str, Any]:
         rate = max(window_rows, 0) / window  # recent, not lifetime
     remaining = max((total or 0) - done, 0)
     eta = remaining / rate if rate > 0 and job["state"] == "running" else None
+    # While a job reverts, its forward figures stay as they were when it
+    # stopped; the revert's own progress is the share of its revert subtasks
+    # done (``revert_percent``; None when the job has none).
+    revert_total = job.get("revert_total") or 0
+    job["revert_percent"] = (round(min(100.0, 100.0 * job["revert_done"] / revert_total), 1)
+                             if revert_total else None)
     job.update(percent=round(percent, 1), rows_per_sec=round(rate, 1),
                eta_seconds=round(eta, 1) if eta is not None else None,
                elapsed_seconds=round(elapsed, 1))

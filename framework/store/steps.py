@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from framework.db import Database
+from framework.jobtype import STEP_REVERT
 from framework.states import SubtaskState
 from framework.store.owner_lease import FENCE, OwnerTerm
 from framework.store.subtasks import LEASE_LIVE, guard_into
@@ -49,6 +50,90 @@ def insert_ranges(
          "his": [hi for _, hi in ranges], "first": first_ordinal,
          "meta": json.dumps(meta or {}), **term.params()},
     ).scalar_one())
+
+
+def insert_revert_ranges(
+    db: Database, conn: Connection, term: OwnerTerm, job_id: int, from_step: int,
+) -> int:
+    """Insert one pending STEP_REVERT subtask per range of ``from_step`` that
+    made progress (succeeded, or ``curr_key`` past ``start_key``), live or
+    moved to history, covering ``[start_key, curr_key)``: exactly the keys the
+    forward step may have written. Ranges never touched need no work. Counted
+    into the job's ``revert_total`` in the same statement (``reorg status``
+    reads it; the forward ``subtasks_total`` stays as it was).
+
+    Called once the forward step is quiet (no live lease: DESIGN 2 keeps a
+    zombie from checkpointing a cancelled subtask), so ``curr_key`` is final."""
+    return int(conn.execute(
+        db.sql(f"""
+            WITH progressed AS (
+                SELECT start_key, curr_key FROM {{s}}.background_subtask
+                WHERE job_id = :job_id AND step = :from_step AND curr_key > start_key
+                UNION ALL
+                SELECT start_key, curr_key FROM {{s}}.background_subtask_history
+                WHERE job_id = :job_id AND step = :from_step AND curr_key > start_key),
+            inserted AS (
+                INSERT INTO {{s}}.background_subtask
+                    (job_id, step, ordinal, state, start_key, end_key, curr_key, meta)
+                SELECT :job_id, {STEP_REVERT},
+                       row_number() OVER (ORDER BY start_key) - 1, 'pending',
+                       start_key, curr_key, start_key,
+                       jsonb_build_object('revert_of_step', :from_step)
+                FROM progressed
+                WHERE {FENCE}
+                RETURNING 1),
+            counted AS (
+                UPDATE {{s}}.jobs SET revert_total = revert_total
+                                                    + (SELECT count(*) FROM inserted)
+                WHERE id = :job_id AND EXISTS (SELECT 1 FROM inserted))
+            SELECT count(*) FROM inserted"""),
+        {"job_id": job_id, "from_step": from_step, **term.params()},
+    ).scalar_one())
+
+
+def revert_error(db: Database, conn: Connection, job_id: int) -> str | None:
+    """The error of a revert subtask that is being retried, if any. Only rows
+    claimed at least once are read (the ``subtask_exhausted`` index from
+    attempts > 0): the running ones and those waiting to retry."""
+    return conn.execute(
+        db.sql(f"""
+            SELECT 'revert subtask ' || ordinal || ' [' || start_key || ', ' || end_key
+                   || '): ' || error
+            FROM {{s}}.background_subtask
+            WHERE job_id = :job_id AND attempts > 0 AND state IN ('pending', 'running')
+              AND step = {STEP_REVERT} AND error IS NOT NULL
+            ORDER BY attempts DESC LIMIT 1"""),
+        {"job_id": job_id},
+    ).scalar()
+
+
+def retry_exhausted_reverts(
+    db: Database, conn: Connection, term: OwnerTerm, job_id: int, max_attempts: int,
+    backoff_seconds: float,
+) -> int:
+    """Give revert subtasks that used their last attempt a new round after
+    ``backoff_seconds`` instead of failing them: a revert never gives up with
+    the table half restored (its error stays on the subtask, shown by status).
+    Like ``fail_exhausted`` it leaves subtasks a worker holds alone."""
+    return conn.execute(
+        db.sql(f"""
+            UPDATE {{s}}.background_subtask SET
+                state = 'pending', exec_id = NULL, exec_expired = NULL, attempts = 0,
+                not_before = clock_timestamp() + make_interval(secs => :backoff),
+                error = coalesce(error, CASE WHEN state = 'running' THEN 'lease expired'
+                                             ELSE 'holder restarted' END),
+                updated_at = clock_timestamp()
+            WHERE job_id = :job_id AND attempts >= :max_attempts
+              AND state IN ('pending', 'running')  -- subtask_exhausted's predicate
+              AND step = {STEP_REVERT}
+              -- A pending one stays pending (only its attempts reset); a running
+              -- one whose lease expired moves back to pending.
+              AND (state = 'pending'
+                   OR {guard_into(S.PENDING)} AND exec_expired <= clock_timestamp())
+              AND {FENCE}"""),
+        {"job_id": job_id, "max_attempts": max_attempts, "backoff": backoff_seconds,
+         **term.params()},
+    ).rowcount
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from framework.db import Database
-from framework.jobtype import Job
+from framework.jobtype import STEP_REVERT, Job
 from framework.states import SUBTASK_TRANSITIONS, SubtaskState
 from framework.store.jobs import JOB_COLUMNS
 
@@ -69,8 +69,9 @@ _JOB = "jobrow_"  # prefix of the job's columns in a claim's row
 
 def claim(db: Database, conn: Connection, exec_id: str, limit: int = 1) -> list[Claim]:
     """Claim up to ``limit`` subtasks: pending ones, or running ones whose lease
-    has expired, of the first running jobs (by priority) with room under their
-    ``concurrency``, in range order.
+    has expired, of the first running jobs (by priority; a reverting job at
+    STEP_REVERT counts as running) with room under their ``concurrency``, in
+    range order.
 
     Each job's candidates come from one ordered scan of the claimable index
     (job_id, step, ordinal), which stops after the rows it needs, however many
@@ -84,7 +85,10 @@ def claim(db: Database, conn: Connection, exec_id: str, limit: int = 1) -> list[
                 SELECT j.id, j.step, j.priority,
                        j.concurrency - {running_of("j.id")} AS room
                 FROM {{s}}.jobs j
-                WHERE j.state = 'running'
+                -- A reverting job's subtasks are claimable once its revert
+                -- step began: they restore the table (DESIGN 13).
+                WHERE (j.state = 'running'
+                       OR j.state = 'reverting' AND j.step = {STEP_REVERT})
                   AND (j.run_on_node IS NULL OR j.run_on_node = :exec_id)),
             candidate AS (
                 SELECT c.id, job.room FROM (SELECT * FROM job WHERE room > 0

@@ -9,7 +9,7 @@ the table holds a handful of rows per live job. ``status`` reads the oldest
 sample inside its window through the primary key: no subtask is read for it.
 
 Revision ID: 0005_throughput
-Revises: 0002
+Revises: 0003_rollback
 Create Date: 2026-11-23
 """
 
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic import context, op
 
 revision = "0005_throughput"
-down_revision = "0002"
+down_revision = "0003_rollback"
 branch_labels = None
 depends_on = None
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
+from backfill.before_images import BeforeImages
+from framework.jobtype import STEP_REVERT
 from framework.store import history, owner_lease, progress, steps, subtasks
 from framework.store.subtasks import Claim
 
@@ -92,6 +94,10 @@ def test_no_hot_statement_scans_the_subtask_tables(big_job):
         subtasks.checkpoint_many(db, conn, [subtasks.BatchDone(held, 20020, 5)])
         steps.step_snapshot(db, conn, JOB, 1)
         steps.fail_exhausted(db, conn, term, JOB, 5)
+        # The owner's tick over a reverting job (DESIGN 13).
+        steps.step_snapshot(db, conn, JOB, STEP_REVERT)
+        steps.retry_exhausted_reverts(db, conn, term, JOB, 5, 30.0)
+        steps.revert_error(db, conn, JOB)
         steps.last_range(db, conn, JOB, 1)
         steps.succeeded_beyond(db, conn, JOB, 5_000)
         history.move_finished(db, conn, term, JOB, 1000, only_succeeded=True)
@@ -101,7 +107,7 @@ def test_no_hot_statement_scans_the_subtask_tables(big_job):
         progress.record_samples(db, conn, progress.live_jobs_progress(db, conn, []))
 
     statements = _captured(db, hot)
-    assert len(statements) >= 10
+    assert len(statements) >= 13
     for (statement, _), plan in zip(statements, _plans(db, statements), strict=True):
         for table in ("background_subtask", "background_subtask_history"):
             assert f"Seq Scan on {table} " not in plan + " ", f"{statement}\n{plan}"
@@ -113,3 +119,30 @@ def test_status_counts_a_100k_subtask_job_without_reading_its_pending_subtasks(b
         job = progress.jobs_progress(db, conn, JOB)[0]
     assert (job["pending"], job["running"], job["succeeded"]) == (97_984, 16, 2_000)
     assert job["rows_done"] == 0  # the rows were written without row counts
+
+
+def test_a_restore_batch_reads_the_images_and_the_table_through_indexes(db):
+    """A revert subtask's restore batch (DESIGN 13) at 100,000 images: index
+    probes of the images, the batch records and the table, never a scan of
+    any of them (the revert plan's indexes)."""
+    kept = BeforeImages('"public"."imgs"', '"public"."bats"')
+    with db.begin() as conn:
+        conn.execute(sa.text("CREATE TABLE items (id bigint PRIMARY KEY, c text)"))
+        conn.execute(sa.text("INSERT INTO items SELECT g, 'new' FROM generate_series(1, 100000) g"))
+        for stmt in kept.create("text"):
+            conn.execute(sa.text(stmt))
+        conn.execute(sa.text("INSERT INTO imgs SELECT g, 'old', '100'::xid8 "
+                             "FROM generate_series(1, 100000) g WHERE g % 3 <> 0"))
+        conn.execute(sa.text("INSERT INTO bats SELECT g / 100, g, g + 100, '100'::xid8 "
+                             "FROM generate_series(1, 100000, 100) g"))
+        for stmt in kept.index_for_restore():
+            conn.execute(sa.text(stmt))
+        for table in ("items", "imgs", "bats"):
+            conn.execute(sa.text(f"ANALYZE {table}"))
+    # In the driver's placeholder style, as ``_captured`` would hand them over.
+    statements = [(stmt.replace(":lo", "%(lo)s").replace(":hi", "%(hi)s"),
+                   {"lo": 50_050, "hi": 50_550})
+                  for stmt in kept.restore_range('"public"."items" t', "t", '"id"', "c")]
+    for (statement, _), plan in zip(statements, _plans(db, statements), strict=True):
+        for table in ("items", "imgs", "bats"):
+            assert f"Seq Scan on {table} " not in plan + " ", f"{statement}\n{plan}"

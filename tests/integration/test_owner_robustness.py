@@ -33,30 +33,34 @@ def test_a_split_longer_than_the_owner_lease_still_starts_the_job(db, start_node
 
 
 def test_a_rollback_longer_than_the_owner_lease_finishes(db, start_node):
-    """Defect 1: a rollback statement outlasting the lease made the fenced
+    """Defect 1: a rollback step outlasting the lease made the fenced
     transition after it find the term expired, undoing the rollback; the job
-    stayed reverting for ever."""
+    stayed reverting for ever. The restore itself now runs in revert subtasks
+    (workers); the owner's steps of it, planning the revert and its final DDL,
+    are each made longer than the owner lease here."""
     make_items(db, 400)
     with db.begin() as conn:
         conn.execute(sa.text("UPDATE items SET c = 'old-' || id"))
-    # sql-update: its rollback is an UPDATE, a statement that can be slowed down.
     faults.arm("worker.after_batch", "block")
     job_id = submit(db, SubmitRequest("sql-update", {"table": "items", "set": "c=md5(b)"},
                                       rows_per_subtask=100, batch_rows=50)).job_id
     node = start_node("n1", owner_lease_seconds=1)
     faults.wait_blocked("worker.after_batch", 30)  # running, far from done
-    # Every UPDATE of items from now on (the rollback's) takes 2.5 s.
+    # Every DDL statement from now on takes 2.5 s: the revert plan's (indexes on
+    # the images) and the final revert's (drop them), each past the 1 s lease.
     with db.begin() as conn:
         conn.execute(sa.text("""
-            CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS
-            $$ BEGIN PERFORM pg_sleep(2.5); RETURN NULL; END $$;
-            CREATE TRIGGER slow AFTER UPDATE ON items FOR EACH STATEMENT EXECUTE FUNCTION slow();
+            CREATE FUNCTION slow() RETURNS event_trigger LANGUAGE plpgsql AS
+            $$ BEGIN PERFORM pg_sleep(2.5); END $$;
+            CREATE EVENT TRIGGER slow ON ddl_command_start EXECUTE FUNCTION slow();
         """))
     control.cancel(db, job_id)
     faults.release("worker.after_batch")
     assert wait_state(db, job_id, TERMINAL, 60)["state"] == "cancelled"
     assert scalar(db, "SELECT count(*) FROM items WHERE c IS DISTINCT FROM 'old-' || id") == 0
     assert node.owner.term is not None and owner_revision(db) == 1
+    details = [e["detail"] or "" for e in control.events(db, job_id)]
+    assert any(d.startswith("revert step: ") for d in details), details
 
 
 def test_a_job_whose_table_is_gone_fails_alone_and_other_jobs_run(db, start_node):

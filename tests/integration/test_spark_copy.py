@@ -342,8 +342,11 @@ def test_cancelled_copy_job_removes_exactly_what_it_copied(spark, db, start_node
     assert len(table_rows(db, "items_copy")) > len(before)
     control.cancel(db, job_id)
     faults.release("worker.after_batch")
-    assert wait_state(db, job_id, TERMINAL)["state"] == "cancelled"
+    done = wait_state(db, job_id, TERMINAL)
+    assert done["state"] == "cancelled"
     assert table_rows(db, "items_copy") == before
+    # The copied keys were deleted by revert subtasks, one per range that copied.
+    assert done["revert_total"] >= 2 and done["revert_done"] == done["revert_total"]
     with db.begin() as conn:
         assert conn.execute(sa.text("SELECT to_regclass(:t)"),
                             {"t": f"reorg.copy_{job_id}_keys"}).scalar() is None

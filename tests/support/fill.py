@@ -3,7 +3,10 @@ depend on no built-in job type (``backfill/``).
 
 It adds a column and fills it from a SQL expression, range by range: each
 batch's UPDATE commits with its fenced checkpoint (DESIGN 3), and since the
-column is the job's own, rollback only drops it (no before-images). Params::
+column is the job's own, rollback drops it (no before-images). With
+``"revert_ranges": true`` the revert step first clears the column range by
+range in revert subtasks (DESIGN 13), so framework tests exercise that step
+without a built-in job type. Params::
 
     {"table": "items", "column": "d", "type": "text", "expr": "md5(b)"}
 
@@ -19,7 +22,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
-from framework import jobtype
+from framework import faults, jobtype
 from framework.jobtype import InvalidParams, Job, SubtaskContext, Target
 from framework.submit import SubmitRequest
 
@@ -27,10 +30,12 @@ NAME = "test-fill"
 
 
 def fill(expr: str, *, table: str = "items", column: str = "d", type: str = "text",
-         **knobs: Any) -> SubmitRequest:
+         revert_ranges: bool = False, **knobs: Any) -> SubmitRequest:
     """A submit of ``test-fill``: ``column`` (added, of ``type``) := ``expr``."""
-    return SubmitRequest(NAME, {"table": table, "column": column, "type": type, "expr": expr},
-                         **knobs)
+    params = {"table": table, "column": column, "type": type, "expr": expr}
+    if revert_ranges:
+        params["revert_ranges"] = True
+    return SubmitRequest(NAME, params, **knobs)
 
 
 def _quote(name: str) -> str:
@@ -90,7 +95,32 @@ class FillJob:
     def advance(self, conn: Connection, job: Job) -> None:
         pass
 
-    def rollback(self, conn: Connection, job: Job) -> None:
+    def plan_revert(self, conn: Connection, job: Job) -> bool:
+        return bool(job.params.get("revert_ranges"))
+
+    def revert_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
+        """Clear the column in ctx's range, ``batch_rows`` keys a batch, each
+        batch with its fenced checkpoint."""
+        job = ctx.job
+        t, k, col = job.target_table, job.key_column, _quote(job.params["column"])
+        curr = ctx.curr_key
+        while curr < ctx.end_key:
+            ctx.raise_if_stopped()
+            with engine.begin() as conn, ctx.cancel_on_stop(conn):
+                last = conn.execute(text(
+                    f"SELECT {k} FROM {t} WHERE {k} >= :lo AND {k} < :end ORDER BY {k} "
+                    "OFFSET :skip LIMIT 1"),
+                    {"lo": curr, "end": ctx.end_key, "skip": job.batch_rows - 1}).scalar()
+                upper = ctx.end_key if last is None else last + 1
+                cleared = conn.execute(text(
+                    f"UPDATE {t} SET {col} = NULL WHERE {k} >= :lo AND {k} < :hi "
+                    f"AND {col} IS NOT NULL"), {"lo": curr, "hi": upper}).rowcount
+                faults.hit("worker.in_restore_batch")
+                ctx.checkpoint(conn, upper, cleared)
+            curr = upper
+            ctx.throttle(cleared, 0.0)
+
+    def revert(self, conn: Connection, job: Job) -> None:
         conn.execute(text("SET LOCAL lock_timeout = '5s'"))
         conn.execute(text(f"ALTER TABLE {job.target_table} "
                           f"DROP COLUMN IF EXISTS {_quote(job.params['column'])}"))

@@ -13,14 +13,21 @@ import contextlib
 import json
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from framework.jobtype import LEASE_LOST, InvalidParams, Job, LeaseLost, SubtaskContext
+from framework.jobtype import (
+    LEASE_LOST,
+    STEP_REVERT,
+    InvalidParams,
+    Job,
+    LeaseLost,
+    SubtaskContext,
+)
 from support.db import catalogue, wait_until
 
 if TYPE_CHECKING:
@@ -167,8 +174,20 @@ class JobKind(Generic[P]):
                                             for i in range(parts + 1)])
 
     def rollback(self, engine: Engine, job: Job) -> None:
+        """The whole revert as the owner and a worker run it: plan, one revert
+        subtask over every key of the table (restoring an untouched range
+        finds nothing to do), the final revert DDL."""
         with engine.begin() as conn:
-            self.job_type.rollback(conn, job)
+            ranged = self.job_type.plan_revert(conn, job)
+            lo, hi = conn.execute(sa.text(
+                f"SELECT coalesce(min({job.key_column}), 0), "
+                f"coalesce(max({job.key_column}), 0) + 1 FROM {job.target_table}")).one()
+        if ranged:
+            reverting = replace(job, state="reverting", step=STEP_REVERT)
+            ctx, _ = make_context(engine, reverting, 999_999, lo, hi)
+            self.job_type.revert_subtask(ctx, engine)
+        with engine.begin() as conn:
+            self.job_type.revert(conn, job)
 
     def run_until_hard_stop(self, engine: Engine, job: Job, lo: int, hi: int, *,
                             checkpoints: int = 2) -> tuple[list[BaseException], FakeLease]:
