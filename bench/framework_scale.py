@@ -14,7 +14,10 @@ database's own timestamps where it can:
 - owner tick: p50 / p95 / max while the job runs and while its subtasks move
   to history;
 - pickup latency: idle workers, one small job submitted at a time, submit to
-  its first subtask running (p50 / max).
+  its first subtask running (p50 / max);
+- the floor: ``pgbench`` on the same server just before the job, 16 clients
+  doing one-row ``UPDATE ... RETURNING`` transactions for ``--pgbench-seconds``
+  (what PostgreSQL alone commits on this machine under its current load).
 
 A subtask of the no-op type commits one checkpoint to its end key and
 finishes: what a one-batch subtask costs the framework.
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -37,7 +41,7 @@ import sqlalchemy as sa
 
 from framework import control, jobtype, migrate
 from framework.config import Settings
-from framework.db import Database
+from framework.db import Database, sqlalchemy_url
 from framework.jobtype import Job, SubtaskContext, Target
 from framework.store import history, jobs
 
@@ -59,7 +63,10 @@ class NoopJobType:
 
     def run_subtask(self, ctx: SubtaskContext, engine: Any) -> None:
         with engine.begin() as conn:
-            ctx.checkpoint(conn, ctx.end_key, ctx.end_key - ctx.curr_key)
+            self.run_batch(ctx, conn)
+
+    def run_batch(self, ctx: SubtaskContext, conn: Any) -> None:
+        ctx.checkpoint(conn, ctx.end_key, ctx.end_key - ctx.curr_key)
 
     def advance(self, conn: Any, job: Job) -> None:
         return None
@@ -78,8 +85,10 @@ class NoopJobType:
 
 def run_worker(url: str, node_id: str, slots: int, ticks_file: str) -> None:
     """One node with the no-op type; owner tick durations go to ``ticks_file``."""
+    from cli import logs
     from framework.node import Node
 
+    logs.configure(debug=False)  # a line per subtask, as `reorg worker` writes it
     jobtype.register(NoopJobType())
     settings = Settings(url, local_job_max_subtasks=4, poll_seconds=0.5)
     node = Node(settings, node_id=node_id, slots=slots)
@@ -116,6 +125,8 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=4)
     parser.add_argument("--slots", type=int, default=4)
     parser.add_argument("--pickups", type=int, default=20)
+    parser.add_argument("--pgbench-seconds", type=int, default=10,
+                        help="length of the pgbench floor run (0: skip)")
     parser.add_argument("--url", help="an empty database to use instead of a throwaway server")
     parser.add_argument("--worker", nargs=3, metavar=("URL", "NODE_ID", "TICKS_FILE"),
                         help=argparse.SUPPRESS)
@@ -157,6 +168,7 @@ def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
         stderr=subprocess.DEVNULL)
         for i in range(args.processes)]
     try:
+        floor = pgbench_floor(url, args.pgbench_seconds)
         time.sleep(3)  # the nodes register and elect an owner
         job_id = submit(db, rows_per_subtask=5)
         wait_for(db, job_id, {"running", "succeeded"}, 600)
@@ -190,12 +202,40 @@ def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
         "subtasks": job["subtasks"], "processes": args.processes, "slots": args.slots,
         "split_seconds": round(job["split_seconds"], 2),
         "subtasks_per_second": round(job["subtasks"] / job["run_seconds"], 1),
+        "pgbench_tps_16_clients": floor,
+        "subtasks_per_pgbench_transaction": (
+            round(job["subtasks"] / job["run_seconds"] / floor, 3) if floor else None),
         "status_ms_in_process": ms_summary(in_process),
         "status_ms_command": ms_summary(as_command),
         "owner_tick_ms_running": ms_summary(during),
         "owner_tick_ms_after": ms_summary(moving),
         "pickup_ms": ms_summary(pickups),
     }
+
+
+PGBENCH_SCRIPT = """\\set id random(1, 100000)
+UPDATE pgbench_floor SET v = v + 1 WHERE id = :id RETURNING v;
+"""
+
+
+def pgbench_floor(url: str, seconds: int) -> float | None:
+    """Transactions per second PostgreSQL alone commits here now: 16 pgbench
+    clients, one-row UPDATE ... RETURNING each; None when skipped or no pgbench."""
+    if seconds <= 0 or shutil.which("pgbench") is None:
+        return None
+    engine = sa.create_engine(sqlalchemy_url(url))
+    with engine.begin() as conn:
+        conn.execute(sa.text("CREATE TABLE pgbench_floor (id int PRIMARY KEY, v int NOT NULL)"))
+        conn.execute(sa.text("INSERT INTO pgbench_floor SELECT g, 0 FROM generate_series(1, 100000) g"))
+        conn.execute(sa.text("ANALYZE pgbench_floor"))
+    engine.dispose()
+    with tempfile.NamedTemporaryFile("w", suffix=".sql") as script:
+        script.write(PGBENCH_SCRIPT)
+        script.flush()
+        out = subprocess.run(["pgbench", "-n", "-c", "16", "-j", "2", "-T", str(seconds),
+                              "-f", script.name, url], capture_output=True, text=True, check=True)
+    tps = re.search(r"tps = ([0-9.]+)", out.stdout)
+    return round(float(tps.group(1)), 1) if tps else None
 
 
 def ms_summary(seconds: list[float]) -> dict[str, float]:

@@ -1,35 +1,65 @@
-"""The ``reorg`` command: global options, the command groups, and ``main``."""
+"""The ``reorg`` command: global options, the command groups, and ``main``.
+
+A run imports only the command groups its arguments name (``reorg status``
+loads neither the worker, Spark nor the demo): start-up is most of a short
+command's time. ``app`` (the module attribute) has every group.
+"""
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Sequence
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 
-from cli import checksum, db, demo, history, jobs, nodes, submit, worker
 from cli.context import CliState, GlobalOptions
 from cli.errors import debug_requested, handle
 from framework.config import Settings
 
-app = typer.Typer(
-    name="reorg",
-    help="Distributed online backfill and reorg jobs on large PostgreSQL tables.",
-    no_args_is_help=True,
-    add_completion=False,
-    # Our own handler prints one line per error (cli.errors), never a traceback.
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-app.add_typer(submit.app, name="submit")
-app.add_typer(jobs.app)
-app.add_typer(checksum.app)
-app.add_typer(history.app)
-app.add_typer(nodes.app)
-app.add_typer(worker.app)
-app.add_typer(db.app, name="db")
-app.add_typer(demo.app)
+# Module of cli/ -> (the name it is added under, or None to merge its
+# commands; the commands it brings). tests/unit/test_cli_lazy.py checks it
+# against the modules.
+GROUPS: dict[str, tuple[str | None, tuple[str, ...]]] = {
+    "submit": ("submit", ("submit",)),
+    "jobs": (None, ("status", "wait", "cancel", "pause", "resume", "alter", "events")),
+    "checksum": (None, ("checksum-report",)),
+    "history": (None, ("history",)),
+    "nodes": (None, ("nodes",)),
+    "worker": (None, ("worker",)),
+    "db": ("db", ("db",)),
+    "demo": (None, ("demo",)),
+}
+
+
+def build_app(args: Sequence[str] | None = None) -> typer.Typer:
+    """The ``reorg`` app with the groups whose commands appear in ``args``
+    (every group when ``args`` is None or names none, e.g. ``--help``)."""
+    app = typer.Typer(
+        name="reorg",
+        help="Distributed online backfill and reorg jobs on large PostgreSQL tables.",
+        no_args_is_help=True,
+        add_completion=False,
+        # Our own handler prints one line per error (cli.errors), never a traceback.
+        pretty_exceptions_enable=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+    app.callback()(global_options)
+    named = set(args or ())
+    wanted = [m for m, (_, commands) in GROUPS.items() if named & set(commands)]
+    for module in wanted or GROUPS:
+        name = GROUPS[module][0]
+        group = importlib.import_module(f"cli.{module}").app
+        app.add_typer(group, name=name) if name else app.add_typer(group)
+    return app
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":  # every command group, for tests and tools that walk them
+        return build_app()
+    raise AttributeError(name)
+
 
 _PANEL = "Global options"
 _DEFAULT = Settings("")
@@ -43,7 +73,6 @@ def _print_version(requested: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def global_options(
     ctx: typer.Context,
     db_url: Annotated[str | None, typer.Option(
@@ -81,7 +110,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         # standalone_mode=False: errors reach our handler instead of click's.
-        code = app(args=args, prog_name="reorg", standalone_mode=False)
+        code = build_app(args)(args=args, prog_name="reorg", standalone_mode=False)
     except (Exception, KeyboardInterrupt) as exc:
         return handle(exc, debug=debug_requested(args))
     return code if isinstance(code, int) else 0

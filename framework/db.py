@@ -94,7 +94,13 @@ class Database:
             sqlalchemy_url(settings.database_url),
             pool_size=pool_size,
             max_overflow=pool_size,
-            pool_pre_ping=True,
+            # A worker checks a connection out for every claim and every batch;
+            # a ping there is a round trip each, a fifth of a quick subtask's
+            # time. Without it a connection broken since its last use (a
+            # database restart) fails its statement instead: a claim is simply
+            # tried again, a batch retried, and SQLAlchemy then replaces every
+            # pooled connection older than the failure.
+            pool_pre_ping=role != "worker",
             connect_args={"options": session_options(settings, role), **socket_options(settings)},
         )
 

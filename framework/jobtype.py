@@ -20,6 +20,10 @@ One object may be both (every built-in type is). In the order they run::
     run_subtask(ctx, engine)        worker: batch by batch from ctx.curr_key;
                                     each batch's write and ctx.checkpoint(...)
                                     commit in one transaction (exactly once).
+    [run_batch(ctx, conn)]          optional (``BatchExecutor``), worker: one
+                                    batch of a forward step on the pool's
+                                    connection, so quick subtasks claimed
+                                    together share a transaction.
     advance(conn, job)              owner, when every subtask of the step
                                     succeeded: final schema step, in the fenced
                                     transaction that marks the job succeeded.
@@ -306,6 +310,25 @@ def run_step(job_type: Executor, ctx: SubtaskContext, engine: Any) -> None:
         job_type.revert_subtask(ctx, engine)
     else:
         job_type.run_subtask(ctx, engine)
+
+
+class BatchExecutor(Executor, Protocol):
+    """An executor whose forward subtasks can be quick (one batch, or a few)
+    offers ``run_batch`` beside ``run_subtask``: write the one batch that starts at
+    ``ctx.curr_key`` on ``conn`` and call ``ctx.checkpoint(conn, ...)`` after
+    it, without committing. When a worker claims several subtasks at once
+    (they were quick), it runs their first batches in one transaction and
+    checkpoints them with one fenced statement; if any of them has lost its
+    lease, the whole transaction rolls back and the others' batches run again
+    without it (DESIGN 3). Subtasks not finished by that batch continue
+    through ``run_subtask``."""
+
+    def run_batch(self, ctx: SubtaskContext, conn: Connection) -> None: ...
+
+
+def batch_runner(job_type: Executor) -> Callable[[SubtaskContext, Connection], None] | None:
+    """The executor's ``run_batch``, if it has one (``BatchExecutor``)."""
+    return getattr(job_type, "run_batch", None)
 
 
 _registry: dict[str, JobType] = {}

@@ -146,6 +146,8 @@ class Node:
                 with self.owner_db.begin() as conn:
                     shown = progress.live_jobs_progress(self.owner_db, conn,
                                                         metrics.shown_live_jobs())
+                    # The samples status's recent rows/s and ETA come from.
+                    progress.record_samples(self.owner_db, conn, shown)
             except Exception as exc:  # only figures: the next tick tries again
                 log.debug("job figures not read: %s", one_line(exc))
                 return

@@ -12,6 +12,7 @@ A slot's life for one subtask::
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -52,6 +53,19 @@ class _Held:
     ctx: SubtaskContext
     renewed_at: float  # monotonic time the last successful renewal was sent
     tally: _Tally
+    # Set while the subtask's batch runs in a transaction shared with other
+    # subtasks of its claim: its checkpoint is then kept here and written for
+    # all of them by one fenced statement before the commit.
+    grouped: bool = False
+    deferred: subtasks.BatchDone | None = None
+
+
+class _GroupFenced(Exception):
+    """Some subtasks of a grouped transaction were fenced out: roll it back."""
+
+    def __init__(self, lost: list[_Held]) -> None:
+        super().__init__(f"{len(lost)} subtasks fenced out")
+        self.lost = lost
 
 
 @dataclass
@@ -119,7 +133,7 @@ class WorkerPool:
             return
         sent = self.clock()
         try:
-            with self.db.begin() as conn:
+            with self.db.connect(isolation_level="AUTOCOMMIT") as conn:  # one statement
                 alive = subtasks.renew(self.db, conn, [h.claim for h in held])
         except Exception as exc:
             log.warning("lease renewal failed: %s", one_line(exc))
@@ -187,44 +201,130 @@ class WorkerPool:
         """Claim as many subtasks as ``size`` says and run them one after
         another; False when there was nothing to claim. Quick subtasks are
         claimed several at a time (one claim statement for many); the claimed
-        ones wait under live leases, renewed with the running one."""
+        ones wait under live leases, renewed with the running one. Of a job
+        type with ``run_batch``, the first batches of a claim's subtasks run
+        in one transaction (``_run_grouped``)."""
         if self._draining.is_set():
             return False
         sent = self.clock()
-        with self.db.begin() as conn:
+        # The claim is one statement, a transaction by itself: in autocommit it
+        # is one round trip instead of three (BEGIN, claim, COMMIT).
+        with self.db.connect(isolation_level="AUTOCOMMIT") as conn:
             claims = subtasks.claim(self.db, conn, self.node_id, size.next())
         if not claims:
             return False
         held = [self._hold(claim, sent) for claim in claims]
         try:
-            for h in held:
-                claim, ctx = h.claim, h.ctx
-                h.tally.started = h.tally.mark = self.clock()
-                metrics.RUNNING.inc()
-                try:
-                    result = self._run(claim, ctx)
-                finally:
-                    metrics.RUNNING.dec()
-                with self._lock:
-                    self._held.pop(claim.id, None)
-                took = self.clock() - h.tally.started
-                size.observe(took)
-                result = replace(result, rows=h.tally.rows, batches=h.tally.batches,
-                                 seconds=took)
-                self.results.append(result)
-                metrics.subtask(claim.job.type, result.outcome)
-                log.info("subtask %s (job %s): %s, %d rows in %d batches, %.2fs%s",
-                         claim.id, claim.job_id, result.outcome, result.rows, result.batches,
-                         took, f" ({result.error})" if result.error else "",
-                         extra={"job_id": claim.job_id, "subtask_id": claim.id,
-                                "job_type": claim.job.type, "outcome": result.outcome,
-                                "rows": result.rows, "batches": result.batches,
-                                "seconds": round(took, 3)})
+            for _, same_job in itertools.groupby(held, key=lambda h: h.claim.job_id):
+                group = list(same_job)
+                if len(group) > 1 and self._groupable(group[0].ctx):
+                    group = self._run_grouped(group, size)
+                for h in group:
+                    self._run_alone(h, size)
         finally:
             with self._lock:
                 for claim in claims:
                     self._held.pop(claim.id, None)
         return True
+
+    @staticmethod
+    def _groupable(ctx: SubtaskContext) -> bool:
+        # A rate-limited job paces every batch on its own (ctx.throttle); a
+        # revert subtask restores (revert_subtask), it never runs forward.
+        return (ctx.job.step != STEP_REVERT and not ctx.job.max_rows_per_sec
+                and jobtype.batch_runner(jobtype.get(ctx.job.type)) is not None)
+
+    def _run_alone(self, h: _Held, size: ClaimSize) -> None:
+        h.tally.started = h.tally.mark = self.clock()
+        metrics.RUNNING.inc()
+        try:
+            result = self._run(h.claim, h.ctx)
+        finally:
+            metrics.RUNNING.dec()
+        self._record(h, result, self.clock() - h.tally.started, size)
+
+    def _run_grouped(self, group: list[_Held], size: ClaimSize) -> list[_Held]:
+        """Run the first batch of each subtask of ``group`` (one job, claimed
+        together) in one transaction, checkpointed by one fenced statement.
+        A subtask found fenced out rolls the transaction back (its write must
+        not commit, DESIGN 3): it is dropped as lost and the others' batches
+        run again. Returns the subtasks left to run alone: those a batch did
+        not finish, those asked to stop, and all of them if a batch failed
+        (alone, each failure is told apart and handled)."""
+        run_batch = jobtype.batch_runner(jobtype.get(group[0].claim.job.type))
+        assert run_batch is not None
+        todo = list(group)
+        while todo:
+            stopped = [h for h in todo if h.ctx.should_stop()]
+            todo = [h for h in todo if not h.ctx.should_stop()]
+            if not todo:
+                return stopped
+            started = self.clock()
+            metrics.RUNNING.inc(len(todo))
+            try:
+                with self.db.begin() as conn:
+                    for h in todo:
+                        h.grouped, h.deferred = True, None
+                        faults.hit("worker.after_claim")
+                        run_batch(h.ctx, conn)
+                    done = [h.deferred for h in todo if h.deferred is not None]
+                    states = subtasks.checkpoint_many(self.db, conn, done)
+                    lost = [h for h in todo if h.deferred and h.claim.id not in states]
+                    if lost:
+                        raise _GroupFenced(lost)  # rolls back every batch of the group
+            except _GroupFenced:
+                pass
+            except Exception as exc:
+                log.debug("grouped batches rolled back, running them alone: %s", one_line(exc))
+                return stopped + todo
+            finally:
+                metrics.RUNNING.dec(len(todo))
+                for h in todo:
+                    h.grouped = False
+            if lost:
+                for h in lost:
+                    metrics.batch(h.claim.job_id, h.claim.job.type, "refused")
+                    self._lose(h.ctx, "checkpoint_refused")
+                    self._record(h, SlotResult(h.claim.id, "lost", "checkpoint refused"),
+                                 self.clock() - started, size)
+                todo = [h for h in todo if h not in lost]
+                continue
+            took = self.clock() - started
+            share = took / len(todo)
+            left = stopped
+            for h in todo:
+                if h.deferred is not None:
+                    h.ctx.curr_key = h.deferred.curr_key
+                    h.ctx.finished = states[h.claim.id] == "succeeded"
+                    h.tally.rows, h.tally.batches = h.deferred.rows, 1
+                    metrics.batch(h.claim.job_id, h.claim.job.type, "committed",
+                                  h.deferred.rows, share)
+                    faults.hit("worker.after_checkpoint")
+                    # What a job type does after each committed batch of its own.
+                    h.ctx.throttle(h.deferred.rows, share)
+                if h.ctx.finished:
+                    self._record(h, SlotResult(h.claim.id, "succeeded"), share, size)
+                else:
+                    left.append(h)
+            return left
+        return []
+
+    def _record(self, h: _Held, result: SlotResult, took: float, size: ClaimSize) -> None:
+        """The subtask is done with on this worker: count it and log one line."""
+        claim = h.claim
+        with self._lock:
+            self._held.pop(claim.id, None)
+        size.observe(took)
+        result = replace(result, rows=h.tally.rows, batches=h.tally.batches, seconds=took)
+        self.results.append(result)
+        metrics.subtask(claim.job.type, result.outcome)
+        log.info("subtask %s (job %s): %s, %d rows in %d batches, %.2fs%s",
+                 claim.id, claim.job_id, result.outcome, result.rows, result.batches,
+                 took, f" ({result.error})" if result.error else "",
+                 extra={"job_id": claim.job_id, "subtask_id": claim.id,
+                        "job_type": claim.job.type, "outcome": result.outcome,
+                        "rows": result.rows, "batches": result.batches,
+                        "seconds": round(took, 3)})
 
     def _hold(self, claim: Claim, renewed_at: float) -> _Held:
         tally = _Tally(started=renewed_at, mark=renewed_at)
@@ -232,8 +332,8 @@ class WorkerPool:
             job=claim.job, subtask_id=claim.id, start_key=claim.start_key,
             end_key=claim.end_key, curr_key=claim.curr_key, epoch=claim.epoch,
             meta=dict(claim.meta),
-            checkpoint=lambda conn, key, rows, meta=None: self._checkpoint(
-                ctx, claim, tally, conn, key, rows, meta),
+            checkpoint=lambda conn, key, rows, meta=None: self._on_checkpoint(
+                held, conn, key, rows, meta),
             stop_event=threading.Event(),
         )
         held = _Held(claim, ctx, renewed_at, tally)
@@ -284,6 +384,14 @@ class WorkerPool:
         # Every one of those writes is fenced: 0 rows means another worker has
         # the subtask now, and whatever this one was doing is void.
         return SlotResult(claim.id, outcome if held else "lost", error)
+
+    def _on_checkpoint(self, h: _Held, conn: Connection, key: int, rows: int,
+                       meta: dict | None) -> None:
+        if h.grouped:  # written with the group's, before its commit (_run_grouped)
+            faults.hit("worker.before_checkpoint")
+            h.deferred = subtasks.BatchDone(h.claim, key, rows, meta)
+            return
+        self._checkpoint(h.ctx, h.claim, h.tally, conn, key, rows, meta)
 
     def _checkpoint(self, ctx: SubtaskContext, claim: Claim, tally: _Tally, conn: Connection,
                     key: int, rows: int, meta: dict | None) -> None:

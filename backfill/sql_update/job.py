@@ -77,22 +77,29 @@ class SqlUpdate:
                 f"{p['column_type']}"))
 
     def run_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
-        sql = update_sql(ctx.job)
-        curr = ctx.curr_key
-        while curr < ctx.end_key:
+        while ctx.curr_key < ctx.end_key:
             ctx.raise_if_stopped()
             started = time.monotonic()
-            # A hard stop (lease lost, cancel) cancels the running statement,
-            # so the open batch rolls back at once.
-            with engine.begin() as conn, ctx.cancel_on_stop(conn):
-                upper, scanned = _next_batch(conn, ctx.job, curr, ctx.end_key)
-                bounds = {"lo": curr, "hi": upper}
-                conn.execute(text(sql.update()), bounds)
-                if sql.batches:
-                    conn.execute(text(sql.record_batch()), {**bounds, "subtask": ctx.subtask_id})
-                ctx.checkpoint(conn, upper, scanned)
-            curr = upper
+            with engine.begin() as conn:
+                scanned = self.run_batch(ctx, conn)
             ctx.throttle(scanned, time.monotonic() - started)
+
+    def run_batch(self, ctx: SubtaskContext, conn: Connection) -> int:
+        """One batch from ``ctx.curr_key`` on ``conn``, checkpointed, not
+        committed; its rows scanned. The pool runs quick subtasks' batches
+        together through it (``framework.jobtype.BatchExecutor``)."""
+        sql = update_sql(ctx.job)
+        curr = ctx.curr_key
+        # A hard stop (lease lost, cancel) cancels the running statement,
+        # so the open batch rolls back at once.
+        with ctx.cancel_on_stop(conn):
+            upper, scanned = _next_batch(conn, ctx.job, curr, ctx.end_key)
+            bounds = {"lo": curr, "hi": upper}
+            conn.execute(text(sql.update()), bounds)
+            if sql.batches:
+                conn.execute(text(sql.record_batch()), {**bounds, "subtask": ctx.subtask_id})
+            ctx.checkpoint(conn, upper, scanned)
+        return scanned
 
     def advance(self, conn: Connection, job: Job) -> None:
         if job.params["overwrite"]:

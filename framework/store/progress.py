@@ -6,6 +6,12 @@ hide nor double-count a subtask's rows.
 The work per call does not grow with the job: pending subtasks are counted as
 the job's total less the others, and only live subtasks that are not pending
 (those being worked on, and finished ones not yet moved) are read.
+
+Rows/s and ETA of a running job are over the last ``RATE_WINDOW_SECONDS``:
+rows done now less rows done at the oldest progress sample inside the window
+(``record_samples``: the owner keeps one every ``SAMPLE_EVERY_SECONDS``). With
+no sample yet (no owner, or the job just started) they are the job's lifetime
+average.
 """
 
 from __future__ import annotations
@@ -19,6 +25,11 @@ from framework.jobtype import STEP_REVERT
 from framework.states import JOB_TERMINAL
 
 _TERMINAL_SQL = ", ".join(f"'{s}'" for s in sorted(JOB_TERMINAL))
+
+RATE_WINDOW_SECONDS = 60.0
+SAMPLE_EVERY_SECONDS = 5.0
+# A sample younger than this gives a rate of too few batches to show.
+_MIN_SAMPLE_AGE_SECONDS = 2.0
 
 
 def jobs_progress(
@@ -87,10 +98,17 @@ def _progress(db: Database, conn: Connection, where: str,
                             - c.cancelled, 0) AS pending,
                    p.revert_total, c.revert_done, c.revert_running,
                    extract(epoch FROM coalesce(p.finished_at, clock_timestamp())
-                                      - p.started_at) AS elapsed_seconds
+                                      - p.started_at) AS elapsed_seconds,
+                   c.rows_done - w.rows_done AS window_rows,
+                   extract(epoch FROM clock_timestamp() - w.at) AS window_seconds
             FROM picked p JOIN counts c ON c.id = p.id
+            LEFT JOIN LATERAL (
+                SELECT at, rows_done FROM {s}.job_progress_sample
+                WHERE job_id = p.id
+                  AND at >= clock_timestamp() - make_interval(secs => :window)
+                ORDER BY at LIMIT 1) w ON true
             ORDER BY p.id DESC"""),
-        params,
+        {**params, "window": RATE_WINDOW_SECONDS},
     ).mappings()
     return [with_rates(dict(r)) for r in rows]
 
@@ -107,6 +125,10 @@ def with_rates(job: dict[str, Any]) -> dict[str, Any]:
     else:
         percent = 0.0
     rate = done / elapsed if elapsed > 0 and done else 0.0
+    window = float(job.pop("window_seconds", None) or 0.0)
+    window_rows = job.pop("window_rows", None)
+    if job["state"] == "running" and window >= _MIN_SAMPLE_AGE_SECONDS and window_rows is not None:
+        rate = max(window_rows, 0) / window  # recent, not lifetime
     remaining = max((total or 0) - done, 0)
     eta = remaining / rate if rate > 0 and job["state"] == "running" else None
     # While a job reverts, its forward figures stay as they were when it
@@ -119,3 +141,33 @@ def with_rates(job: dict[str, Any]) -> dict[str, Any]:
                eta_seconds=round(eta, 1) if eta is not None else None,
                elapsed_seconds=round(elapsed, 1))
     return job
+
+
+def record_samples(db: Database, conn: Connection, jobs: list[dict[str, Any]]) -> None:
+    """Keep a progress sample of each running job in ``jobs`` (rows of
+    ``live_jobs_progress``, read in this snapshot) unless it has one from the
+    last ``SAMPLE_EVERY_SECONDS``; drop samples past twice the rate window.
+    Samples are measurements, not job state: a deposed owner's sample is as
+    true as its successor's, so no owner fence is needed."""
+    running = [j for j in jobs if j["state"] == "running"]
+    conn.execute(
+        db.sql("""
+            DELETE FROM {s}.job_progress_sample
+            WHERE at < clock_timestamp() - make_interval(secs => :keep)"""),
+        {"keep": 2 * RATE_WINDOW_SECONDS},
+    )
+    if not running:
+        return
+    conn.execute(
+        db.sql("""
+            INSERT INTO {s}.job_progress_sample (job_id, at, rows_done)
+            SELECT n.job_id, clock_timestamp(), n.rows_done
+            FROM unnest(CAST(:ids AS bigint[]), CAST(:rows AS bigint[])) AS n(job_id, rows_done)
+            WHERE NOT EXISTS (
+                SELECT 1 FROM {s}.job_progress_sample o
+                WHERE o.job_id = n.job_id
+                  AND o.at > clock_timestamp() - make_interval(secs => :every))
+            ON CONFLICT DO NOTHING"""),
+        {"ids": [j["id"] for j in running], "rows": [j["rows_done"] for j in running],
+         "every": SAMPLE_EVERY_SECONDS},
+    )

@@ -91,6 +91,7 @@ def test_no_hot_statement_scans_the_subtask_tables(big_job):
         subtasks.claim(db, conn, "w9", limit=4)
         subtasks.renew(db, conn, [held])
         subtasks.checkpoint(db, conn, held, 20015, 5)
+        subtasks.checkpoint_many(db, conn, [subtasks.BatchDone(held, 20020, 5)])
         steps.step_snapshot(db, conn, JOB, 1)
         steps.fail_exhausted(db, conn, term, JOB, 5)
         # The owner's tick over a reverting job (DESIGN 13).
@@ -103,6 +104,7 @@ def test_no_hot_statement_scans_the_subtask_tables(big_job):
         history.jobs_awaiting_history(db, conn, 10)
         progress.jobs_progress(db, conn, JOB)
         progress.jobs_progress(db, conn)
+        progress.record_samples(db, conn, progress.live_jobs_progress(db, conn, []))
 
     statements = _captured(db, hot)
     assert len(statements) >= 13

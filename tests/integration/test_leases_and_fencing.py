@@ -160,3 +160,17 @@ def test_job_row_round_trips_into_the_job_type_view(db):
     assert isinstance(job, Job)
     assert job.target_table == '"public"."items"' and job.key_column == '"id"'
     assert job.params["column"] == "d" and job.params["work_schema"] == "reorg"
+
+
+def test_one_renewal_of_many_leases_brings_each_its_jobs_knobs_and_running_count(db):
+    job_id, _ = _job_with_ranges(db, 3)
+    with db.begin() as conn:
+        claims = subtasks.claim(db, conn, "w1", limit=3)
+    with db.begin() as conn:
+        jobs.alter(db, conn, job_id, actor="t", batch_rows=77, max_rows_per_sec=None,
+                   concurrency=None)
+    with db.begin() as conn:
+        alive = subtasks.renew(db, conn, claims[:2])
+    assert sorted(alive) == sorted(c.id for c in claims[:2])
+    assert {(a["job_state"], a["batch_rows"], a["running"]) for a in alive.values()} == {
+        ("running", 77, 3)}

@@ -65,23 +65,32 @@ class FillJob:
                           f"ADD COLUMN {_quote(p['column'])} {p['type']}"))
 
     def run_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
-        job, p = ctx.job, ctx.job.params
-        t, k = job.target_table, job.key_column
-        curr = ctx.curr_key
-        while curr < ctx.end_key:
+        while ctx.curr_key < ctx.end_key:
             ctx.raise_if_stopped()
             started = time.monotonic()
             with engine.begin() as conn, ctx.cancel_on_stop(conn):
-                last, count = conn.execute(text(
-                    f"SELECT max(k), count(*) FROM (SELECT {k} AS k FROM {t} WHERE {k} >= :lo "
-                    f"AND {k} < :end ORDER BY {k} LIMIT :n) batch"),
-                    {"lo": curr, "end": ctx.end_key, "n": job.batch_rows}).one()
-                upper = ctx.end_key if count < job.batch_rows or last is None else last + 1
-                conn.execute(text(f"UPDATE {t} SET {_quote(p['column'])} = ({p['expr']}) "
-                                  f"WHERE {k} >= :lo AND {k} < :hi"), {"lo": curr, "hi": upper})
-                ctx.checkpoint(conn, upper, count)
-            curr = upper
-            ctx.throttle(count, time.monotonic() - started)
+                rows = self._batch(ctx, conn)
+            ctx.throttle(rows, time.monotonic() - started)
+
+    def run_batch(self, ctx: SubtaskContext, conn: Connection) -> None:
+        """One batch on the pool's connection (quick subtasks, run together)."""
+        with ctx.cancel_on_stop(conn):
+            self._batch(ctx, conn)
+
+    @staticmethod
+    def _batch(ctx: SubtaskContext, conn: Connection) -> int:
+        """Fill the batch from ``ctx.curr_key``, checkpoint it; its rows."""
+        job, p = ctx.job, ctx.job.params
+        t, k, curr = job.target_table, job.key_column, ctx.curr_key
+        last, count = conn.execute(text(
+            f"SELECT max(k), count(*) FROM (SELECT {k} AS k FROM {t} WHERE {k} >= :lo "
+            f"AND {k} < :end ORDER BY {k} LIMIT :n) batch"),
+            {"lo": curr, "end": ctx.end_key, "n": job.batch_rows}).one()
+        upper = ctx.end_key if count < job.batch_rows or last is None else last + 1
+        conn.execute(text(f"UPDATE {t} SET {_quote(p['column'])} = ({p['expr']}) "
+                          f"WHERE {k} >= :lo AND {k} < :hi"), {"lo": curr, "hi": upper})
+        ctx.checkpoint(conn, upper, count)
+        return int(count)
 
     def advance(self, conn: Connection, job: Job) -> None:
         pass

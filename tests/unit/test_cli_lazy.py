@@ -1,0 +1,43 @@
+"""``reorg`` imports only the command groups a run names (cli.main.GROUPS):
+the map must list every command of every group, or a command would vanish."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import typer
+
+from cli.main import GROUPS, build_app
+
+
+def _commands(app: typer.Typer) -> set[str]:
+    command = typer.main.get_command(app)
+    if hasattr(command, "commands"):
+        return set(command.commands)
+    return {command.name}  # a group of one command
+
+
+def test_the_group_map_names_every_command_of_its_module():
+    for module, (name, commands) in GROUPS.items():
+        group = importlib.import_module(f"cli.{module}").app
+        found = {name} if name else _commands(group)
+        assert found == set(commands), module
+    assert _commands(build_app()) == {c for _, cs in GROUPS.values() for c in cs}
+
+
+def test_a_named_command_gets_its_group_and_help_gets_all():
+    assert _commands(build_app(["--db", "postgresql://x/y", "status", "7"])) == set(
+        GROUPS["jobs"][1])
+    assert _commands(build_app(["--help"])) == _commands(build_app())
+
+
+def test_status_imports_no_worker_submit_or_demo_code():
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys; from cli.main import build_app; "
+         "build_app(['status', '1']); "
+         "print(sorted(m for m in sys.modules if m in ('cli.worker', 'cli.demo', 'cli.submit', "
+         "'framework.node', 'framework.metrics', 'pyspark')))"],
+        capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded == "[]"
