@@ -10,6 +10,7 @@ import typer
 
 from cli import checksum, db, demo, history, jobs, nodes, submit, worker
 from cli.context import CliState, GlobalOptions
+from cli.dashboard import command as dashboard
 from cli.errors import debug_requested, handle
 from framework.config import Settings
 
@@ -28,6 +29,7 @@ app.add_typer(checksum.app)
 app.add_typer(history.app)
 app.add_typer(nodes.app)
 app.add_typer(worker.app)
+app.add_typer(dashboard.app)
 app.add_typer(db.app, name="db")
 app.add_typer(demo.app)
 
