@@ -3,6 +3,7 @@ until Ctrl-C or SIGTERM."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from typing import Annotated
 
@@ -47,7 +48,10 @@ def dashboard(
     print(f"reorg dashboard at http://{where}:{port}/ ({mode}); Ctrl-C stops it", flush=True)
     server = uvicorn.Server(uvicorn.Config(app_, log_level="warning", access_log=False,
                                            lifespan="off"))
-    server.run(sockets=[listener])
+    # uvicorn shuts down on SIGINT, then raises it again for the caller:
+    # stopping the page with Ctrl-C is how it ends, not an error.
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run(sockets=[listener])
 
 
 def _listen(host: str, port: int) -> socket.socket:

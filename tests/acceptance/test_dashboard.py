@@ -7,6 +7,7 @@ tests/artifacts/dashboard-job.png (one job, its events and subtasks)."""
 
 from __future__ import annotations
 
+import signal
 import time
 import urllib.request
 
@@ -139,6 +140,13 @@ def test_read_only_without_a_token_and_bad_options(db: Database, migrated_db: st
         assert_one_error_line(unreachable, 5)
         with urllib.request.urlopen(dash.base + "/", timeout=5) as response:
             assert response.status == 200
+
+        # Ctrl-C is how it stops: exit 0, after saying where it was and how.
+        dash.proc.send_signal(signal.SIGINT)
+        assert dash.proc.wait(10) == 0, dash.output()
+        out = dash.output()
+        assert f"reorg dashboard at http://127.0.0.1:{dash.port}/ (read-only)" in out
+        assert "Traceback" not in out
 
 
 def test_a_job_of_100000_subtasks_pages_fast(db: Database, migrated_db: str) -> None:
