@@ -22,6 +22,7 @@ from dashboard_support import (
     wait_for,
 )
 from selenium.webdriver.common.by import By
+from sqlalchemy.engine import make_url
 from support import execute, fill, job_of, make_items, scalar
 from support.processes import Workers
 
@@ -29,6 +30,7 @@ from framework.db import Database, describe_url
 from framework.submit import submit
 
 TOKEN = "s3cret-token"
+PASSWORD = "pw-never-shown"
 # One slot; its first batch commits and it waits (25 % of nothing yet: 500 of
 # 4,000 rows); once released it finishes that subtask and waits again right
 # after claiming the second: a job held mid-way twice, at two percents.
@@ -121,9 +123,14 @@ def test_read_only_without_a_token_and_bad_options(db: Database, migrated_db: st
     make_items(db, 100)
     job = submit(db, fill("md5(b)")).job_id
     before = _events(db, job)
-    with running_dashboard(migrated_db) as dash, chromium() as browser:
+    # The test server trusts local connections: a password in the URL is
+    # accepted, and must show nowhere.
+    with_password = make_url(migrated_db).set(password=PASSWORD).render_as_string(
+        hide_password=False)
+    with running_dashboard(with_password) as dash, chromium() as browser:
         browser.get(f"{dash.base}/jobs/{job}")
         wait_for(browser, lambda: "read-only" in text_of(browser, "#mode"), 30, "read-only note")
+        assert PASSWORD not in browser.page_source
         assert text_of(browser, "#summary .state") == "queued"
         assert not browser.find_elements(By.ID, "pause")
         # A POST as a script would send it: refused, nothing changed.
@@ -146,32 +153,47 @@ def test_read_only_without_a_token_and_bad_options(db: Database, migrated_db: st
         assert dash.proc.wait(10) == 0, dash.output()
         out = dash.output()
         assert f"reorg dashboard at http://127.0.0.1:{dash.port}/ (read-only)" in out
-        assert "Traceback" not in out
+        assert "Traceback" not in out and PASSWORD not in out
 
 
 def test_a_job_of_100000_subtasks_pages_fast(db: Database, migrated_db: str) -> None:
     make_items(db, 10)
     job = submit(db, fill("md5(b)")).job_id
-    # A split that large takes the owner minutes; written directly instead.
-    execute(db, """
-        INSERT INTO reorg.background_subtask (job_id, step, ordinal, state, start_key, end_key,
-                                              curr_key, meta)
-        SELECT :j, 1, g, 'pending', g * 10, g * 10 + 10, g * 10, '{}'
-        FROM generate_series(0, 99999) g""", {"j": job})
-    execute(db, "UPDATE reorg.jobs SET subtasks_total = 100000 WHERE id = :j", {"j": job})
-    execute(db, "ANALYZE reorg.background_subtask")
+    # Half done: 50,000 subtasks moved to history, 50,000 pending. A split that
+    # large takes the owner minutes; written directly instead.
+    for table, state, ordinals in (("background_subtask_history", "succeeded", (0, 49_999)),
+                                   ("background_subtask", "pending", (50_000, 99_999))):
+        execute(db, f"""
+            INSERT INTO reorg.{table} (id, job_id, step, ordinal, state, start_key, end_key,
+                                       curr_key, row_count, meta)
+            SELECT nextval('reorg.subtask_id_seq'), :j, 1, g, :state, g * 10, g * 10 + 10,
+                   g * 10 + CASE WHEN :state = 'succeeded' THEN 10 ELSE 0 END,
+                   CASE WHEN :state = 'succeeded' THEN 10 ELSE 0 END, '{{}}'
+            FROM generate_series(:lo, :hi) g""",
+                {"j": job, "state": state, "lo": ordinals[0], "hi": ordinals[1]})
+        execute(db, f"ANALYZE reorg.{table}")
+    execute(db, "UPDATE reorg.jobs SET subtasks_total = 100000, moved_succeeded = 50000, "
+                "moved_rows = 500000 WHERE id = :j", {"j": job})
     with running_dashboard(migrated_db) as dash, chromium() as browser:
-        for path in (f"/jobs/{job}", f"/jobs/{job}?after=1.99000", "/"):
+        for path in (f"/jobs/{job}", f"/jobs/{job}?after=1.49990", f"/jobs/{job}?after=1.99000",
+                     f"/jobs/{job}?state=pending", f"/jobs/{job}/fragments/subtasks", "/"):
             started = time.monotonic()
             with urllib.request.urlopen(dash.base + path, timeout=10) as response:
                 assert response.status == 200
             # Generous for a shared 2-core machine; reading every subtask is far slower.
             assert time.monotonic() - started < 1.0, path
         browser.get(f"{dash.base}/jobs/{job}")
-        wait_for(browser, lambda: "100,000 pending" in text_of(browser, "#summary"), 30,
+        wait_for(browser, lambda: "50,000 pending" in text_of(browser, "#summary"), 30,
                  "the subtask counts")
+        assert "50,000 succeeded" in text_of(browser, "#summary")
         assert len(texts_of(browser, "#subtasks tbody tr")) == 50
         browser.find_element(By.ID, "next-page").click()
         wait_for(browser, lambda: "after=1.49" in browser.current_url, 30, "the second page")
-        ordinals = texts_of(browser, "#subtasks tbody tr td:nth-child(2)")
-        assert ordinals == [str(n) for n in range(50, 100)]
+        assert texts_of(browser, "#subtasks tbody tr td:nth-child(2)") == [
+            str(n) for n in range(50, 100)]
+        # Where history ends and the live table begins, one page holds both.
+        browser.get(f"{dash.base}/jobs/{job}?after=1.49990")
+        wait_for(browser, lambda: texts_of(browser, "#subtasks tbody tr td:nth-child(2)") == [
+            str(n) for n in range(49_991, 50_041)], 30, "the page across the history boundary")
+        states = texts_of(browser, "#subtasks tbody .state")
+        assert states == ["succeeded"] * 9 + ["pending"] * 41
