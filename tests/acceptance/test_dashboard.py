@@ -43,7 +43,7 @@ def _events(db: Database, job_id: int) -> list[tuple[str, str]]:
         {"j": job_id})]
 
 
-def test_live_progress_events_subtasks_and_pause_with_the_token(
+def test_live_progress_events_subtasks_pause_and_resume_with_the_token(
         db: Database, migrated_db: str, workers: Workers) -> None:
     make_items(db, 4_000)
     job = submit(db, fill("md5(b)", rows_per_subtask=1_000, batch_rows=500)).job_id
@@ -117,6 +117,15 @@ def test_live_progress_events_subtasks_and_pause_with_the_token(
         wait_for(browser, lambda: "dashboard:127.0.0.1" in text_of(browser, "#events"), 30,
                  "the pause event on the page")
         screenshot(browser, "dashboard-job.png")
+
+        # Resume: the job runs to its end, and the page follows it there.
+        browser.find_element(By.ID, "resume").click()
+        wait_for(browser, lambda: "resume requested" in text_of(browser, "#message"), 30,
+                 "the resume accepted")
+        wait_for(browser, lambda: text_of(browser, "#summary .state") == "succeeded", 60,
+                 "the job succeeded on the page")
+        assert text_of(browser, "#summary .percent") == "100.0%"
+        assert ("dashboard:127.0.0.1", "resuming") in _events(db, job)
 
 
 def test_read_only_without_a_token_and_bad_options(db: Database, migrated_db: str) -> None:
