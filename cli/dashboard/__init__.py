@@ -8,7 +8,8 @@ nodes, live without reloading; pause/resume/cancel behind a token.
 - ``actions``: the token check and the job actions, each recorded with the
   actor ``dashboard:<client address>``.
 - ``templates/``, ``static/``: Jinja2 templates, the stylesheet, and htmx
-  (vendored from npm's ``htmx.org``; nothing is fetched from a CDN).
+  (htmx 2.0.11, 0BSD, vendored from npm's ``htmx.org``; nothing is fetched
+  from a CDN).
 
 Only ``command`` imports typer, so the application runs under any ASGI server;
 the rest of ``cli`` never imports the web libraries (Starlette, uvicorn,
