@@ -7,5 +7,7 @@ Owns argument parsing, ``REORG_*`` environment variables, output formatting
 (``reorg demo`` alone writes SQL of its own, to its demo table).
 
 Never imported by ``framework`` or ``backfill``. Imports ``framework.localpg.embedded``
-lazily, only when no database is configured.
+lazily, only when no database is configured. The web libraries (Starlette,
+uvicorn, Jinja2) are imported only by ``cli.dashboard``, and only when
+``reorg dashboard`` runs.
 """

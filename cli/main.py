@@ -30,6 +30,7 @@ GROUPS: dict[str, tuple[str | None, tuple[str, ...]]] = {
     "worker": (None, ("worker",)),
     "db": ("db", ("db",)),
     "demo": (None, ("demo",)),
+    "dashboard.command": (None, ("dashboard",)),
 }
 
 

@@ -10,4 +10,6 @@ tests and benchmarks; the framework's own modules never import it.
 
 Must never import ``backfill`` or ``cli``: job types register themselves from
 outside, through the ``reorg.job_types`` entry point or ``jobtype.register``.
+Nor typer or the dashboard's web libraries (Starlette, uvicorn, Jinja2): every
+interface to people lives in ``cli``.
 """

@@ -8,6 +8,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB_TYPES = ("backfill.sql_update", "backfill.spark_backfill", "backfill.copy", "backfill.checksum")
+# The web stack of ``reorg dashboard`` (cli.dashboard).
+WEB = ("starlette", "uvicorn", "jinja2")
 
 
 def _imports(package: str) -> dict[str, set[str]]:
@@ -32,12 +34,15 @@ def _under(name: str, package: str) -> bool:
 RULES = [
     # (package, what its modules never import, modules exempt, imports allowed)
     ("framework", ("backfill", "cli"), None, None),
+    ("framework", ("typer", *WEB), None, None),
     ("framework", ("framework.localpg",), "framework.localpg", None),
     ("framework.localpg", ("framework", "backfill", "cli"), None, "framework.localpg"),
     ("backfill", ("cli",), None, None),
     ("backfill.spark", JOB_TYPES, None, None),
     ("backfill.sql_update", ("backfill.spark", "pyspark"), None, None),
     *[(jt, tuple(other for other in JOB_TYPES if other != jt), None, None) for jt in JOB_TYPES],
+    ("cli", WEB, "cli.dashboard", None),
+    ("cli.dashboard", ("typer",), "cli.dashboard.command", None),
 ]
 
 
