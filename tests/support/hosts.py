@@ -209,7 +209,7 @@ def spark_home() -> Path:
 
 @dataclass
 class SparkCluster:
-    """A Spark standalone master and one worker (1 core, 1g), bound to the
+    """A Spark standalone master and one worker (2 cores, 1g: one 512m executor for each of two drivers), bound to the
     bridge address, started with the pyspark installation's ``spark-class``."""
 
     host: str
@@ -246,7 +246,7 @@ class SparkCluster:
     def start_worker(self) -> None:
         before = self.log("master").count("Registering worker")
         self.worker = self._spawn("worker", "org.apache.spark.deploy.worker.Worker",
-                                  "--host", self.host, "--cores", "1", "--memory",
+                                  "--host", self.host, "--cores", "2", "--memory",
                                   self.worker_memory, "--webui-port", "0", self.url)
         wait_until(lambda: self.log("master").count("Registering worker") > before
                    or self.worker.poll() is not None, 120, "the Spark worker to register")
