@@ -209,8 +209,9 @@ def spark_home() -> Path:
 
 @dataclass
 class SparkCluster:
-    """A Spark standalone master and one worker (2 cores, 1g: one 512m executor for each of two drivers), bound to the
-    bridge address, started with the pyspark installation's ``spark-class``."""
+    """A Spark standalone master and one worker (2 cores, 1g: one 512m executor
+    for each of two drivers), bound to the bridge address, started with the
+    pyspark installation's ``spark-class``."""
 
     host: str
     port: int = 7077
