@@ -36,13 +36,13 @@ TESTS = Path(__file__).resolve().parents[1] / "tests"
 sys.path.insert(0, str(TESTS))  # support.hosts and support.processes: the tests' harness
 
 from support.db import create_database, execute, make_items, scalar  # noqa: E402
-from support.fill import fill  # noqa: E402
+from support.fill import fill, register  # noqa: E402
 from support.hosts import Network, available, wait_for_postgres  # noqa: E402
 from support.processes import Workers  # noqa: E402
 
 from framework import control, migrate  # noqa: E402
 from framework.config import Settings  # noqa: E402
-from framework.db import Database  # noqa: E402
+from framework.db import Database, DatabaseUnreachable  # noqa: E402
 from framework.store import owner_lease  # noqa: E402
 from framework.submit import SubmitRequest, submit  # noqa: E402
 
@@ -66,10 +66,12 @@ class Tally:
 
 def retrying(fn, *args, attempts: int = 60, **kw):
     """``fn`` retried through PostgreSQL restarts."""
+    import sqlalchemy as sa
+
     for i in range(attempts):
         try:
             return fn(*args, **kw)
-        except Exception:
+        except (sa.exc.OperationalError, sa.exc.InterfaceError, OSError, DatabaseUnreachable):
             if i == attempts - 1:
                 raise
             time.sleep(0.5)
@@ -238,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     if not available():
         print("error: the soak needs root, ip and nft (network namespaces)", file=sys.stderr)
         return 2
+    register()  # test-fill, in this process (submit validates) and the workers (REORG_JOB_TYPES)
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     print(f"soak: {args.minutes:g} min, {args.rows:,} rows, {args.hosts} hosts, seed {seed}", flush=True)
     net = Network()
