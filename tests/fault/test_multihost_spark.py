@@ -2,10 +2,11 @@
 master and a 1g worker from pyspark's ``spark-class``), its drivers the
 ``reorg worker`` processes on hosts of their own (``--spark-master spark://``,
 ``spark.driver.host`` = the host's address), while an application writer
-changes rows. The Spark worker (the executor host) or the master is killed
-mid-batch; afterwards every row holds the value computed from its latest
-write (no stale write accepted) and the committed batch rows sum to the table
-(no batch applied twice) (DESIGN 2, 3, 9)."""
+changes rows. The Spark worker (the executor host), the master or PostgreSQL
+(``pg_ctl -m immediate``, then restarted) is killed mid-batch; afterwards
+every row holds the value computed from its latest write (no stale write
+accepted) and the committed batch rows sum to the table (no batch applied
+twice) (DESIGN 2, 3, 9)."""
 
 from __future__ import annotations
 
@@ -72,17 +73,23 @@ def start_backfill(cluster, spark_cluster) -> int:
 # Matrix: a Spark cluster and two drivers take minutes to start on a loaded 2-core machine; the
 # CI short form of "executor lost mid-batch" is test_spark_faults.py (the worker's JVM killed).
 @pytest.mark.matrix
-@pytest.mark.parametrize("victim", ["worker", "master"])
+@pytest.mark.parametrize("victim", ["worker", "master", "postgres"])
 def test_spark_node_killed_mid_batch(cluster, spark_cluster, victim):
     job_id = start_backfill(cluster, spark_cluster)
     gates = cluster.workers.gates
     with AppWriter(cluster.db) as app:
         # Both drivers have read and computed a batch on the cluster's executors.
         gates.wait_blocked("spark.before_apply", 180, count=2)
-        spark_cluster.kill(victim)
+        if victim == "postgres":
+            cluster.net.crash_postgres()  # pg_ctl -m immediate: executors' reads die too
+        else:
+            spark_cluster.kill(victim)
         killed = time.monotonic()
         gates.release("spark.before_apply")
-        if victim == "worker":
+        if victim == "postgres":
+            cluster.net.start_postgres()
+            cluster.db.engine.dispose()
+        elif victim == "worker":
             # A lost host comes back (or another replaces it): the apps get executors again.
             spark_cluster.start_worker()
         state = wait_state(cluster.db, job_id, timeout=300)["state"]
@@ -93,5 +100,5 @@ def test_spark_node_killed_mid_batch(cluster, spark_cluster, victim):
         spark_cluster.start_worker()
     assert state == "succeeded", [w.log()[-2000:] for w in cluster.workers]
     figures = check(cluster.db)
-    report(f"Spark {victim} killed mid-batch", job="backfill", job_done_s=done,
+    report(f"{victim} killed mid-batch", job="backfill", job_done_s=done,
            app_writes=app.writes, **figures)
