@@ -96,6 +96,7 @@ class Soak:
     def start_worker(self, node_id: str, host) -> None:
         self.procs[node_id] = (self.workers.start(
             node_id, slots=2, prefix=host.command, REORG_MAX_ATTEMPTS="50",
+            REORG_SPARK_WARMUP="false",  # no Spark job in the soak: spare the CPU a JVM costs
             REORG_DATABASE_URL=self.net.url_from_hosts("soak")), host)
 
     # -- the application ---------------------------------------------------------

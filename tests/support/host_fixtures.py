@@ -73,6 +73,8 @@ class Cluster:
                "REORG_POLL_SECONDS": "0.2"}
         if spark is not None:
             env |= {"REORG_SPARK_MASTER": spark.url, "REORG_SPARK_CONF": spark_conf_for(host)}
+        else:
+            env["REORG_SPARK_WARMUP"] = "false"  # no Spark job here: spare the CPU a JVM costs
         return self.workers.start(node_id, prefix=host.command, **env, **kw)
 
 
