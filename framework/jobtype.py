@@ -20,6 +20,24 @@ A job type is one object with six small duties, called in this order::
                                     table to its pre-job contents, in the fenced
                                     transaction that marks the job reverted.
 
+Two optional duties, for checks and start-ups too slow for every process::
+
+    analyse(conn, job) -> params    the checks too costly for ``reorg submit``
+                                    (e.g. analysing a Spark expression): run by
+                                    the owner before the split and prepare,
+                                    outside the fenced transaction, in a
+                                    transaction it rolls back; raise
+                                    InvalidParams to reject the job (its submit
+                                    then leaves no trace: framework.verdict).
+                                    Returns the params to store (the input, or
+                                    with what the analysis found). Where no
+                                    owner runs, ``reorg submit`` runs it itself.
+    warm_up(job)                    per process, before the first ``analyse``
+                                    or ``run_subtask`` of the type there (and
+                                    with job None at ``reorg worker
+                                    --spark-warmup``): start what the type
+                                    needs, e.g. Spark; idempotent.
+
 Job types register from outside ``framework`` through the ``reorg.job_types``
 entry point (a callable that calls ``register``), by calling ``register``, or
 through ``REORG_JOB_TYPES``: a comma-separated list of ``module:callable``
@@ -239,6 +257,23 @@ class JobType(Protocol):
     def advance(self, conn: Connection, job: Job) -> None: ...
 
     def rollback(self, conn: Connection, job: Job) -> None: ...
+
+
+def analyses_on_owner(kind: JobType) -> bool:
+    """Whether the type has checks that ``validate`` leaves to the owner."""
+    return callable(getattr(kind, "analyse", None))
+
+
+def analyse(kind: JobType, conn: Connection, job: Job) -> dict[str, Any]:
+    """The type's ``analyse`` (optional duty); raises InvalidParams to reject."""
+    return dict(kind.analyse(conn, job))  # type: ignore[attr-defined]
+
+
+def warm_up(kind: JobType, job: Job | None) -> None:
+    """The type's per-process start-up (optional duty), e.g. Spark's."""
+    start = getattr(kind, "warm_up", None)
+    if callable(start):
+        start(job)
 
 
 _registry: dict[str, JobType] = {}

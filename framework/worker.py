@@ -245,7 +245,9 @@ class WorkerPool:
             # pause, cancel or drain meanwhile hands it back before it starts.
             ctx.raise_if_stopped()
             faults.hit("worker.after_claim")
-            jobtype.get(ctx.job.type).run_subtask(ctx, self.db.engine)
+            kind = jobtype.get(ctx.job.type)
+            jobtype.warm_up(kind, ctx.job)  # e.g. Spark, started here only for a type needing it
+            kind.run_subtask(ctx, self.db.engine)
             if ctx.finished:  # the last checkpoint finished it, in the batch's transaction
                 return SlotResult(claim.id, "succeeded")
             ctx.raise_if_stopped()

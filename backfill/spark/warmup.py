@@ -1,0 +1,32 @@
+"""The Spark job types' per-worker start-up (``JobType.warm_up``).
+
+A worker starts Spark only when a job type that needs it is about to run a
+subtask, or analyse a job's input, on it: a worker that only runs
+``sql-update`` never starts a JVM. The first start also builds, once per
+host, the class-data archive later JVMs start from (``backfill.spark.cds``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from framework.errors import one_line
+
+log = logging.getLogger("reorg.spark")
+
+_archive_checked = threading.Event()
+
+
+def start_worker_spark() -> None:
+    """The process's SparkSession, started unless it runs (seconds, once)."""
+    from backfill.spark import cds, session
+
+    session.get_spark()
+    if _archive_checked.is_set():
+        return
+    _archive_checked.set()
+    try:
+        cds.ensure_in_background(session.cds_archive(), session.settings_environ())
+    except Exception as exc:  # only a speed-up: never fail a subtask for it
+        log.warning("not building a Spark class-data archive: %s", one_line(exc))
