@@ -37,8 +37,8 @@ sys.path.insert(0, str(TESTS))  # support.hosts and support.processes: the tests
 
 from support.db import create_database, execute, make_items, scalar  # noqa: E402
 from support.fill import fill, register  # noqa: E402
-from support.hosts import Network, available, wait_for_postgres  # noqa: E402
-from support.processes import Workers  # noqa: E402
+from support.hosts import Host, Network, available, wait_for_postgres  # noqa: E402
+from support.processes import WorkerProcess, Workers  # noqa: E402
 
 from framework import control, migrate  # noqa: E402
 from framework.config import Settings  # noqa: E402
@@ -87,7 +87,7 @@ class Soak:
         execute(self.db, "UPDATE items SET c = md5(b)")
         self.hosts = [net.add_host(f"s{i}") for i in range(hosts)]
         self.workers = Workers(url)
-        self.procs = {}
+        self.procs: dict[str, tuple[WorkerProcess, Host]] = {}
         for i, host in enumerate(self.hosts):
             self.start_worker(f"n{i}", host)
         self.tally = Tally()
@@ -116,7 +116,8 @@ class Soak:
 
     def owner(self) -> str | None:
         with self.db.begin() as conn:
-            return owner_lease.current(self.db, conn)["owner_id"]
+            owner = owner_lease.current(self.db, conn)["owner_id"]
+        return str(owner) if owner else None
 
     def inject(self, fault: str) -> None:
         node_id = self.rng.choice(sorted(self.procs))

@@ -109,11 +109,16 @@ def _report(result: SubmitResult, as_json: bool) -> None:
         _report_plan(result.target_table, result.plan, as_json)
     elif as_json:
         print_json({"id": result.job_id, "created": result.created,
-                    "table": table_name(result.target_table)})
+                    "table": table_name(result.target_table),
+                    "awaiting_verdict": result.awaiting_verdict})
     else:
         if not result.created:
             typer.echo(f"note: job key already names job {result.job_id}; not submitted again",
                        err=True)
+        if result.awaiting_verdict:
+            typer.echo(f"note: job {result.job_id} is queued; the owner has not finished "
+                       f"checking its input yet (`reorg wait {result.job_id}` reports a "
+                       "rejection)", err=True)
         print(result.job_id)  # alone on stdout: scripts capture it
 
 

@@ -52,6 +52,7 @@ from pathlib import Path
 
 # Every point production code hits: ``<component>.<stage>``.
 POINTS: tuple[str, ...] = (
+    "owner.after_analyse",        # owner: a job's input accepted (JobType.analyse), not yet split
     "owner.before_split",         # owner: job prepared, the key space not yet split
     "owner.after_prepare",        # owner: prepare ran, its fenced transaction still open
     "owner.after_advance_step",   # owner: a step advanced, transaction still open

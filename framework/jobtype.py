@@ -15,8 +15,6 @@ One object may be both (every built-in type is). In the order they run::
     [split]                         owner, done by the framework: the key space
                                     of (table, key) into equal-row ranges, the
                                     subtasks of step STEP_PREPARED.
-    [start_worker()]                worker, optional: once when a worker process
-                                    starts (e.g. start Spark while idle).
     run_subtask(ctx, engine)        worker: batch by batch from ctx.curr_key;
                                     each batch's write and ctx.checkpoint(...)
                                     commit in one transaction (exactly once).
@@ -49,6 +47,25 @@ Rollback (after failure or cancel) is a step like any other (DESIGN 13)::
 Step numbers are stored in job and subtask rows: once shipped they never
 change meaning. A job type numbers its forward steps from STEP_PREPARED;
 STEP_REVERT is negative so it never meets one of them.
+
+Two optional duties, for checks and start-ups too slow for every process::
+
+    analyse(conn, job) -> params    the checks too costly for ``reorg submit``
+                                    (e.g. analysing a Spark expression): run by
+                                    the owner before the split and prepare,
+                                    outside the fenced transaction, in a
+                                    transaction it rolls back; raise
+                                    InvalidParams to reject the job (its submit
+                                    then leaves no trace: framework.submit).
+                                    Returns the params to store (the input, or
+                                    with what the analysis found). Where no
+                                    owner runs, ``reorg submit`` runs it itself.
+    warm_up(job)                    per process, before the first ``analyse``
+                                    or forward ``run_subtask`` of the type there
+                                    (and with job None at ``reorg worker
+                                    --spark-warmup``): start what the type
+                                    needs, e.g. Spark; idempotent. A worker
+                                    that runs no Spark type starts no JVM.
 
 Job types register from outside ``framework`` through the ``reorg.job_types``
 entry point (a callable that calls ``register``), by calling ``register``, or
@@ -293,22 +310,12 @@ class JobType(Planner, Executor, Protocol):
     """Both sides in one object, as every built-in job type is registered."""
 
 
-def start_workers() -> None:
-    """Run each registered executor's per-worker start hook, ``start_worker()``
-    (optional; e.g. start Spark while the worker is idle rather than inside
-    its first subtask's lease). Called once when a worker process starts."""
-    _load_entry_points()
-    for job_type in list(_registry.values()):
-        hook = getattr(job_type, "start_worker", None)
-        if hook is not None:
-            hook()
-
-
 def run_step(job_type: Executor, ctx: SubtaskContext, engine: Any) -> None:
     """Run one claimed subtask: a revert subtask restores, any other runs forward."""
     if ctx.job.step == STEP_REVERT:
-        job_type.revert_subtask(ctx, engine)
+        job_type.revert_subtask(ctx, engine)  # restores run in PostgreSQL: no warm-up
     else:
+        warm_up(job_type, ctx.job)  # e.g. Spark, started only where a type needing it runs
         job_type.run_subtask(ctx, engine)
 
 
@@ -329,6 +336,23 @@ class BatchExecutor(Executor, Protocol):
 def batch_runner(job_type: Executor) -> Callable[[SubtaskContext, Connection], None] | None:
     """The executor's ``run_batch``, if it has one (``BatchExecutor``)."""
     return getattr(job_type, "run_batch", None)
+
+
+def analyses_on_owner(kind: JobType) -> bool:
+    """Whether the type has checks that ``validate`` leaves to the owner."""
+    return callable(getattr(kind, "analyse", None))
+
+
+def analyse(kind: JobType, conn: Connection, job: Job) -> dict[str, Any]:
+    """The type's ``analyse`` (optional duty); raises InvalidParams to reject."""
+    return dict(kind.analyse(conn, job))  # type: ignore[attr-defined]
+
+
+def warm_up(kind: object, job: Job | None) -> None:
+    """The type's per-process start-up (optional duty), e.g. Spark's."""
+    start = getattr(kind, "warm_up", None)
+    if callable(start):
+        start(job)
 
 
 _registry: dict[str, JobType] = {}

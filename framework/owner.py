@@ -13,14 +13,14 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import sqlalchemy as sa
 
 from framework import catch_up, faults, jobtype, leases
 from framework.db import Database
 from framework.errors import is_retryable, one_line
-from framework.jobtype import STEP_DONE, STEP_PREPARED, STEP_REVERT, Job
+from framework.jobtype import STEP_DONE, STEP_PREPARED, STEP_REVERT, InvalidParams, Job
 from framework.splitting import plan_split
 from framework.states import JobState
 from framework.store import history, jobs, nodes, owner_lease, steps
@@ -208,6 +208,11 @@ class Owner:
     def _start(self, term: OwnerTerm, job: Job) -> str:
         try:
             kind = jobtype.get(job.type)
+            if jobtype.analyses_on_owner(kind) and job.params.get(jobs.VERDICT) != jobs.ACCEPTED:
+                analysed = self._analyse(term, kind, job)
+                if analysed is None:
+                    return "input rejected"
+                job = analysed
             # The split reads the key column (a sample of it on a big table); it
             # runs before, and outside, the transaction that takes DDL locks, so
             # the table is never locked for it (``keep_term`` keeps the term
@@ -238,6 +243,28 @@ class Owner:
                           error=one_line(exc), detail="prepare failed")
             return f"prepare failed: {one_line(exc)}"
         return f"started with {len(plan.ranges)} subtasks"
+
+    def _analyse(self, term: OwnerTerm, kind: jobtype.JobType, job: Job) -> Job | None:
+        """The type's checks too costly for ``reorg submit`` (DESIGN 11): in a
+        transaction of their own that is rolled back, before the split and
+        prepare touch the table, so the fenced transaction never waits on
+        them. Returns the job with its accepted params, or None: rejected
+        (queued -> failed, nothing done; the waiting submit reports it)."""
+        jobtype.warm_up(kind, job)  # e.g. Spark: seconds once, before any transaction opens
+        try:
+            with self.db.connect() as conn, conn.begin() as tx:
+                params = jobtype.analyse(kind, conn, job)
+                tx.rollback()
+        except InvalidParams as exc:
+            with self._fenced(term) as conn:
+                self._must(jobs.reject(self.db, conn, term, job.id, actor=self._actor(term),
+                                       error=one_line(exc)))
+            return None
+        with self._fenced(term) as conn:
+            if not jobs.accept(self.db, conn, term, job.id, params):
+                raise _Raced()
+        faults.hit("owner.after_analyse")
+        return replace(job, params={**params, jobs.VERDICT: jobs.ACCEPTED})
 
     def _check_running(self, term: OwnerTerm, row: dict, job: Job) -> str | None:
         with self._fenced(term) as conn:

@@ -1,20 +1,44 @@
-"""Submitting a job: validate, optionally plan only (dry run), insert.
+"""Submitting a job: validate, optionally plan only (dry run), insert, and
+wait for the owner's verdict on the input.
 
 Validation and the dry-run plan run in a transaction that is always rolled
 back, so a rejected or dry-run submit changes no table (DESIGN 11).
+
+A job type whose checks are too costly for every ``reorg submit`` (analysing
+a Spark expression needs a JVM: seconds to start) leaves them to the owner
+(``JobType.analyse``), whose process keeps what they need warm::
+
+    submit: validate ─► insert (queued) ─► wait for the verdict ─┬─► accepted: print the id
+    owner:                       analyse ─► accept | reject ─────┴─► rejected: discard the
+                                 (before split and prepare)          job, one error line, exit 2
+
+A rejected job is deleted with its events by the submit that waited for it,
+so a rejected submit leaves every table as it was; only a submit killed
+while it waits leaves its rejected job behind (state reverted, its error
+saying why: the trace of a submit that did not report). With no live owner,
+and for a dry run (which writes nothing), submit runs the analysis itself
+(it then takes as long as the JVM's start). If the verdict takes longer than
+``verdict_seconds`` (an owner starting Spark for the first time on a loaded
+host), submit prints the id anyway and says the job awaits its checks;
+``reorg wait`` then reports a rejection as a failed job.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from framework import jobtype
 from framework.control import local_actor
 from framework.db import Database
-from framework.jobtype import InvalidParams
+from framework.jobtype import InvalidParams, Job, JobType
 from framework.splitting import SplitPlan, plan_split
-from framework.store import jobs
+from framework.states import JobState
+from framework.store import jobs, owner_lease
+
+# How often a submit looks for the owner's verdict.
+VERDICT_POLL_SECONDS = 0.02
 
 
 @dataclass(frozen=True)
@@ -30,6 +54,8 @@ class SubmitRequest:
     dry_run: bool = False
     # Who submits, for the job event (default: this process's user@host).
     actor: str | None = None
+    # How long to wait for the owner's verdict on the input (JobType.analyse).
+    verdict_seconds: float = 60.0
 
     def check_limits(self) -> None:
         for name, value in (("--concurrency", self.concurrency), ("--batch-rows", self.batch_rows)):
@@ -50,6 +76,8 @@ class SubmitResult:
     created: bool
     target_table: str
     plan: SplitPlan | None = None
+    # The owner had not given its verdict on the input within verdict_seconds.
+    awaiting_verdict: bool = False
 
 
 def submit(db: Database, request: SubmitRequest) -> SubmitResult:
@@ -64,6 +92,10 @@ def submit(db: Database, request: SubmitRequest) -> SubmitResult:
         plan = (plan_split(conn, target.table, target.key_column, params.get("rows_per_subtask"))
                 if request.dry_run else None)
         tx.rollback()
+    owner_checks = jobtype.analyses_on_owner(kind)
+    if owner_checks and (request.dry_run or not _owner_live(db)):
+        params = _analyse_here(db, kind, request, target.table, target.key_column, params)
+        owner_checks = False
     if plan is not None:
         return SubmitResult(None, False, target.table, plan)
     with db.begin() as conn:
@@ -74,4 +106,45 @@ def submit(db: Database, request: SubmitRequest) -> SubmitResult:
             max_rows_per_sec=request.max_rows_per_sec,
             actor=request.actor or local_actor(),
         )
+    if owner_checks and created:
+        return _await_verdict(db, job_id, target.table, request.verdict_seconds)
     return SubmitResult(job_id, created, target.table)
+
+
+def _owner_live(db: Database) -> bool:
+    with db.begin() as conn:
+        return bool(owner_lease.current(db, conn)["live"])
+
+
+def _analyse_here(db: Database, kind: JobType, request: SubmitRequest, table: str, key: str,
+                  params: dict[str, Any]) -> dict[str, Any]:
+    """The owner's checks, run by this process (no owner to ask, or a dry run)."""
+    job = Job(id=0, type=request.type, state=str(JobState.QUEUED), step=0, params=params,
+              target_table=table, key_column=key, batch_rows=request.batch_rows,
+              max_rows_per_sec=request.max_rows_per_sec, row_estimate=None,
+              concurrency=request.concurrency)
+    with db.connect(isolation_level="REPEATABLE READ") as conn, conn.begin() as tx:
+        analysed = jobtype.analyse(kind, conn, job)
+        tx.rollback()
+    return {**analysed, jobs.VERDICT: jobs.ACCEPTED}
+
+
+def _await_verdict(db: Database, job_id: int, table: str, seconds: float) -> SubmitResult:
+    """Wait for the owner to accept or reject the job's input; a rejected job
+    is discarded and its error raised (DESIGN 11)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        with db.begin() as conn:
+            seen = jobs.verdict(db, conn, job_id)
+        if seen is None:  # deleted meanwhile (another submit's discard cannot: it is ours)
+            raise InvalidParams(f"job {job_id} disappeared before its input was checked")
+        state, verdict, error = seen
+        if verdict == jobs.REJECTED:
+            with db.begin() as conn:
+                jobs.discard_rejected(db, conn, job_id)
+            raise InvalidParams(error or "the owner rejected the job's input")
+        if verdict == jobs.ACCEPTED or state is not JobState.QUEUED:
+            return SubmitResult(job_id, True, table)
+        if time.monotonic() >= deadline:
+            return SubmitResult(job_id, True, table, awaiting_verdict=True)
+        time.sleep(VERDICT_POLL_SECONDS)

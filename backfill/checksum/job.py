@@ -110,6 +110,13 @@ class ChecksumJobType:
                 f"{a.key}; checksum matches rows by that key, so both need it")
         return b
 
+    def warm_up(self, job: Job | None) -> None:
+        # Only a comparison in Spark needs it; the default compares in PostgreSQL.
+        if job is not None and job.params.get("compare_in") == "spark":
+            from backfill.spark.warmup import start_worker_spark
+
+            start_worker_spark()
+
     def prepare(self, conn: Connection, job: Job) -> None:
         return None  # read-only: nothing to set up
 

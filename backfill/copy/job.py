@@ -40,6 +40,7 @@ from sqlalchemy.engine import Connection, Engine
 from backfill.copy import submit
 from backfill.copy.batches import CopySpec, OutputColumn
 from backfill.restore import restore_in_batches
+from backfill.spark.warmup import start_worker_spark
 from backfill.tables import relation_exists, set_ddl_lock_timeout
 from framework import jobtype
 from framework.jobtype import InvalidParams, Job, SubtaskContext, Target
@@ -61,7 +62,13 @@ class CopyJobType:
     name = "copy"
 
     def validate(self, conn: Connection, params: dict[str, Any]) -> Target:
-        return submit.validate(conn, params)  # checks on Spark: backfill.copy.submit
+        return submit.validate(conn, params)  # what PostgreSQL answers: backfill.copy.submit
+
+    def analyse(self, conn: Connection, job: Job) -> dict[str, Any]:
+        return submit.analyse(conn, job)  # the selects on Spark
+
+    def warm_up(self, job: Job | None) -> None:
+        start_worker_spark()
 
     # --- owner steps --------------------------------------------------------
 

@@ -23,11 +23,12 @@ from backfill.tables import (
     quote,
     relation_exists,
 )
-from framework.jobtype import InvalidParams, Target
+from framework.jobtype import InvalidParams, Job, Target
 
 
 def validate(conn: Connection, params: dict[str, Any]) -> Target:
-    start_spark_first(conn, params.get("table", ""))
+    """What PostgreSQL answers: the tables, the key, --where, no clashing keys.
+    The selects are analysed on Spark by ``analyse``."""
     src = inspect_table(conn, params.get("table", ""))
     selects = [s.strip() for s in params.get("select") or [] if s and s.strip()]
     if not selects:
@@ -48,19 +49,29 @@ def validate(conn: Connection, params: dict[str, Any]) -> Target:
     if target_sql == src.qualified:
         raise InvalidParams(f"--target {target_display} is the source table; copy into "
                             "another table")
-    from backfill.spark.quiet import quiet_analysis_errors
-
-    with quiet_analysis_errors():
-        columns = _check_with_spark(conn, src, dst, selects, where)
     if dst is not None:
-        _check_target_columns(conn, dst, columns)
         _check_no_overlap(conn, src, dst, where)
     normalised = {k: v for k, v in params.items() if v is not None}
     normalised |= {"select": selects, "where": where, "create_target": create,
-                   "key": src.key, "target_table": target_sql, "target": target_display,
-                   "columns": [c.to_param() for c in columns]}
+                   "key": src.key, "target_table": target_sql, "target": target_display}
     normalised.setdefault("rows_per_subtask", ROWS_PER_SUBTASK)
     return Target(src.qualified, src.key_sql, normalised)
+
+
+def analyse(conn: Connection, job: Job) -> dict[str, Any]:
+    """Each --select on Spark against both tables, dry-run on sample rows;
+    returns the params with the target's columns (name, type, source)."""
+    p = job.params
+    start_spark_first(conn, job.target_table)
+    src = inspect_table(conn, job.target_table)
+    dst = None if p["create_target"] else inspect_table(conn, p["target_table"])
+    from backfill.spark.quiet import quiet_analysis_errors
+
+    with quiet_analysis_errors():
+        columns = _check_with_spark(conn, src, dst, p["select"], p.get("where"))
+    if dst is not None:
+        _check_target_columns(conn, dst, columns)
+    return {**p, "columns": [c.to_param() for c in columns]}
 
 
 def _existing_target(conn: Connection, src: TableInfo, name: str) -> TableInfo:

@@ -28,6 +28,7 @@ from backfill.restore import restore_in_batches
 from backfill.spark.failures import first_line
 from backfill.spark.sizing import ROWS_PER_SUBTASK
 from backfill.spark.validation import DRY_RUN_ROWS, dry_run, start_spark_first
+from backfill.spark.warmup import start_worker_spark
 from backfill.spark_backfill.merge import MergeSql
 from backfill.tables import (
     TableInfo,
@@ -68,7 +69,7 @@ class BackfillJobType:
     # --- submit -------------------------------------------------------------
 
     def validate(self, conn: Connection, params: dict[str, Any]) -> Target:
-        start_spark_first(conn, params.get("table", ""))
+        """The checks PostgreSQL answers; Spark's analysis of EXPR is ``analyse``'s."""
         table = inspect_table(conn, params.get("table", ""))
         column, expr = parse_assignment(params.get("set", ""))
         udf = (params.get("udf") or "").strip() or None
@@ -83,19 +84,30 @@ class BackfillJobType:
                 load_udf(udf)
             except UdfError as exc:
                 raise InvalidParams(str(exc)) from None
-        from backfill.spark.quiet import quiet_analysis_errors
-
-        # PySpark would log each rejected expression (a JSON record) and the
-        # JVM a failed dry-run task (a stack trace); the one line is ours.
-        with quiet_analysis_errors():
-            self._check_with_spark(conn, table, column, expr, column_type, where, udf,
-                                   adding=bool(params.get("add_column")))
         normalised = {k: v for k, v in params.items() if v is not None}
         normalised |= {"column": column, "expr": expr, "where": where, "udf": udf,
                        "column_type": column_type, "overwrite": not params.get("add_column"),
                        "key": table.key}
         normalised.setdefault("rows_per_subtask", ROWS_PER_SUBTASK)
         return Target(table.qualified, table.key_sql, normalised)
+
+    def analyse(self, conn: Connection, job: Job) -> dict[str, Any]:
+        """EXPR on Spark against the table's schema, then dry-run on sample
+        rows (owner, or ``reorg submit`` where no owner runs)."""
+        p = job.params
+        start_spark_first(conn, job.target_table)
+        table = inspect_table(conn, job.target_table)
+        from backfill.spark.quiet import quiet_analysis_errors
+
+        # PySpark would log each rejected expression (a JSON record) and the
+        # JVM a failed dry-run task (a stack trace); the one line is ours.
+        with quiet_analysis_errors():
+            self._check_with_spark(conn, table, p["column"], p["expr"], p["column_type"],
+                                   p.get("where"), p.get("udf"), adding=not p["overwrite"])
+        return p
+
+    def warm_up(self, job: Job | None) -> None:
+        start_worker_spark()
 
     @staticmethod
     def _check_with_spark(conn: Connection, table: TableInfo, column: str, expr: str,
@@ -183,11 +195,6 @@ class BackfillJobType:
                 "without --add-column to overwrite it (its old values are kept for rollback)")
         conn.execute(text(f"ALTER TABLE {job.target_table} ADD COLUMN {quote(column)} "
                           f"{job.params['column_type']}"))
-
-    def start_worker(self) -> None:
-        from backfill.spark.warmup import start_in_background
-
-        start_in_background()
 
     def run_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
         from backfill.spark_backfill.batches import run_subtask

@@ -180,6 +180,68 @@ def fail(
                  detail=detail, sets="error = :error", error=error)
 
 
+# The owner's verdict on a job's input (``JobType.analyse``), kept in its params:
+# absent while it waits for one, "accepted" (also when ``reorg submit`` checked
+# it itself), or "rejected" (the job failed before anything was done).
+VERDICT = "verdict"
+ACCEPTED, REJECTED = "accepted", "rejected"
+
+
+def accept(
+    db: Database, conn: Connection, term: OwnerTerm, job_id: int, params: dict[str, Any],
+) -> bool:
+    """Record a queued job's accepted input: its params, as the analysis
+    completed them, with the verdict. Not a transition: the job stays queued
+    until prepared and split."""
+    return conn.execute(
+        db.sql(f"""UPDATE {{s}}.jobs SET params = CAST(:params AS jsonb),
+                       updated_at = clock_timestamp()
+                   WHERE id = :job_id AND state = 'queued' AND {FENCE}"""),
+        {"job_id": job_id, "params": json.dumps({**params, VERDICT: ACCEPTED}),
+         **term.params()},
+    ).rowcount == 1
+
+
+def reject(
+    db: Database, conn: Connection, term: OwnerTerm, job_id: int, *, actor: str, error: str,
+) -> JobState | None:
+    """queued -> failed: the analysis rejected the job's input, before
+    anything was done to any table. Its submit, if still waiting, reports
+    ``error`` and discards the job (``discard_rejected``)."""
+    return _move(db, conn, job_id, {J.QUEUED}, J.FAILED, actor=actor, term=term,
+                 detail="input rejected",
+                 sets="error = :error, params = j.params || CAST(:verdict AS jsonb)",
+                 error=error, verdict=json.dumps({VERDICT: REJECTED}))
+
+
+def verdict(db: Database, conn: Connection, job_id: int) -> tuple[JobState, str | None,
+                                                                    str | None] | None:
+    """(state, verdict, error) of a job; None when there is no such job."""
+    row = conn.execute(
+        db.sql("SELECT state, params ->> :key AS verdict, error FROM {s}.jobs WHERE id = :id"),
+        {"id": job_id, "key": VERDICT},
+    ).first()
+    return (JobState(row.state), row.verdict, row.error) if row else None
+
+
+def discard_rejected(db: Database, conn: Connection, job_id: int) -> bool:
+    """Delete a job whose input was rejected, with its events: its submit
+    failed, so it leaves no trace (DESIGN 11). Only such a job (never
+    prepared: step 0, no subtasks); the owner may be reverting it meanwhile,
+    which then finds it gone."""
+    return conn.execute(
+        db.sql("""
+            WITH gone AS (
+                DELETE FROM {s}.jobs
+                WHERE id = :id AND step = 0 AND params ->> :key = :rejected
+                  AND state IN ('failed', 'reverting', 'reverted')
+                RETURNING id),
+            events AS (DELETE FROM {s}.job_events WHERE job_id IN (SELECT id FROM gone))
+            SELECT count(*) FROM gone"""),
+        {"id": job_id, "key": VERDICT, "rejected": REJECTED},
+    ).scalar_one() == 1
+
+
 def succeed(
     db: Database, conn: Connection, term: OwnerTerm, job_id: int, *, actor: str, step: int,
     detail: str,
