@@ -253,6 +253,11 @@ class Owner:
         jobtype.warm_up(kind, job)  # e.g. Spark: seconds once, before any transaction opens
         try:
             with self.db.connect() as conn, conn.begin() as tx:
+                # The analysis leaves this read-only transaction idle while
+                # Spark plans (seconds on a busy host); it holds no lease row,
+                # so the owner's short idle limit (a third of its lease) would
+                # only cut a good analysis off. A submit's own limit applies.
+                conn.execute(sa.text("SET LOCAL idle_in_transaction_session_timeout = '60s'"))
                 params = jobtype.analyse(kind, conn, job)
                 tx.rollback()
         except InvalidParams as exc:
