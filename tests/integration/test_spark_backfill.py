@@ -10,7 +10,7 @@ import threading
 import pytest
 import sqlalchemy as sa
 from support import make_items, scalar, snapshot
-from support.spark import JobKind, make_context
+from support.spark import JobKind, check_input, make_context
 
 from backfill.spark_backfill.batches import SubtaskRunner
 from backfill.spark_backfill.job import BackfillJobType, merge_sql, spec_of
@@ -270,8 +270,7 @@ def test_bad_input_is_rejected_with_one_line_and_changes_nothing(spark, target_d
 
 def test_validate_normalises_params(spark, target_db):
     make_items(target_db, 10)
-    with target_db.connect() as conn:
-        target = JT.validate(conn, {"table": "items", "set": "c = md5(b)", "where": " a > 1 "})
+    target = check_input(target_db, JT, {"table": "items", "set": "c = md5(b)", "where": " a > 1 "})
     assert target.table == '"public"."items"' and target.key_column == '"id"'
     assert target.params["column"] == "c" and target.params["expr"] == "md5(b)"
     assert target.params["where"] == "a > 1" and target.params["overwrite"] is True
@@ -286,8 +285,17 @@ import sqlalchemy as sa
 from backfill.spark_backfill.job import BackfillJobType
 from backfill.spark import session
 from framework.db import sqlalchemy_url
+from framework.jobtype import Job
 
 engine = sa.create_engine(sqlalchemy_url(sys.argv[1]))
+jt = BackfillJobType()
+with engine.connect() as conn, conn.begin() as tx:
+    target = jt.validate(conn, {"table": "items", "set": "c=md5(b)"})
+    tx.rollback()
+job = Job(id=0, type="backfill", state="queued", step=0, params=target.params,
+          target_table=target.table, key_column=target.key_column, batch_rows=1000,
+          max_rows_per_sec=None, row_estimate=None)
+# The analysis (Spark) runs in a transaction of its own, as reorg submit runs it.
 with engine.connect() as conn, conn.begin() as tx:
     start = session.get_validation_spark
     def watched():
@@ -297,9 +305,9 @@ with engine.connect() as conn, conn.begin() as tx:
                   status != psycopg.pq.TransactionStatus.IDLE)
         return start()
     session.get_validation_spark = watched
-    target = BackfillJobType().validate(conn, {"table": "items", "set": "c=md5(b)"})
+    params = jt.analyse(conn, job)
     tx.rollback()
-print("valid:", target.params["column"])
+print("valid:", params["column"])
 """
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 from support import TERMINAL, make_items, rows, scalar, snapshot, table_rows, wait_state
-from support.spark import JobKind, make_context
+from support.spark import JobKind, check_input, make_context
 
 from backfill.copy.batches import CopyConflict, CopyPipeline
 from backfill.copy.job import CopyJobType, spec_of
@@ -296,8 +296,7 @@ def test_overlap_check_honours_where(spark, target_db):
     with target_db.begin() as conn:
         conn.execute(sa.text("CREATE TABLE dst (id bigint PRIMARY KEY, a int, b text)"))
         conn.execute(sa.text("INSERT INTO dst VALUES (150, 0, 'taken')"))
-    with target_db.connect() as conn:
-        target = JT.validate(conn, _existing(where="id <> 150"))
+    target = check_input(target_db, JT, _existing(where="id <> 150"))
     assert target.table == '"public"."items"' and target.key_column == '"id"'
     assert target.params["target_table"] == '"public"."dst"'
     assert [c["source"] for c in target.params["columns"]] == ["id", "a", "b"]

@@ -20,6 +20,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from framework import jobtype
 from framework.jobtype import (
     LEASE_LOST,
     STEP_REVERT,
@@ -27,6 +28,7 @@ from framework.jobtype import (
     Job,
     LeaseLost,
     SubtaskContext,
+    Target,
 )
 from support.db import catalogue, wait_until
 
@@ -129,6 +131,23 @@ def validating(engine: Engine) -> Iterator[Connection]:
         cli.dispose()
 
 
+def check_input(engine: Engine, job_type: Any, params: dict[str, Any]) -> Target:
+    """What ``reorg submit`` checks where no owner runs: ``validate``, then the
+    type's owner-side ``analyse`` (Spark's analysis and dry run), each in a
+    transaction of its own that is rolled back; the target with the params
+    the analysis completed. Raises InvalidParams as the submit would."""
+    with validating(engine) as conn:
+        target = job_type.validate(conn, params)
+    if not jobtype.analyses_on_owner(job_type):
+        return target
+    job = Job(id=0, type=job_type.name, state="queued", step=0, params=target.params,
+              target_table=target.table, key_column=target.key_column, batch_rows=1_000,
+              max_rows_per_sec=None, row_estimate=None)
+    with validating(engine) as conn:
+        analysed = jobtype.analyse(job_type, conn, job)
+    return replace(target, params=analysed)
+
+
 P = TypeVar("P", bound="RangePipeline")
 
 
@@ -144,8 +163,7 @@ class JobKind(Generic[P]):
     def submit(self, engine: Engine, job_id: int, params: dict[str, Any], *,
                batch_rows: int = 1_000) -> Job:
         """validate (rolled back, as the CLI does) + prepare (as the owner does)."""
-        with validating(engine) as conn:
-            target = self.job_type.validate(conn, params)
+        target = check_input(engine, self.job_type, params)
         job = make_job(job_id, {**self.defaults, **target.params, "work_schema": "public"},
                        table=target.table, batch_rows=batch_rows, type_name=self.job_type.name)
         with engine.begin() as conn:
@@ -219,8 +237,8 @@ class JobKind(Generic[P]):
         """``validate`` refuses ``params`` with one line that contains ``says``,
         and no table changes."""
         before = catalogue(engine)
-        with validating(engine) as conn, pytest.raises(InvalidParams) as err:
-            self.job_type.validate(conn, params)
+        with pytest.raises(InvalidParams) as err:
+            check_input(engine, self.job_type, params)
         message = str(err.value)
         assert says in message and "\n" not in message, message
         assert catalogue(engine) == before
