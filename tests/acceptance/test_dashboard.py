@@ -206,3 +206,8 @@ def test_a_job_of_100000_subtasks_pages_fast(db: Database, migrated_db: str) -> 
             str(n) for n in range(49_991, 50_041)], 30, "the page across the history boundary")
         states = texts_of(browser, "#subtasks tbody .state")
         assert states == ["succeeded"] * 9 + ["pending"] * 41
+        # Filtered by state: only the pending ones, from the first of them.
+        browser.find_element(By.LINK_TEXT, "pending").click()
+        wait_for(browser, lambda: "state=pending" in browser.current_url, 30, "the filter")
+        assert texts_of(browser, "#subtasks tbody tr td:nth-child(2)")[:2] == ["50000", "50001"]
+        assert set(texts_of(browser, "#subtasks tbody .state")) == {"pending"}
