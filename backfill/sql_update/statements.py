@@ -46,13 +46,15 @@ class UpdateSql:
             return f"UPDATE {t} AS {a} SET {col} = {embed(self.expr)} WHERE {matching}"
         # Lock the rows first and read their old values from the locked
         # versions; the update then computes from those same versions (DESIGN 9).
+        # The range on the update's side too: without it PostgreSQL merge-joins
+        # from the index's first key, so a batch's cost grows with its key.
         return f"""
             WITH reorg_locked AS (
                 SELECT {a}.{k} AS reorg_k, {a}.{col} AS reorg_old FROM {t} AS {a}
                 WHERE {matching} FOR UPDATE OF {a}),
             reorg_updated AS (
                 UPDATE {t} AS {a} SET {col} = {embed(self.expr)} FROM reorg_locked
-                WHERE {a}.{k} = reorg_locked.reorg_k
+                WHERE {a}.{k} = reorg_locked.reorg_k AND {a}.{k} >= :lo AND {a}.{k} < :hi
                 RETURNING reorg_locked.reorg_k AS k, reorg_locked.reorg_old AS old)
             {self.kept.keep("reorg_updated")}"""
 
