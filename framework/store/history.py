@@ -12,7 +12,10 @@ from sqlalchemy.engine import Connection
 
 from framework.db import Database
 from framework.jobtype import STEP_REVERT
+from framework.states import JOB_TERMINAL
 from framework.store.owner_lease import FENCE, OwnerTerm
+
+_TERMINAL_SQL = ", ".join(f"'{s}'" for s in sorted(JOB_TERMINAL))
 
 SUBTASK_COLUMNS = (
     "id, job_id, step, ordinal, state, start_key, end_key, curr_key, exec_id, exec_expired, "
@@ -88,12 +91,18 @@ def move_finished(
 def delete_older_than(
     db: Database, conn: Connection, term: OwnerTerm, days: float, limit: int
 ) -> int:
+    """Delete history rows moved more than ``days`` ago, of finished jobs only:
+    a job that has not ended may still be reverted, and its revert plan reads
+    the ranges it must restore from these rows (DESIGN 13)."""
     return conn.execute(
         db.sql(f"""
             DELETE FROM {{s}}.background_subtask_history
-            WHERE id IN (SELECT id FROM {{s}}.background_subtask_history
-                         WHERE moved_at < clock_timestamp() - make_interval(secs => :secs)
-                         ORDER BY moved_at LIMIT :limit)
+            WHERE id IN (SELECT h.id FROM {{s}}.background_subtask_history h
+                         WHERE h.moved_at < clock_timestamp() - make_interval(secs => :secs)
+                           AND NOT EXISTS (
+                               SELECT 1 FROM {{s}}.jobs j
+                               WHERE j.id = h.job_id AND j.state NOT IN ({_TERMINAL_SQL}))
+                         ORDER BY h.moved_at LIMIT :limit)
               AND {FENCE}"""),
         {"secs": days * 86400, "limit": limit, **term.params()},
     ).rowcount

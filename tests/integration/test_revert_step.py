@@ -125,3 +125,43 @@ def test_cancel_of_a_job_of_20000_subtasks_completes_and_restores(db, start_node
     assert done["succeeded"] + done["cancelled"] == 20_000
     print(f"\ncancel of 20,000 subtasks ({done['succeeded']} done, {total} ranges to "
           f"restore): {took:.1f}s")
+
+
+def test_a_cancel_restores_ranges_whose_history_rows_are_past_retention(
+        db, start_node, monkeypatch):
+    """The revert plan finds the ranges to restore in the subtask rows, live and
+    moved to history (DESIGN 13); a job that runs (or sits paused) longer than
+    the history retention must keep those rows until it ends, or the ranges
+    they name are never restored and their before-images are dropped."""
+    from framework import owner
+
+    make_items(db, 2_000)
+    with db.begin() as conn:
+        conn.execute(sa.text("UPDATE items SET c = 'old-' || id"))
+    before = table_rows(db)
+    # The owner moves succeeded subtasks of a running job to history at once
+    # (as it does past 5,000 of them), and retention is as good as immediate
+    # (as it is for the first ranges of a job that runs 30 days).
+    monkeypatch.setattr(owner, "LIVE_SUCCEEDED_KEPT", 0)
+    # One batch per range; rate-limited jobs run each subtask alone, in order.
+    faults.arm("worker.after_batch", "block@2")
+    job_id = submit(db, SubmitRequest("sql-update", {"table": "items", "set": "c=md5(b)"},
+                                      rows_per_subtask=500, batch_rows=1_000,
+                                      max_rows_per_sec=10**9)).job_id
+    start_node("n1", slots=1, history_retention_days=1e-9)
+    faults.wait_blocked("worker.after_batch", 30)
+
+    def succeeded_ranges_gone():
+        left = scalar(db, "SELECT count(*) FROM {s}.background_subtask WHERE job_id = :j "
+                          "AND state = 'succeeded'", j=job_id)
+        return left == 0 and job_of(db, job_id)["succeeded"] == 2
+
+    # The tick that moved them ends with housekeeping (retention), before any
+    # later tick plans the revert.
+    wait_until(succeeded_ranges_gone, 30, "the succeeded ranges to move to history")
+    assert table_rows(db) != before  # two ranges were overwritten
+    control.cancel(db, job_id)
+    faults.release("worker.after_batch")
+    done = wait_state(db, job_id, timeout=60)
+    assert done["state"] == "cancelled"
+    assert table_rows(db) == before
