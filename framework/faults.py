@@ -241,7 +241,10 @@ def hit(name: str) -> None:
     elif kind == "sleep":
         time.sleep(float(arg))
     elif kind == "stop":
-        os.kill(os.getpid(), _os_signal.SIGSTOP)
+        # To this thread, not the process: a process-directed SIGSTOP is taken
+        # by whichever thread the kernel picks, and until that one stops the
+        # group this thread runs on (it has committed a batch that way).
+        _os_signal.pthread_kill(threading.get_ident(), _os_signal.SIGSTOP)
     elif kind == "block":
         _block(name, count)
     elif kind == "raise":
