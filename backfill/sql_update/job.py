@@ -4,8 +4,10 @@
 
 Each batch is one ``UPDATE t SET col = (expr) WHERE key in [lo, hi) AND pred``
 committed with its fenced checkpoint (DESIGN 3). PostgreSQL evaluates EXPR on
-the row version it locks, so a concurrent application write is never
-overwritten by a value computed from an older read (DESIGN 9).
+the row version it writes, so a concurrent application write is never
+overwritten by a value computed from an older read (DESIGN 9). Overwriting an
+existing column keeps before-images in the same statement, without row locks
+(``statements.UpdateSql.update``); a column the job adds needs none.
 
 Submit EXPLAINs (never runs) that very statement, built by the same function
 (``backfill.sql_update.statements``), against a temporary clone of the table: the
@@ -95,7 +97,11 @@ class SqlUpdate:
         with ctx.cancel_on_stop(conn):
             upper, scanned = _next_batch(conn, ctx.job, curr, ctx.end_key)
             bounds = {"lo": curr, "hi": upper}
-            conn.execute(text(sql.update()), bounds)
+            result = conn.execute(text(sql.update()), bounds)
+            if sql.images is not None:
+                seen, written = result.one()
+                if written < seen:  # rows changed under the batch
+                    conn.execute(text(sql.update_locked()), bounds)
             if sql.batches:
                 conn.execute(text(sql.record_batch()), {**bounds, "subtask": ctx.subtask_id})
             ctx.checkpoint(conn, upper, scanned)
@@ -186,8 +192,10 @@ def _check_statement(conn: Connection, table: TableInfo, column: str, expr: str,
 
 
 def _explain(conn: Connection, sql: UpdateSql, option: str, shown: str, display: str) -> None:
-    explain_or_fail(conn, sql.update(), {"lo": 0, "hi": 1},
-                    f"{option} {shown!r} does not work on {display}")
+    statements = [sql.update()] if sql.images is None else [sql.update(), sql.update_locked()]
+    for statement in statements:
+        explain_or_fail(conn, statement, {"lo": 0, "hi": 1},
+                        f"{option} {shown!r} does not work on {display}")
 
 
 def _next_batch(conn: Connection, job: Job, curr: int, end: int) -> tuple[int, int]:
