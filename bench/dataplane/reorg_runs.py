@@ -61,8 +61,9 @@ def run_reorg_contender(url: str, rows: int, job_type: str, log_dir: Path,
     a long-running worker sees jobs. Only the second is repeated when
     disturbed: a repeat of the first would not be a first job."""
     print(f"  `reorg worker --slots {WORKER_SLOTS}` for {job_type}", flush=True)
-    with running_worker(url, f"bench-{job_type}", log_dir) as worker:
-        if job_type in SPARK_JOB_TYPES:
+    spark = job_type in SPARK_JOB_TYPES
+    with running_worker(url, f"bench-{job_type}", log_dir, spark_warmup=spark) as worker:
+        if spark:
             wait_spark_ready(worker)
         runs = []
         for label, tries in (("first", 0), ("second", retries)):
