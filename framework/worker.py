@@ -28,7 +28,7 @@ from framework.db import Database
 from framework.errors import is_retryable, one_line
 from framework.jobtype import LEASE_LOST, STEP_REVERT, LeaseLost, Stopped, SubtaskContext
 from framework.states import JobState
-from framework.store import subtasks
+from framework.store import jobs, subtasks
 from framework.store.subtasks import Claim
 
 log = logging.getLogger("reorg.worker")
@@ -409,6 +409,10 @@ class WorkerPool:
         # Done once the batch's transaction commits; until then a failure
         # rolls the finish back with the batch.
         ctx.finished = done.state == "succeeded"
+        if ctx.finished and subtasks.none_left_beside(self.db, conn, claim):
+            # The job's last subtask: wake the owner (at commit) to advance it
+            # now rather than at its next tick, up to a second later.
+            jobs.notify(self.db, conn)
         if done.running is not None:
             # The job's rate budget is split among the subtasks running it: fresh
             # with every batch, so a budget shared with other nodes holds.
