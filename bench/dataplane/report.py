@@ -30,6 +30,7 @@ from bench.dataplane.records import (
     ReorgRun,
     Results,
 )
+from bench.dataplane.submit_times import SMALL_ROWS
 
 
 def machine(pg_version: str) -> dict[str, str]:
@@ -265,8 +266,9 @@ def write_reorg_section(res: Results, add: Add) -> None:
         add(f"| {name} | " + " | ".join(values) + " |")
 
     row("`reorg submit` command (its own process)", [f"{r.submit:.2f} s" for r in runs])
-    row("submit start → job row committed (validation; backfill's dry run starts "
-        "Spark in the CLI process)", [f"{r.created:.2f} s" for r in runs])
+    row("submit start → job row committed (the CLI's start and PostgreSQL-side checks; "
+        "a Spark type's analysis follows on the owner, waited for by the submit)",
+        [f"{r.created:.2f} s" for r in runs])
     row("job queued → running (owner prepares, splits)", [f"{r.queued:.2f} s" for r in runs])
     row("submit start → first batch committed", [f"{r.first_commit:.2f} s" for r in runs])
     row("first subtask start → last subtask end", [f"{r.processing:.2f} s" for r in runs])
@@ -390,24 +392,28 @@ METHOD = f"""\
 - **Database.** Without `--db` the benchmark starts its own PostgreSQL cluster
   (`framework.localpg.cluster.LocalPostgres`, `fsync`, `synchronous_commit` and
   `full_page_writes` off) in a temporary directory and deletes it afterwards.
-- **(1) reorg.** `reorg db upgrade`, then one `reorg worker --slots {WORKER_SLOTS}` process is
-  started and waited for until `reorg nodes --json` lists it. The clock runs
-  from launching `reorg submit backfill --table {TABLE} --set 'c=md5(b)'` to
-  `reorg wait JOB` exiting 0, i.e. it includes the submit's validation (for
-  `backfill` a dry run on Spark in the CLI process), the owner's prepare and
-  split, every batch, the advance and `reorg wait`'s polling. Before the
-  clock starts, the worker is listed by `reorg nodes --json` and, for Spark
-  job types, has started its SparkSession (the worker does so by itself at
-  start-up; the benchmark waits for the session's "Spark ... started" line in
-  its log). Each worker runs two jobs: its first, and a second one as a
-  long-running worker sees them. The worker runs `cli.main.main` exactly as
-  the `reorg` command does; the launcher only raises the `reorg.spark.batches`
-  logger to DEBUG (one JSON line per batch with its rows, read and merge
-  seconds). A SparkSession start is measured from outside: from the start
-  time of the worker's JVM (`/proc/PID/stat` of its `java` child) to that log
-  line, so PySpark's import and the settings built before the JVM's launch
-  are not in it. `REORG_*` variables of the caller's environment are not
-  passed on.
+- **(1) reorg.** `reorg db upgrade`, then one `reorg worker --slots
+  {WORKER_SLOTS}` process is started and waited for until `reorg nodes --json`
+  lists it. The clock runs from launching `reorg submit backfill --table
+  {TABLE} --set 'c=md5(b)'` to `reorg wait JOB` exiting 0, i.e. it includes
+  the submit's validation (for `backfill` the owner's analysis and dry run on
+  sample rows, which the submit waits for), the owner's prepare and split,
+  every batch, the advance and `reorg wait`'s polling. Before the clock
+  starts, the worker is listed by `reorg nodes --json` and, for Spark job
+  types, has started its SparkSession (started with `--spark-warmup`, it does
+  so by itself at start-up; the benchmark waits for the session's "Spark ...
+  started" line in its log). Each worker runs two jobs: its first, and a
+  second one as a long-running worker sees them. The `sql-update` worker then
+  runs two more: overwriting c after the table's reset filled it with old
+  values (`'old ' || md5(a::text)`, so a before-image is kept for every row),
+  and `--set d=md5(b) --add-column d:text` (no images: rollback drops d). The
+  worker runs `cli.main.main` exactly as the `reorg` command does; the
+  launcher only raises the `reorg.spark.batches` logger to DEBUG (one JSON
+  line per batch with its rows, read and merge seconds). A SparkSession start
+  is measured from outside: from the start time of the worker's JVM
+  (`/proc/PID/stat` of its `java` child) to that log line, so PySpark's import
+  and the settings built before the JVM's launch are not in it. `REORG_*`
+  variables of the caller's environment are not passed on.
 - **(2) plain Spark.** `bench/dataplane/plain_spark.py` in its own process: JDBC read of
   the whole table in {SPARK_PARTITIONS} partitions on `id` (fetchsize 10,000), `md5(b)` in
   Spark, JDBC append into an UNLOGGED staging table (batchsize 10,000,
@@ -418,7 +424,20 @@ METHOD = f"""\
   nothing else of reorg is used.
 - **(3) chunked SQL.** `UPDATE ... SET c = md5(b) WHERE id >= lo AND id < lo + {CHUNK_ROWS:,}`,
   chunks handed out in key order to {SQL_CONNECTIONS} threads, each with its own autocommit
-  psycopg connection (one transaction per chunk).
+  psycopg connection (one transaction per chunk). With `sql-update` among the job
+  types it runs twice more on the table with old values in c: as is (what the
+  overwrite is judged against), and with each chunk writing the before-images
+  `sql-update` keeps, in its statement's shape (the floor of an overwrite:
+  PostgreSQL alone doing the same writes). Neither starts a process, where
+  reorg's clock includes starting `reorg submit` and `reorg wait` (Python and
+  their libraries: about 0.5 s each on a quiet machine).
+- **`reorg submit` of every job type.** With `backfill` among the job types,
+  a fresh worker with Spark warm runs `reorg submit` of `sql-update`,
+  `backfill` (`--set c=md5(b)`), `copy` (`--create-target`, two selects) and
+  `checksum` (against an equal table), three times each, on a
+  {SMALL_ROWS:,}-row copy of the table (a submit's work does not grow with the
+  table); each job is waited for before the next submit. The wall time is the
+  command's, launch to exit, as a user sees it.
 - **Memory.** Every {SAMPLE_SECONDS} s the benchmark walks `/proc` for the worker's
   process tree and sums resident memory (`statm`); the peak over each run is
   reported.
