@@ -375,7 +375,8 @@ def write_kill_section(res: Results, add: Add) -> None:
 
 METHOD = f"""\
 - **Same data, same start.** One table per run. Before every contender,
-  `reset_table` sets `c` back to NULL, runs `VACUUM FULL` (heap rewritten
+  `reset_table` sets `c` back to NULL (or, before an overwrite of old values,
+  to `'old ' || md5(a::text)` in every row), drops `d`, runs `VACUUM FULL` (heap rewritten
   compactly and the primary-key index rebuilt, so no contender inherits the
   dead tuples or free space of the one before), `VACUUM (ANALYZE)` (visibility
   map and statistics as after a fresh load) and `CHECKPOINT` (nobody pays for
