@@ -43,6 +43,17 @@ Rollback (after failure or cancel) is a step like any other (DESIGN 13)::
                                     (drop an added column, a created target,
                                     the work tables), in the fenced transaction
                                     that marks the job cancelled or reverted.
+                                    It also runs when the table the revert
+                                    restores is gone (dropped mid-job): then
+                                    nothing is restored range by range, but the
+                                    work tables and what the job created
+                                    elsewhere must still go (write it with
+                                    ``ALTER TABLE IF EXISTS``, ``DROP ... IF
+                                    EXISTS``).
+    [restores_into(job) -> str]     optional: the table the revert subtasks
+                                    write (default: the job's table; a copy
+                                    restores its target). When it is gone there
+                                    is nothing to restore range by range.
 
 Step numbers are stored in job and subtask rows: once shipped they never
 change meaning. A job type numbers its forward steps from STEP_PREPARED;
@@ -336,6 +347,12 @@ class BatchExecutor(Executor, Protocol):
 def batch_runner(job_type: Executor) -> Callable[[SubtaskContext, Connection], None] | None:
     """The executor's ``run_batch``, if it has one (``BatchExecutor``)."""
     return getattr(job_type, "run_batch", None)
+
+
+def restores_into(kind: Planner, job: Job) -> str:
+    """The table ``kind``'s revert writes (optional duty; default the job's)."""
+    into = getattr(kind, "restores_into", None)
+    return into(job) if callable(into) else job.target_table
 
 
 def analyses_on_owner(kind: JobType) -> bool:

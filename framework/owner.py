@@ -346,8 +346,9 @@ class Owner:
         with self._fenced(term) as conn:
             if kind is None:
                 detail = "nothing was applied"
-            elif not table_exists(conn, job.target_table):
-                detail = _table_gone(job)
+            elif not table_exists(conn, gone := jobtype.restores_into(kind, job)):
+                self._revert_ddl(conn, kind, job)  # work tables, what it made elsewhere
+                detail = _table_gone(gone)
             else:
                 faults.hit("owner.before_revert_plan")
                 count = 0
@@ -383,15 +384,17 @@ class Owner:
                 self.db, conn, term, job.id, settings.max_attempts,
                 leases.retry_backoff(settings.max_attempts + 1, settings.retry_backoff_seconds,
                                      jitter=0.0))
-            if not table_exists(conn, job.target_table):
+            kind = jobtype.get(job.type)
+            if not table_exists(conn, gone := jobtype.restores_into(kind, job)):
                 # Nothing left to restore: stop the revert subtasks, end the job
                 # once no worker holds one.
                 steps.cancel_unleased(self.db, conn, term, job.id)
                 if steps.step_snapshot(self.db, conn, job.id, STEP_REVERT).live_leases:
                     return None
+                self._revert_ddl(conn, kind, job)  # work tables, what it made elsewhere
                 self._must(jobs.finish_revert(self.db, conn, term, job.id, target,
                                               actor=self._actor(term),
-                                              detail=_table_gone(job)))
+                                              detail=_table_gone(gone)))
                 return str(target)
         with self.db.begin() as conn:
             snap = steps.step_snapshot(self.db, conn, job.id, STEP_REVERT)
@@ -407,7 +410,6 @@ class Owner:
                     self._move_to_history(term, job.id, job_finished=False,
                                           seconds=HISTORY_SECONDS_WHILE_RUNNING)
             return None
-        kind = jobtype.get(job.type)
         with self._fenced(term) as conn:
             # Re-read in this transaction: the decision and the end of the job
             # rest on the same committed state (DESIGN 7).
@@ -492,9 +494,8 @@ class _Raced(RuntimeError):
     again next tick."""
 
 
-def _table_gone(job: Job) -> str:
-    return (f"table {job.target_table} no longer exists (dropped or renamed): "
-            "nothing to restore")
+def _table_gone(table: str) -> str:
+    return f"table {table} no longer exists (dropped or renamed): nothing to restore"
 
 
 def table_exists(conn: sa.Connection, table: str) -> bool:

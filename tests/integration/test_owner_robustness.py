@@ -107,6 +107,26 @@ def test_a_table_dropped_mid_job_ends_reverted_without_stalling_the_owner(db, st
     assert "no longer exists" in (events[-1]["detail"] or "")
 
 
+def test_a_table_dropped_mid_job_still_has_its_work_tables_dropped(db, start_node):
+    """Review finding: with the table gone, the revert skipped the job type's
+    final DDL too, and an overwriting job's before-image tables stayed."""
+    make_items(db, 2_000)
+    job_id = submit(db, SubmitRequest("sql-update", {"table": "items", "set": "c = md5(b)"},
+                                      rows_per_subtask=500, batch_rows=100)).job_id
+    start_node("n1", slots=0)  # owner only: prepared (image tables made), nothing runs
+    wait_state(db, job_id, {"running"})
+    work_tables = ("SELECT count(*) FROM pg_tables WHERE schemaname = :s "
+                   "AND tablename LIKE '%' || :j || '%'")
+    assert scalar(db, work_tables, s=db.schema, j=str(job_id)) > 0
+    with db.begin() as conn:
+        conn.execute(sa.text("DROP TABLE items"))
+    control.cancel(db, job_id)
+    done = wait_state(db, job_id, TERMINAL)
+    assert done["state"] == "cancelled"
+    assert "no longer exists" in (control.events(db, job_id)[-1]["detail"] or "")
+    assert scalar(db, work_tables, s=db.schema, j=str(job_id)) == 0
+
+
 def test_rows_inserted_after_the_split_are_covered_before_the_job_succeeds(db, start_node):
     """Defect 8: ranges tiled [min, max + 1) as of the split; rows inserted past
     max kept their old value and the job said it succeeded."""
