@@ -25,6 +25,7 @@ from framework.splitting import plan_split
 from framework.states import JobState
 from framework.store import history, jobs, nodes, owner_lease, steps
 from framework.store.owner_lease import OwnerTerm
+from framework.warming import Warming
 
 log = logging.getLogger("reorg.owner")
 J = JobState
@@ -65,6 +66,7 @@ class Owner:
         # job id -> (consecutive failures, monotonic time to look again)
         self._backoff: dict[int, tuple[int, float]] = {}
         self._history_budget_ends = 0.0
+        self._warming = Warming()
 
     # --- election -------------------------------------------------------
 
@@ -205,10 +207,12 @@ class Owner:
             return self._start_revert(term, job, target)
         return None
 
-    def _start(self, term: OwnerTerm, job: Job) -> str:
+    def _start(self, term: OwnerTerm, job: Job) -> str | None:
         try:
             kind = jobtype.get(job.type)
             if jobtype.analyses_on_owner(kind) and job.params.get(jobs.VERDICT) != jobs.ACCEPTED:
+                if not self._warming.ready(kind, job):
+                    return None  # e.g. Spark starting: other jobs go on, this one next tick
                 analysed = self._analyse(term, kind, job)
                 if analysed is None:
                     return "input rejected"
@@ -250,7 +254,6 @@ class Owner:
         prepare touch the table, so the fenced transaction never waits on
         them. Returns the job with its accepted params, or None: rejected
         (queued -> failed, nothing done; the waiting submit reports it)."""
-        jobtype.warm_up(kind, job)  # e.g. Spark: seconds once, before any transaction opens
         try:
             with self.db.connect() as conn, conn.begin() as tx:
                 # The analysis leaves this read-only transaction idle while

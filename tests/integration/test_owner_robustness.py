@@ -8,8 +8,9 @@ import threading
 
 import sqlalchemy as sa
 from support import TERMINAL, fill, job_of, make_items, scalar, wait_state, wait_until
+from support.fill import FillJob
 
-from framework import control, faults
+from framework import control, faults, jobtype
 from framework.states import JobState
 from framework.store import jobs, owner_lease
 from framework.submit import SubmitRequest, submit
@@ -241,3 +242,39 @@ def test_succeeded_subtasks_move_to_history_while_the_job_runs_and_are_counted_o
     assert scalar(db, "SELECT count(*) FROM {s}.background_subtask_history WHERE job_id = :j",
                   j=job_id) == 40
     assert scalar(db, "SELECT count(*) FROM items WHERE c IS DISTINCT FROM md5(b)") == 0
+
+
+class _SlowToWarm(FillJob):
+    """``test-fill`` with an owner-side analysis behind a warm-up that takes
+    as long as the test says (Spark's first start, seconds)."""
+
+    name = "test-slow-warm-up"
+
+    def __init__(self) -> None:
+        self.go = threading.Event()
+
+    def warm_up(self, job) -> None:
+        self.go.wait(60)
+
+    def analyse(self, conn, job) -> dict:
+        return dict(job.params)
+
+
+def test_a_warm_up_on_the_owner_does_not_stall_other_jobs(db, start_node):
+    """Review finding: the owner started Spark inside its tick on the first
+    Spark job's analysis, and every other job waited those seconds."""
+    slow = _SlowToWarm()
+    jobtype.register(slow)
+    make_items(db, 1_000)
+    make_items(db, 1_000, table="other")
+    start_node("n1")
+    with db.begin() as conn:  # as a submit leaves it for the owner to analyse
+        waiting, _ = jobs.insert(
+            db, conn, type=slow.name, params=fill("md5(b)").params,
+            target_table='"public"."items"', key_column='"id"', job_key=None, priority=10,
+            concurrency=1, batch_rows=100, max_rows_per_sec=None, actor="test")
+    other = submit(db, fill("md5(b)", table="other")).job_id
+    assert wait_state(db, other, TERMINAL)["state"] == "succeeded"
+    assert job_of(db, waiting)["state"] == "queued"  # still warming up
+    slow.go.set()
+    assert wait_state(db, waiting, TERMINAL)["state"] == "succeeded"
