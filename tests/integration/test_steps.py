@@ -24,10 +24,11 @@ SUBTASK_ROWS = """
 
 def _subtasks(db, job_id: int) -> list[dict]:
     """Every subtask of the job, live and moved, in step and range order."""
+    # One statement, one snapshot: a history move meanwhile cannot show a row twice.
+    statement = (SUBTASK_ROWS % "background_subtask" + " UNION ALL "
+                 + SUBTASK_ROWS % "background_subtask_history" + " ORDER BY step, ordinal")
     with db.begin() as conn:
-        found = [dict(r) for t in ("background_subtask", "background_subtask_history")
-                 for r in conn.execute(db.sql(SUBTASK_ROWS % t), {"j": job_id}).mappings()]
-    return sorted(found, key=lambda r: (r["step"], r["ordinal"]))
+        return [dict(r) for r in conn.execute(db.sql(statement), {"j": job_id}).mappings()]
 
 
 def _column_comment(db, column: str = "d") -> str | None:
