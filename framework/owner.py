@@ -20,8 +20,8 @@ import sqlalchemy as sa
 from framework import catch_up, faults, jobtype, leases
 from framework.db import Database
 from framework.errors import is_retryable, one_line
-from framework.jobtype import STEP_DONE, STEP_PREPARED, STEP_REVERT, InvalidParams, Job
-from framework.splitting import plan_split
+from framework.jobtype import STEP_PREPARED, STEP_REVERT, InvalidParams, Job, Step
+from framework.splitting import SplitPlan, plan_split
 from framework.states import JobState
 from framework.store import history, jobs, nodes, owner_lease, steps
 from framework.store.owner_lease import OwnerTerm
@@ -217,24 +217,24 @@ class Owner:
                 if analysed is None:
                     return "input rejected"
                 job = analysed
-            # The split reads the key column (a sample of it on a big table); it
-            # runs before, and outside, the transaction that takes DDL locks, so
-            # the table is never locked for it (``keep_term`` keeps the term
-            # alive meanwhile).
-            with self.db.begin(isolation_level="REPEATABLE READ") as conn:
-                faults.hit("owner.before_split")
-                plan = plan_split(conn, job.target_table, job.key_column,
-                                  job.params.get("rows_per_subtask"))
-            local = len(plan.ranges) < self.db.settings.local_job_max_subtasks
+            declared = jobtype.steps_of(kind)
+            first = declared[0]
+            plan = self._split(job) if first.ranges else None
+            local = (plan is not None
+                     and len(plan.ranges) < self.db.settings.local_job_max_subtasks)
             with self._fenced(term) as conn:
                 kind.prepare(conn, job)
                 faults.hit("owner.after_prepare")
-                steps.insert_ranges(self.db, conn, term, job.id, STEP_PREPARED, plan.ranges)
+                started = replace(job, step=STEP_PREPARED)
+                count, detail = self._insert_step(conn, term, kind, started, plan)
                 self._must(jobs.start(
                     self.db, conn, term, job.id, actor=self._actor(term), step=STEP_PREPARED,
-                    row_estimate=plan.row_count, run_on_node=self.node_id if local else None,
-                    detail=f"{len(plan.ranges)} subtasks of ~{plan.rows_per_range} rows"
+                    row_estimate=plan.row_count if plan else 0,
+                    run_on_node=self.node_id if local else None,
+                    detail=_step_detail(declared, STEP_PREPARED, detail)
                            + (", local to the owner's node" if local else ""),
+                    step_names=[st.name for st in declared], step_ranges=first.ranges,
+                    step_subtasks=count, schema_state=first.schema_state,
                 ))
         except (TermLost, _Raced):
             raise
@@ -246,7 +246,29 @@ class Owner:
                 jobs.fail(self.db, conn, term, job.id, actor=self._actor(term),
                           error=one_line(exc), detail="prepare failed")
             return f"prepare failed: {one_line(exc)}"
-        return f"started with {len(plan.ranges)} subtasks"
+        return f"started with {count} subtasks"
+
+    def _split(self, job: Job) -> SplitPlan:
+        """The key space of the job's table in ranges. The split reads the key
+        column (a sample of it on a big table); it runs before, and outside,
+        the transaction that takes DDL locks, so the table is never locked for
+        it (``keep_term`` keeps the term alive meanwhile)."""
+        with self.db.begin(isolation_level="REPEATABLE READ") as conn:
+            faults.hit("owner.before_split")
+            return plan_split(conn, job.target_table, job.key_column,
+                              job.params.get("rows_per_subtask"))
+
+    def _insert_step(self, conn: sa.Connection, term: OwnerTerm, kind: jobtype.JobType,
+                     job: Job, plan: SplitPlan | None) -> tuple[int, str]:
+        """Insert the subtasks of the job's step ``job.step``: the ranges of
+        ``plan`` for a range step, the planner's fixed subtasks otherwise.
+        Returns how many, and a few words on them for the job's event."""
+        if plan is not None:
+            count = steps.insert_ranges(self.db, conn, term, job.id, job.step, plan.ranges)
+            return count, f"{count} subtasks of ~{plan.rows_per_range} rows"
+        metas = jobtype.fixed_subtasks(kind, conn, job, job.step)
+        count = steps.insert_fixed(self.db, conn, term, job.id, job.step, metas) if metas else 0
+        return count, f"{count} subtask{'' if count == 1 else 's'}"
 
     def _analyse(self, term: OwnerTerm, kind: jobtype.JobType, job: Job) -> Job | None:
         """The type's checks too costly for ``reorg submit`` (DESIGN 11): in a
@@ -301,23 +323,65 @@ class Owner:
         return None
 
     def _advance(self, term: OwnerTerm, job: Job) -> str | None:
+        """Every subtask of the job's step succeeded: move it to its next
+        forward step, or, after the last one, make the final schema step (the
+        cut-over) and mark it succeeded. Either way in one fenced transaction
+        that re-reads the step first (DESIGN 7). A retryable failure here (the
+        cut-over's DDL hitting the owner's bounded ``lock_timeout`` on a busy
+        table) rolls it all back and is tried again after a backoff; the job
+        stays running (``_job_error``)."""
         kind = jobtype.get(job.type)
+        declared = jobtype.steps_of(kind)
+        current = jobtype.step_named(kind, job.step)
+        last = job.step == len(declared)
+        following = None if last else declared[job.step]
+        # The next range step's split, outside the fenced transaction (``_split``).
+        plan = self._split(job) if following is not None and following.ranges else None
         with self._fenced(term) as conn:
             # Re-read in this transaction: the decision and the advance must
             # rest on the same committed state (DESIGN 7).
             snap = steps.step_snapshot(self.db, conn, job.id, job.step)
             if not snap.all_succeeded:
                 return None
-            tail = catch_up.cover_tail(self.db, conn, term, job)
-            if tail.added:
-                return tail.detail
+            if current.ranges:
+                tail = catch_up.cover_tail(self.db, conn, term, job)
+                if tail.added:
+                    return tail.detail
+                tail_detail = tail.detail
+            else:
+                tail_detail = ""
+            if following is not None:
+                return self._enter_next_step(conn, term, kind, job, plan, tail_detail)
+            faults.hit("owner.before_cutover")
             kind.advance(conn, job)
             faults.hit("owner.after_advance_step")
             count = steps.count_in_step(self.db, conn, job.id, job.step)
             self._must(jobs.succeed(self.db, conn, term, job.id, actor=self._actor(term),
-                                    step=STEP_DONE,
-                                    detail=f"{count} subtasks succeeded{tail.detail}"))
+                                    step=jobtype.done_step(kind),
+                                    schema_state=getattr(kind, "done_schema_state", None),
+                                    detail=f"{count} subtasks succeeded{tail_detail}"))
         return "succeeded"
+
+    def _enter_next_step(self, conn: sa.Connection, term: OwnerTerm, kind: jobtype.JobType,
+                         job: Job, plan: SplitPlan | None, tail_detail: str) -> str:
+        """Within ``_advance``'s fenced transaction: the type's DDL between
+        steps, the next step's subtasks, and the job's step moved, together."""
+        declared = jobtype.steps_of(kind)
+        number = job.step + 1
+        following = declared[number - 1]
+        entered = replace(job, step=number)
+        jobtype.enter_step(kind, conn, entered, number)
+        count, detail = self._insert_step(conn, term, kind, entered, plan)
+        faults.hit("owner.after_next_step")
+        if not jobs.advance_step(
+                self.db, conn, term, job.id, from_step=job.step, to_step=number,
+                step_ranges=following.ranges, step_subtasks=count,
+                row_estimate=plan.row_count if plan else None,
+                schema_state=following.schema_state, actor=self._actor(term),
+                detail=f"step {declared[job.step - 1].name} done{tail_detail}; "
+                       + _step_detail(declared, number, detail)):
+            raise _Raced()
+        return f"step {number} ({following.name}): {count} subtasks"
 
     def _pause_when_quiet(self, term: OwnerTerm, job: Job) -> str | None:
         with self.db.begin() as conn:
@@ -354,9 +418,8 @@ class Owner:
                 detail = _table_gone(gone)
             else:
                 faults.hit("owner.before_revert_plan")
-                count = 0
-                if kind.plan_revert(conn, job):
-                    count = steps.insert_revert_ranges(self.db, conn, term, job.id, job.step)
+                restore = jobtype.steps_to_restore(kind, job, kind.plan_revert(conn, job))
+                count = steps.insert_revert_ranges(self.db, conn, term, job.id, restore)
                 if count:
                     faults.hit("owner.after_revert_plan")
                     if not jobs.start_revert_step(
@@ -495,6 +558,13 @@ class _Raced(RuntimeError):
     """A compare-and-set found the job moved by someone else (e.g. a cancel
     raced an advance): the transaction rolls back and the job is looked at
     again next tick."""
+
+
+def _step_detail(declared: tuple[Step, ...], number: int, subtasks: str) -> str:
+    """How a job's event names the step it enters (a type of one step: as before)."""
+    if len(declared) == 1:
+        return subtasks
+    return f"step {number}/{len(declared)} {declared[number - 1].name}: {subtasks}"
 
 
 def _table_gone(table: str) -> str:

@@ -68,7 +68,15 @@ def move_finished(
                 SELECT {SUBTASK_COLUMNS} FROM moved),
             forward AS (SELECT * FROM moved WHERE step <> {STEP_REVERT}),
             counted AS (
-                UPDATE {{s}}.jobs SET
+                UPDATE {{s}}.jobs j SET
+                    -- The job's current step has counters of its own (its
+                    -- percent in status); subtasks of an earlier step moved
+                    -- after the job left it count only into the job's.
+                    step_moved_succeeded = step_moved_succeeded
+                        + (SELECT count(*) FROM forward
+                           WHERE state = 'succeeded' AND step = j.step),
+                    step_moved_rows = step_moved_rows
+                        + (SELECT coalesce(sum(row_count), 0) FROM forward WHERE step = j.step),
                     moved_succeeded = moved_succeeded
                         + (SELECT count(*) FROM forward WHERE state = 'succeeded'),
                     moved_failed = moved_failed

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from framework.db import Database
-from framework.jobtype import STEP_REVERT
+from framework.jobtype import FIXED_SUBTASK_UNITS, STEP_REVERT
 from framework.states import SubtaskState
 from framework.store.owner_lease import FENCE, OwnerTerm
 from framework.store.subtasks import LEASE_LIVE, guard_into
@@ -52,33 +52,63 @@ def insert_ranges(
     ).scalar_one())
 
 
-def insert_revert_ranges(
-    db: Database, conn: Connection, term: OwnerTerm, job_id: int, from_step: int,
+def insert_fixed(
+    db: Database, conn: Connection, term: OwnerTerm, job_id: int, step: int,
+    metas: list[dict[str, Any]],
 ) -> int:
-    """Insert one pending STEP_REVERT subtask per range of ``from_step`` that
-    made progress (succeeded, or ``curr_key`` past ``start_key``), live or
-    moved to history, covering ``[start_key, curr_key)``: exactly the keys the
-    forward step may have written. Ranges never touched need no work. Counted
-    into the job's ``revert_total`` in the same statement (``reorg status``
-    reads it; the forward ``subtasks_total`` stays as it was).
+    """Insert the subtasks of a fixed step, one per meta dict, each covering
+    ``[0, FIXED_SUBTASK_UNITS)``: units of its own progress, not keys. Counted
+    into ``subtasks_total`` like ranges."""
+    return int(conn.execute(
+        db.sql(f"""
+            WITH inserted AS (
+                INSERT INTO {{s}}.background_subtask
+                    (job_id, step, ordinal, state, start_key, end_key, curr_key, meta)
+                SELECT :job_id, :step, f.ordinal - 1, 'pending', 0, {FIXED_SUBTASK_UNITS}, 0,
+                       f.meta
+                FROM unnest(CAST(:metas AS jsonb[])) WITH ORDINALITY AS f(meta, ordinal)
+                WHERE {FENCE}
+                RETURNING 1),
+            counted AS (
+                UPDATE {{s}}.jobs SET subtasks_total = subtasks_total
+                                                      + (SELECT count(*) FROM inserted)
+                WHERE id = :job_id AND EXISTS (SELECT 1 FROM inserted))
+            SELECT count(*) FROM inserted"""),
+        {"job_id": job_id, "step": step, "metas": [json.dumps(m) for m in metas],
+         **term.params()},
+    ).scalar_one())
 
-    Called once the forward step is quiet (no live lease: DESIGN 2 keeps a
+
+def insert_revert_ranges(
+    db: Database, conn: Connection, term: OwnerTerm, job_id: int, from_steps: list[int],
+) -> int:
+    """Insert one pending STEP_REVERT subtask per range of the forward steps
+    ``from_steps`` that made progress (succeeded, or ``curr_key`` past
+    ``start_key``), live or moved to history, covering ``[start_key,
+    curr_key)``: exactly the keys the forward step may have written; its meta
+    names the step (``revert_of_step``). Ranges never touched need no work.
+    Counted into the job's ``revert_total`` in the same statement (``reorg
+    status`` reads it; the forward ``subtasks_total`` stays as it was).
+
+    Called once the forward steps are quiet (no live lease: DESIGN 2 keeps a
     zombie from checkpointing a cancelled subtask), so ``curr_key`` is final."""
+    if not from_steps:
+        return 0
     return int(conn.execute(
         db.sql(f"""
             WITH progressed AS (
-                SELECT start_key, curr_key FROM {{s}}.background_subtask
-                WHERE job_id = :job_id AND step = :from_step AND curr_key > start_key
+                SELECT step, start_key, curr_key FROM {{s}}.background_subtask
+                WHERE job_id = :job_id AND step = ANY(:from_steps) AND curr_key > start_key
                 UNION ALL
-                SELECT start_key, curr_key FROM {{s}}.background_subtask_history
-                WHERE job_id = :job_id AND step = :from_step AND curr_key > start_key),
+                SELECT step, start_key, curr_key FROM {{s}}.background_subtask_history
+                WHERE job_id = :job_id AND step = ANY(:from_steps) AND curr_key > start_key),
             inserted AS (
                 INSERT INTO {{s}}.background_subtask
                     (job_id, step, ordinal, state, start_key, end_key, curr_key, meta)
                 SELECT :job_id, {STEP_REVERT},
-                       row_number() OVER (ORDER BY start_key) - 1, 'pending',
+                       row_number() OVER (ORDER BY step, start_key) - 1, 'pending',
                        start_key, curr_key, start_key,
-                       jsonb_build_object('revert_of_step', :from_step)
+                       jsonb_build_object('revert_of_step', step)
                 FROM progressed
                 WHERE {FENCE}
                 RETURNING 1),
@@ -87,7 +117,7 @@ def insert_revert_ranges(
                                                     + (SELECT count(*) FROM inserted)
                 WHERE id = :job_id AND EXISTS (SELECT 1 FROM inserted))
             SELECT count(*) FROM inserted"""),
-        {"job_id": job_id, "from_step": from_step, **term.params()},
+        {"job_id": job_id, "from_steps": from_steps, **term.params()},
     ).scalar_one())
 
 
