@@ -249,7 +249,9 @@ def _run_all(callbacks: list[Callable[[], None]]) -> None:
 
 
 class Planner(Protocol):
-    """The owner's side of a job type (see the module docstring)."""
+    """The owner's side of a job type (docs/design.md, "Job-type protocol").
+    Optional: ``steps``, ``enter_step``, ``fixed_subtasks``, ``analyse``,
+    ``done_schema_state``, ``submit_options``."""
 
     name: str
 
