@@ -13,7 +13,10 @@ against a table), ``expressions`` (user SQL fragments checked to be one
 expression) and ``spark/`` (the Spark plumbing and the one batch loop).
 
 Each job type registers itself with ``framework.jobtype`` through the
-``reorg.job_types`` entry point (``<package>.job:register``). A job type's
-package never imports another's, nor ``cli``. Importing this package never
-starts Spark.
+``reorg.job_types`` entry point (``<package>.job:register``), and brings its
+own ``reorg submit TYPE`` options (``<package>/options.py``, named by the
+type's ``submit_options``) and commands (``checksum/cli.py``, through the
+``reorg.commands`` entry point). A job type's package never imports
+another's, nor ``cli`` except ``cli.plugin`` (the CLI's one API for job
+types). Importing this package never starts Spark.
 """

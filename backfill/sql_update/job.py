@@ -51,6 +51,8 @@ _CLONE, _CLONE_IMAGES, _CLONE_BATCHES = (
 
 class SqlUpdate:
     name = "sql-update"
+    # `reorg submit sql-update` options, imported by that command alone (cli.plugin).
+    submit_options = "backfill.sql_update.options:sql_update"
 
     def validate(self, conn: Connection, params: dict[str, Any]) -> Target:
         table = inspect_table(conn, params.get("table", ""))

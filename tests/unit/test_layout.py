@@ -37,7 +37,8 @@ RULES = [
     ("framework", ("typer", *WEB), None, None),
     ("framework", ("framework.localpg",), "framework.localpg", None),
     ("framework.localpg", ("framework", "backfill", "cli"), None, "framework.localpg"),
-    ("backfill", ("cli",), None, None),
+    # A job type joins the `reorg` command through cli.plugin, and only it.
+    ("backfill", ("cli",), None, "cli.plugin"),
     ("backfill.spark", JOB_TYPES, None, None),
     ("backfill.sql_update", ("backfill.spark", "pyspark"), None, None),
     *[(jt, tuple(other for other in JOB_TYPES if other != jt), None, None) for jt in JOB_TYPES],
