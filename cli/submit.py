@@ -189,3 +189,7 @@ def checksum(
     """Compare two tables range by range; report mismatching ranges and keys."""
     names = [c.strip() for value in columns or [] for c in value.split(",") if c.strip()]
     return {"table": table, "target": target, "columns": names}
+
+
+# Job types that bring their own options (registered by importing them).
+import backfill.alter_type.submit  # noqa: E402,F401
