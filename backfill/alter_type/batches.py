@@ -19,6 +19,7 @@ from sqlalchemy.engine import Connection, Engine
 from backfill.alter_type.plan import expression
 from backfill.schema.sql import run
 from backfill.tables import quote
+from framework import faults
 from framework.jobtype import SubtaskContext
 
 
@@ -79,6 +80,7 @@ def build_index(ctx: SubtaskContext, engine: Engine) -> None:
     """CREATE INDEX CONCURRENTLY of one index on the shadow column. It cannot
     run in a transaction, so it is not exactly-once: a retry (after a kill)
     drops the invalid index an interrupted build left, and builds again."""
+    faults.hit("alter_type.before_build")
     schema = ctx.job.target_table.split(".")[0]
     name = f"{schema}.{quote(ctx.meta['build'])}"
     with _autocommit(engine) as conn, ctx.cancel_on_stop(conn):
@@ -95,6 +97,7 @@ def validate_constraints(ctx: SubtaskContext, engine: Engine) -> None:
     """VALIDATE the shadow column's NOT VALID constraints (a scan that blocks
     no write), then ANALYZE it: its statistics survive the rename, so plans
     are good from the first statement after the cut-over."""
+    faults.hit("alter_type.before_build")
     t = ctx.job.target_table
     with _autocommit(engine) as conn, ctx.cancel_on_stop(conn):
         for name in ctx.meta.get("validate", []):

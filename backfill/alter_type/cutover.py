@@ -22,6 +22,7 @@ from backfill.schema import catalog, trigger
 from backfill.schema.catalog import IndexFacts
 from backfill.schema.sql import literal, run
 from backfill.tables import quote
+from framework import faults
 from framework.jobtype import Job
 
 # Long enough to get in between application transactions, short enough that
@@ -59,6 +60,7 @@ def cut_over(conn: Connection, job: Job) -> None:
     trigger.remove(conn, table=t, function=names.function(job), trigger=names.trigger(job))
     run(conn, f"ALTER TABLE {t} DROP COLUMN {column}")
     run(conn, f"ALTER TABLE {t} RENAME COLUMN {shadow} TO {column}")
+    faults.hit("alter_type.in_cutover")
     if old.default is not None:
         _set_default(conn, t, column, old.default, p["type"])
     for index in indexes:

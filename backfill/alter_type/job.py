@@ -13,7 +13,7 @@ from backfill.alter_type.cutover import cut_over
 from backfill.schema import catalog, trigger
 from backfill.schema.sql import run
 from backfill.tables import quote, set_ddl_lock_timeout
-from framework import jobtype
+from framework import faults, jobtype
 from framework.jobtype import Job, Step, SubtaskContext, Target
 
 NAME = "alter-type"
@@ -90,6 +90,8 @@ class AlterType:
             return
         if step not in (BACKFILL, VERIFY):
             raise ValueError(f"{NAME} has no step {step}")
+        if step == VERIFY and ctx.curr_key == ctx.start_key:
+            faults.hit("alter_type.before_verify")
         while ctx.curr_key < ctx.end_key:
             ctx.raise_if_stopped()
             started = time.monotonic()

@@ -81,18 +81,21 @@ def column_facts(conn: Connection, table: str, column: str) -> ColumnFacts | Non
 def covering_indexes(conn: Connection, table: str, attnum: int) -> list[IndexFacts]:
     """Indexes of the table that depend on the column, by name (deterministic)."""
     rows = conn.execute(text("""
-        SELECT DISTINCT ic.relname, pg_get_indexdef(i.indexrelid) AS definition, i.indisvalid,
+        SELECT ic.relname, pg_get_indexdef(i.indexrelid) AS definition, i.indisvalid,
                obj_description(i.indexrelid, 'pg_class') AS comment,
                con.conname, con.contype, con.condeferrable, con.condeferred,
                obj_description(con.oid, 'pg_constraint') AS constraint_comment
         FROM pg_index i
         JOIN pg_class ic ON ic.oid = i.indexrelid
-        JOIN pg_depend dep ON dep.classid = 'pg_class'::regclass AND dep.objid = i.indexrelid
-             AND dep.refclassid = 'pg_class'::regclass AND dep.refobjid = i.indrelid
-             AND dep.refobjsubid = :n
         LEFT JOIN pg_constraint con ON con.conindid = i.indexrelid AND con.conrelid = i.indrelid
              AND con.contype IN ('p', 'u', 'x')
         WHERE i.indrelid = to_regclass(:t)
+          -- a key of the index, or used in its expressions or predicate (the
+          -- index of a constraint depends on the constraint, not the column)
+          AND (:n = ANY(i.indkey) OR EXISTS (
+                SELECT 1 FROM pg_depend dep WHERE dep.classid = 'pg_class'::regclass
+                AND dep.objid = i.indexrelid AND dep.refclassid = 'pg_class'::regclass
+                AND dep.refobjid = i.indrelid AND dep.refobjsubid = :n))
         ORDER BY ic.relname"""), {"t": table, "n": attnum}).all()
     return [IndexFacts(r.relname, r.definition, r.indisvalid, r.comment, r.conname, r.contype,
                        bool(r.condeferrable), bool(r.condeferred), r.constraint_comment)

@@ -1,0 +1,152 @@
+"""``alter-type`` on in-process nodes, with an application inserting,
+updating and deleting rows the whole time (support.app) and the oracle of
+what the table must hold: the table afterwards equals the oracle (nothing
+written during the job is lost, DESIGN 12), the catalogue facts of the
+column (NOT NULL, default, indexes, constraints, comments, sequence) are the
+same before and after except its type, and a failed or cancelled job leaves
+the table exactly as before, with no trigger, shadow column or index."""
+
+from __future__ import annotations
+
+import pytest
+from support import job_of, scalar, wait_state, wait_until
+from support.app import App, column_catalog, table_as_oracle
+
+from framework import control, faults
+from framework.submit import SubmitRequest, submit
+
+ROWS = 3_000
+
+
+def _make_table(url: str, a_type: str = "int", a_default: str = "7") -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"""
+            DROP TABLE IF EXISTS items;
+            CREATE TABLE items (id serial PRIMARY KEY, a {a_type} NOT NULL DEFAULT {a_default},
+                                b text, c text);
+            CREATE INDEX items_a_b ON items (a, b);
+            COMMENT ON COLUMN items.a IS 'the a: 100%';
+            COMMENT ON COLUMN items.id IS 'row id';
+            COMMENT ON INDEX items_a_b IS 'by a';
+            INSERT INTO items (a, b) SELECT g % 97, 'v' || g FROM generate_series(1, {ROWS}) g;
+            ANALYZE items""")
+
+
+def _alter(column: str, type_: str, using: str | None = None, **knobs) -> SubmitRequest:
+    params = {"table": "items", "column": column, "type": type_}
+    if using:
+        params["using"] = using
+    knobs = {"rows_per_subtask": 500, "batch_rows": 200, **knobs}
+    return SubmitRequest("alter-type", params, **knobs)
+
+
+def _with_type(facts: dict, column: str, type_: str) -> dict:
+    """``facts`` with the column's type changed (what the job must change, and only that)."""
+    columns = [(c[0], type_, *c[2:]) if c[0] == column else c for c in facts["columns"]]
+    return {**facts, "columns": sorted(columns)}
+
+
+def _nothing_left(facts: dict) -> None:
+    assert not any("reorg" in str(row) for rows in facts.values() for row in rows), facts
+
+
+def test_int_to_bigint_on_the_primary_key_keeps_every_write_and_every_catalogue_fact(
+        db, settings, start_node):
+    url = settings.database_url
+    _make_table(url)
+    before = column_catalog(url)
+    app = App(url)
+    app.load()
+    app.start()
+    job_id = submit(db, _alter("id", "bigint")).job_id
+    start_node("n1", slots=2)
+    done = wait_state(db, job_id, timeout=120)
+    app.stop(at_least_ops=50)  # writes after the cut-over too, through the new column
+    assert done["state"] == "succeeded", done
+    assert app.errors == []
+    assert table_as_oracle(url) == app.oracle
+    after = column_catalog(url)
+    assert after == _with_type(before, "id", "bigint")
+    _nothing_left(after)
+    # The column moved to the end of SELECT *.
+    assert scalar(db, "SELECT attname FROM pg_attribute WHERE attrelid = 'items'::regclass "
+                      "AND attnum > 0 AND NOT attisdropped ORDER BY attnum DESC LIMIT 1") == "id"
+    assert done["schema_state"] == "public"
+
+
+def test_text_to_int_with_using_keeps_not_null_default_index_and_comment(
+        db, settings, start_node):
+    url = settings.database_url
+    _make_table(url, a_type="text", a_default="'7'")
+    before = column_catalog(url)
+    app = App(url, value=str)
+    app.load()
+    app.start()
+    job_id = submit(db, _alter("a", "int", using="a::int + 0")).job_id
+    start_node("n1", slots=2)
+    done = wait_state(db, job_id, timeout=120)
+    app.stop(at_least_ops=50)
+    assert done["state"] == "succeeded", done
+    assert app.errors == []
+    assert table_as_oracle(url) == {k: (int(a), b) for k, (a, b) in app.oracle.items()}
+    after = column_catalog(url)
+    # The default '7'::text does not coerce to integer implicitly: it is cast.
+    expected = _with_type(before, "a", "integer")
+    expected["columns"] = sorted((c[0], c[1], c[2], "('7'::text)::integer", c[4])
+                                 if c[0] == "a" else c for c in expected["columns"])
+    assert after == expected
+    _nothing_left(after)
+
+
+def test_a_value_that_does_not_convert_fails_the_job_and_leaves_the_table_as_before(
+        db, settings, start_node):
+    url = settings.database_url
+    _make_table(url, a_type="text", a_default="'7'")
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("UPDATE items SET a = 'seven' WHERE id = 2500")
+    before, rows = column_catalog(url), table_as_oracle(url)
+    job_id = submit(db, _alter("a", "int")).job_id
+    start_node("n1", slots=2)
+    done = wait_state(db, job_id, timeout=120)
+    assert done["state"] == "reverted", done
+    assert 'does not convert to int' in done["error"] and '"seven"' in done["error"]
+    assert column_catalog(url) == before
+    assert table_as_oracle(url) == rows
+    _nothing_left(before)
+
+
+@pytest.mark.parametrize("step", ["backfill", "verify", "build-indexes"])
+def test_cancel_in_each_state_leaves_the_table_as_before_with_nothing_behind(
+        db, settings, start_node, step):
+    url = settings.database_url
+    _make_table(url)
+    before = column_catalog(url)
+    app = App(url)
+    app.load()
+    app.start()
+    point = "alter_type.before_build" if step == "build-indexes" else "worker.after_batch"
+    if step == "verify":
+        faults.arm("alter_type.before_verify", "block")
+    else:
+        faults.arm(point, "block")
+    job_id = submit(db, _alter("a", "bigint")).job_id
+    start_node("n1", slots=2)
+    faults.wait_blocked("alter_type.before_verify" if step == "verify" else point, 60)
+    job = job_of(db, job_id)
+    assert job["step_name"] == step and job["schema_state"] == "write-reorg", job
+    assert scalar(db, "SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'reorg_%'") == 1
+    control.cancel(db, job_id)
+    faults.disarm_all()
+    done = wait_state(db, job_id, timeout=120)
+    app.stop(at_least_ops=20)
+    assert done["state"] == "cancelled", done
+    assert app.errors == []
+    after = column_catalog(url)
+    assert after == before
+    assert table_as_oracle(url) == app.oracle
+    wait_until(lambda: scalar(db, "SELECT count(*) FROM pg_proc WHERE proname LIKE "
+                                  "'alter_type_%'") == 0, 5, "the trigger function dropped")
