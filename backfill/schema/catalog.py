@@ -128,20 +128,21 @@ def blocking_dependents(conn: Connection, table: str, attnum: int) -> list[str]:
         WHERE dep.refclassid = 'pg_class'::regclass AND dep.refobjid = to_regclass(:t)
           AND dep.refobjsubid = :n AND dep.deptype IN ('n', 'a')
           AND dep.classid <> 'pg_attrdef'::regclass
-          AND NOT (dep.classid = 'pg_class'::regclass AND dep.objid <> dep.refobjid)
+          AND dep.classid <> 'pg_class'::regclass  -- its indexes, sequences: carried over
           AND NOT (dep.classid = 'pg_constraint'::regclass AND EXISTS (
                 SELECT 1 FROM pg_constraint c WHERE c.oid = dep.objid
                 AND c.conrelid = dep.refobjid AND c.contype IN ('c', 'f', 'p', 'u')
                 AND NOT (c.contype = 'f' AND c.confrelid = dep.refobjid)))
         ORDER BY 1"""), {"t": table, "n": attnum}).scalars().all()
+    # A generated column's expression is its pg_attrdef, depending on the columns it reads.
     generated = conn.execute(text("""
         SELECT format('generated column %s', a.attname) FROM pg_depend dep
-        JOIN pg_attribute a ON a.attrelid = dep.objid AND a.attnum = dep.objsubid
-        WHERE dep.classid = 'pg_class'::regclass AND dep.objid = to_regclass(:t)
-          AND dep.refobjid = dep.objid AND dep.refobjsubid = :n AND dep.objsubid <> :n
+        JOIN pg_attrdef ad ON ad.oid = dep.objid
+        JOIN pg_attribute a ON a.attrelid = ad.adrelid AND a.attnum = ad.adnum
+        WHERE dep.classid = 'pg_attrdef'::regclass AND dep.refclassid = 'pg_class'::regclass
+          AND dep.refobjid = to_regclass(:t) AND dep.refobjsubid = :n AND ad.adnum <> :n
         ORDER BY 1"""), {"t": table, "n": attnum}).scalars().all()
-    views = [d.replace("rule _RETURN on ", "") for d in described
-             if not d.startswith("table ")]  # the table itself: its generated columns, below
+    views = [d.replace("rule _RETURN on ", "") for d in described]
     return views + list(generated)
 
 
