@@ -150,3 +150,55 @@ def test_cancel_in_each_state_leaves_the_table_as_before_with_nothing_behind(
     assert table_as_oracle(url) == app.oracle
     wait_until(lambda: scalar(db, "SELECT count(*) FROM pg_proc WHERE proname LIKE "
                                   "'alter_type_%'") == 0, 5, "the trigger function dropped")
+
+
+def test_an_invalid_index_left_by_an_interrupted_build_is_dropped_and_built_again(
+        db, settings, start_node):
+    import hashlib
+
+    import psycopg
+
+    url = settings.database_url
+    _make_table(url)
+    before = column_catalog(url)
+    faults.arm("alter_type.before_build", "block")
+    job_id = submit(db, _alter("a", "bigint")).job_id
+    start_node("n1", slots=2)
+    faults.wait_blocked("alter_type.before_build", 60)
+    # What a build killed part-way leaves: an invalid index of the build's name.
+    leftover = f"reorg_{job_id}_i_{hashlib.md5(b'items_a_b').hexdigest()[:12]}"
+    with psycopg.connect(url, autocommit=True) as conn, pytest.raises(psycopg.Error):
+        conn.execute(f"CREATE UNIQUE INDEX CONCURRENTLY {leftover} ON items ((1))")
+    assert scalar(db, "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(:n)",
+                  n=leftover) is False
+    faults.release("alter_type.before_build")
+    done = wait_state(db, job_id, timeout=120)
+    assert done["state"] == "succeeded", done
+    # items_a_b is the rebuilt index (on a, b; not the leftover's (1)), valid.
+    assert column_catalog(url) == _with_type(before, "a", "bigint")
+
+
+def test_a_cut_over_that_meets_a_lock_is_retried_and_the_job_stays_running(
+        db, settings, start_node):
+    import psycopg
+
+    url = settings.database_url
+    _make_table(url)
+    faults.arm("owner.before_cutover", "block")
+    job_id = submit(db, _alter("id", "bigint")).job_id
+    start_node("n1", slots=2)
+    faults.wait_blocked("owner.before_cutover", 60)
+    with psycopg.connect(url) as reader:
+        # A long application read holds ACCESS SHARE: the cut-over waits its
+        # bounded lock_timeout, gives up, and is tried again later.
+        reader.execute("SELECT count(*) FROM items")
+        faults.release("owner.before_cutover")
+        job = wait_until(lambda: "lock timeout" in ((j := job_of(db, job_id))["error"] or "")
+                         and j, 60, "the cut-over to time out on the lock")
+        assert job["state"] == "running" and job["step_name"] == "build-indexes"
+        assert scalar(db, "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE "
+                          "attrelid = 'items'::regclass AND attname = 'id'") == "integer"
+    done = wait_state(db, job_id, timeout=120)
+    assert done["state"] == "succeeded" and done["error"] is None, done
+    assert scalar(db, "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE "
+                      "attrelid = 'items'::regclass AND attname = 'id'") == "bigint"
