@@ -195,4 +195,4 @@ def checksum(
 
 
 # Job types that bring their own options (registered by importing them).
-import backfill.alter_type.submit  # noqa: E402,F401
+from backfill.alter_type import submit as _alter_type  # noqa: E402,F401

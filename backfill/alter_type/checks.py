@@ -23,7 +23,6 @@ from backfill.tables import (
     check_identifier,
     explain_or_fail,
     inspect_table,
-    quote,
     resolve_type,
 )
 from framework.jobtype import InvalidParams, Job, Target

@@ -20,7 +20,7 @@ class _Rename(Visitor):  # type: ignore[misc]
         self.old, self.new = old, new
 
     def visit_ColumnRef(self, parent: Any, node: ast.ColumnRef) -> Any:
-        fields = node.fields
+        fields = node.fields or ()
         if len(fields) == 1 and isinstance(fields[0], ast.String) and fields[0].sval == self.old:
             return ast.ColumnRef(fields=(ast.String(sval=self.new),), location=node.location)
         return None
@@ -43,6 +43,8 @@ def index_on_column(definition: str, old: str, new: str, name: str) -> str:
     tree = parse_sql(definition)
     _Rename(old, new)(tree)
     stmt = tree[0].stmt
+    if not isinstance(stmt, ast.IndexStmt):
+        raise ValueError(f"not an index definition: {definition}")
     stmt.idxname = name
     stmt.concurrent = True
     stmt.if_not_exists = True
