@@ -87,6 +87,10 @@ def build_index(ctx: SubtaskContext, engine: Engine) -> None:
         invalid = conn.execute(text(
             "SELECT NOT indisvalid FROM pg_index WHERE indexrelid = to_regclass(:n)"),
             {"n": name}).scalar()
+        # CREATE INDEX CONCURRENTLY waits for every older transaction to end,
+        # as lock waits: the worker's lock_timeout would fail a build that
+        # only waits for a long application transaction.
+        conn.execute(text("SET lock_timeout = 0"))
         if invalid:
             conn.execute(text(f"DROP INDEX CONCURRENTLY IF EXISTS {name}"))
         run(conn, ctx.meta["statement"])
@@ -123,6 +127,7 @@ class _autocommit:
         try:
             if not self._conn.invalidated:
                 self._conn.execute(text("RESET statement_timeout"))
+                self._conn.execute(text("RESET lock_timeout"))
         finally:
             self._raw.close()
 

@@ -73,7 +73,9 @@ def cut_over(conn: Connection, job: Job) -> None:
         _comment(conn, f"CONSTRAINT {quote(constraint.name)} ON {t}", constraint.comment)
     run(conn, f"ALTER TABLE {t} DROP CONSTRAINT IF EXISTS "
                       f"{quote(names.not_null_check(job))}")
-    _comment(conn, f"COLUMN {t}.{column}", old.comment)
+    # Always: the shadow column's own comment (its mark) must not survive.
+    run(conn, f"COMMENT ON COLUMN {t}.{column} IS "
+              f"{'NULL' if old.comment is None else literal(old.comment)}")
 
 
 def _set_default(conn: Connection, table: str, column: str, default: str, type_: str) -> None:

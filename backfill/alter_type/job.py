@@ -6,12 +6,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
 from backfill.alter_type import batches, checks, names, plan
 from backfill.alter_type.cutover import cut_over
 from backfill.schema import catalog, trigger
-from backfill.schema.sql import run
+from backfill.schema.sql import literal, run
 from backfill.tables import quote, set_ddl_lock_timeout
 from framework import faults, jobtype
 from framework.jobtype import Job, Step, SubtaskContext, Target
@@ -47,6 +48,8 @@ class AlterType:
         for statement in plan.prepare_statements(
                 job, facts.not_null, plan.constraint_clones(conn, job, facts.attnum)):
             run(conn, statement)
+        run(conn, f"COMMENT ON COLUMN {job.target_table}.{quote(job.params['shadow'])} "
+                  f"IS {literal(names.shadow_mark(job))}")
         trigger.install(conn, table=job.target_table,
                         table_name=job.target_table.split(".", 1)[1],
                         function=names.function(job), trigger=names.trigger(job),
@@ -75,8 +78,12 @@ class AlterType:
         set_ddl_lock_timeout(conn)
         trigger.remove(conn, table=job.target_table, function=names.function(job),
                        trigger=names.trigger(job))
-        run(conn, f"ALTER TABLE IF EXISTS {job.target_table} "
-                  f"DROP COLUMN IF EXISTS {quote(job.params['shadow'])}")
+        mark = conn.execute(text(
+            "SELECT col_description(attrelid, attnum) FROM pg_attribute "
+            "WHERE attrelid = to_regclass(:t) AND attname = :c AND NOT attisdropped"),
+            {"t": job.target_table, "c": job.params["shadow"]}).scalar()
+        if mark == names.shadow_mark(job):  # ours: never a user's column of that name
+            run(conn, f"ALTER TABLE {job.target_table} DROP COLUMN {quote(job.params['shadow'])}")
 
     # --- executor ------------------------------------------------------------
 

@@ -48,3 +48,10 @@ def index_for(job: Job, original: str) -> str:
 def constraint_for(job: Job, original: str) -> str:
     """The CHECK / FOREIGN KEY on the shadow column replacing ``original``."""
     return _hashed(job, "c", original)
+
+
+def shadow_mark(job: Job) -> str:
+    """The comment prepare puts on the shadow column: a rollback drops a
+    column of that name only if it carries this job's mark (never a column of
+    the user's that took the name after the submit checked it)."""
+    return f"reorg alter-type job {job.id}: shadow of {job.params['column']}"

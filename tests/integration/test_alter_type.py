@@ -202,3 +202,21 @@ def test_a_cut_over_that_meets_a_lock_is_retried_and_the_job_stays_running(
     assert done["state"] == "succeeded" and done["error"] is None, done
     assert scalar(db, "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE "
                       "attrelid = 'items'::regclass AND attname = 'id'") == "bigint"
+
+
+def test_a_column_of_the_shadow_columns_name_made_after_the_submit_is_never_dropped(
+        db, settings, start_node):
+    url = settings.database_url
+    _make_table(url)
+    job_id = submit(db, _alter("a", "bigint")).job_id  # checked: no a_reorg_new yet
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("ALTER TABLE items ADD COLUMN a_reorg_new text DEFAULT 'mine'")
+    before, rows = column_catalog(url), table_as_oracle(url)
+    start_node("n1", slots=2)
+    done = wait_state(db, job_id, timeout=60)
+    assert done["state"] == "reverted" and "already has a column a_reorg_new" in done["error"]
+    assert column_catalog(url) == before  # the user's column kept by the rollback
+    assert table_as_oracle(url) == rows
+    assert scalar(db, "SELECT count(*) FROM items WHERE a_reorg_new = 'mine'") == 3_000
