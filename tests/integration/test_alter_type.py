@@ -220,3 +220,41 @@ def test_a_column_of_the_shadow_columns_name_made_after_the_submit_is_never_drop
     assert column_catalog(url) == before  # the user's column kept by the rollback
     assert table_as_oracle(url) == rows
     assert scalar(db, "SELECT count(*) FROM items WHERE a_reorg_new = 'mine'") == 3_000
+
+
+def test_checks_unique_and_foreign_key_constraints_and_expression_indexes_are_carried_over(
+        db, settings, start_node):
+    import psycopg
+
+    url = settings.database_url
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"""
+            CREATE TABLE ref (id bigint PRIMARY KEY);
+            INSERT INTO ref SELECT generate_series(0, 96);
+            CREATE TABLE items (
+                id serial PRIMARY KEY,
+                a int NOT NULL DEFAULT 7 CHECK (a >= 0) REFERENCES ref (id),
+                b text, c text,
+                CONSTRAINT items_a_b_key UNIQUE (a, b) DEFERRABLE,
+                CONSTRAINT items_a_or_b CHECK (a < 1000 OR b IS NULL));
+            ALTER TABLE items ADD CONSTRAINT items_a_small CHECK (a < 100000) NOT VALID;
+            CREATE INDEX items_lower ON items (lower(b), (a + 1)) WHERE a > 10;
+            COMMENT ON INDEX items_lower IS 'by lower b';
+            COMMENT ON CONSTRAINT items_a_b_key ON items IS 'one b per a';
+            COMMENT ON CONSTRAINT items_a_check ON items IS 'never negative';
+            INSERT INTO items (a, b) SELECT g % 97, 'v' || g FROM generate_series(1, {ROWS}) g;
+            ANALYZE items""")
+    before = column_catalog(url)
+    app = App(url, value=lambda n: n % 97)
+    app.load()
+    app.start()
+    job_id = submit(db, _alter("a", "bigint")).job_id
+    start_node("n1", slots=2)
+    done = wait_state(db, job_id, timeout=120)
+    app.stop(at_least_ops=30)
+    assert done["state"] == "succeeded", done
+    assert app.errors == []
+    assert table_as_oracle(url) == app.oracle
+    after = column_catalog(url)
+    assert after == _with_type(before, "a", "bigint")
+    _nothing_left(after)

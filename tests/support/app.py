@@ -64,13 +64,13 @@ class App(threading.Thread):
         roll = r.random()
         n = r.randrange(1_000_000)
         if roll < 0.4 or not self.oracle:
-            b = f"app {n}"
+            b = f"app {self.ops} {n}"  # unique: a UNIQUE (a, b) never trips on the app
             [(key,)] = self._timed(conn, f"INSERT INTO {t} (a, b) VALUES (%s, %s) RETURNING id",
                                    (self.value(n), b))
             self.oracle[key] = (self.value(n), b)
         elif roll < 0.8:
             key = r.choice(list(self.oracle))
-            b = f"upd {n}"
+            b = f"upd {self.ops} {n}"
             done = self._timed(conn, f"UPDATE {t} SET a = %s, b = %s WHERE id = %s RETURNING id",
                                (self.value(n), b, key))
             if done:
