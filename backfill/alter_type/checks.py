@@ -79,6 +79,8 @@ def check(conn: Connection, params: dict[str, Any]) -> Target:
                     f"{'--using' if using else '--type'} does not work on {where}",
                     "give an expression of the column that converts to the new type "
                     "(--using)" if using is None else "fix the expression")
+    if not _has_equality(conn, type_name):
+        normalised["verify_as_text"] = True
     _check_rewrites(conn, table.qualified, table.key_sql, normalised, facts.attnum, where)
     return Target(table.qualified, table.key_sql, normalised)
 
@@ -96,6 +98,18 @@ def _refuse_table_kind(conn: Connection, name: str) -> None:
     if row.inherits:
         raise InvalidParams(f"table {name} is part of an inheritance tree; alter-type works on "
                             f"a plain table only; {USE_ALTER}")
+
+
+def _has_equality(conn: Connection, type_name: str) -> bool:
+    """Whether values of the type compare with ``=`` (json, point, xml do not):
+    else verify compares their text forms."""
+    try:
+        with conn.begin_nested():
+            conn.execute(text(f"SELECT CAST(NULL AS {type_name}) IS NOT DISTINCT FROM "
+                              f"CAST(NULL AS {type_name}) WHERE :one = 1"), {"one": 1})
+    except Exception:
+        return False
+    return True
 
 
 def _same_type(conn: Connection, current: str, wanted: str) -> bool:

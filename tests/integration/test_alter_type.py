@@ -262,3 +262,54 @@ def test_checks_unique_and_foreign_key_constraints_and_expression_indexes_are_ca
     after = column_catalog(url)
     assert after == _with_type(before, "a", "bigint")
     _nothing_left(after)
+
+
+def test_text_to_json_a_type_without_equality_is_verified_by_its_text(db, settings, start_node):
+    import psycopg
+
+    url = settings.database_url
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("""
+            CREATE TABLE items (id serial PRIMARY KEY, a text NOT NULL DEFAULT '7', b text);
+            INSERT INTO items (a, b)
+            SELECT '{"n": ' || g || '}', 'v' || g FROM generate_series(1, 1000) g""")
+    app = App(url, value=lambda n: f'{{"n": {n}}}')
+    app.load()
+    app.start()
+    job_id = submit(db, _alter("a", "json")).job_id
+    start_node("n1", slots=2)
+    done = wait_state(db, job_id, timeout=120)
+    app.stop(at_least_ops=30)
+    assert done["state"] == "succeeded", done
+    assert app.errors == []
+    with psycopg.connect(url) as conn:
+        table = dict(conn.execute("SELECT id, a::text FROM items").fetchall())
+    assert table == {k: a for k, (a, _) in app.oracle.items()}
+    assert scalar(db, "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE "
+                      "attrelid = 'items'::regclass AND attname = 'a'") == "json"
+
+
+@pytest.mark.matrix
+def test_a_bigger_table_on_two_nodes_keeps_every_write(db, settings, start_node):
+    """The long variant: 60,000 rows, two nodes, many ranges, the application
+    writing throughout."""
+    import psycopg
+
+    url = settings.database_url
+    _make_table(url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("INSERT INTO items (a, b) SELECT g % 97, 'w' || g "
+                     "FROM generate_series(1, 57000) g; ANALYZE items")
+    before = column_catalog(url)
+    app = App(url)
+    app.load()
+    app.start()
+    job_id = submit(db, _alter("id", "bigint", rows_per_subtask=5_000, batch_rows=1_000)).job_id
+    start_node("n1", slots=2)
+    start_node("n2", slots=2)
+    done = wait_state(db, job_id, timeout=300)
+    app.stop(at_least_ops=100)
+    assert done["state"] == "succeeded", done
+    assert app.errors == []
+    assert table_as_oracle(url) == app.oracle
+    assert column_catalog(url) == _with_type(before, "id", "bigint")
