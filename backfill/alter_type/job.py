@@ -53,7 +53,9 @@ class AlterType:
         trigger.install(conn, table=job.target_table,
                         table_name=job.target_table.split(".", 1)[1],
                         function=names.function(job), trigger=names.trigger(job),
-                        shadow=quote(job.params["shadow"]), expression=plan.expression(job.params))
+                        shadow=quote(job.params["shadow"]), expression=plan.expression(job.params),
+                        # Without USING the value is CAST(column AS type): on NEW directly.
+                        column=None if job.params.get("using") else quote(job.params["column"]))
 
     def fixed_subtasks(self, conn: Connection, job: Job, step: int) -> list[dict[str, Any]]:
         """Build-indexes: one subtask per index covering the column, and one
