@@ -70,7 +70,7 @@ def check(conn: Connection, params: dict[str, Any]) -> Target:
         raise InvalidParams(f"{where} is used by {', '.join(dependents)}; a swap of columns "
                             f"would drop it: drop it first and create it again after, or "
                             f"{USE_ALTER}")
-    normalised = {"table": table.display, "column": column, "type": type_name,
+    normalised: dict[str, Any] = {"table": table.display, "column": column, "type": type_name,
                   "shadow": shadow}
     if using is not None:
         normalised["using"] = using
