@@ -14,6 +14,7 @@ import pytest
 from support import held_by, job_of, rows, scalar, wait_state, wait_until
 from support.app import App, column_catalog, table_as_oracle
 
+from framework import control
 from framework.submit import SubmitRequest, submit
 
 pytestmark = pytest.mark.fault
@@ -63,6 +64,7 @@ def test_kill_9_of_a_worker_mid_backfill_resumes_from_curr_key(db, settings, wor
     victim.signal(signal.SIGKILL)
     victim.proc.wait(10)
     sub_id, checkpointed = caught[0].id, caught[0].curr_key
+    control.alter(db, job_id, max_rows_per_sec=0)  # caught: the rest may run at full speed
     workers.start("heir", slots=2)
     done = wait_state(db, job_id, timeout=180)
     app.stop(at_least_ops=50)
