@@ -7,10 +7,14 @@ One package per job type, each holding its submit-time checks, owner steps
 - ``spark_backfill/``  ``backfill``: a column computed on Spark
 - ``copy/``            ``copy``: rows into another table through Spark
 - ``checksum/``        ``checksum``: two tables compared range by range
+- ``alter_type/``      ``alter-type``: a column's type changed online (shadow
+                       column, trigger, one short cut-over)
 
 Shared by them: ``tables`` (catalogue facts and the checks of user input
 against a table), ``expressions`` (user SQL fragments checked to be one
-expression) and ``spark/`` (the Spark plumbing and the one batch loop).
+expression), ``spark/`` (the Spark plumbing and the one batch loop) and
+``schema/`` (online schema changes: a column's catalogue facts, index and
+constraint definitions moved to another column, the shadow column's trigger).
 
 Each job type registers itself with ``framework.jobtype`` through the
 ``reorg.job_types`` entry point (``<package>.job:register``), and brings its

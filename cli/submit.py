@@ -131,7 +131,7 @@ def submit_command(name: str, to_params: Callable[..., Params]) -> Any:
 
 def _report(result: SubmitResult, as_json: bool) -> None:
     if result.plan is not None:
-        _report_plan(result.target_table, result.plan, as_json)
+        _report_plan(result.target_table, result.plan, as_json, result.notes)
     elif as_json:
         print_json({"id": result.job_id, "created": result.created,
                     "table": table_name(result.target_table),
@@ -147,11 +147,12 @@ def _report(result: SubmitResult, as_json: bool) -> None:
         print(result.job_id)  # alone on stdout: scripts capture it
 
 
-def _report_plan(target: str, plan: SplitPlan, as_json: bool) -> None:
+def _report_plan(target: str, plan: SplitPlan, as_json: bool,
+                 notes: tuple[str, ...] = ()) -> None:
     if as_json:
         print_json({"dry_run": True, "table": table_name(target), "ranges": len(plan.ranges),
                     "estimated_rows": plan.row_count, "rows_per_subtask": plan.rows_per_range,
-                    "key_ranges": plan.ranges})
+                    "key_ranges": plan.ranges, "plan": list(notes)})
         return
     shown = 3
 
@@ -167,3 +168,5 @@ def _report_plan(target: str, plan: SplitPlan, as_json: bool) -> None:
     else:
         console.print(f"  first           {fmt(plan.ranges[:shown])}")
         console.print(f"  last            {fmt(plan.ranges[-shown:])}")
+    for line in notes:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -381,6 +381,14 @@ def analyse(kind: JobType, conn: Connection, job: Job) -> dict[str, Any]:
     return dict(kind.analyse(conn, job))  # type: ignore[attr-defined]
 
 
+def describe(kind: object, conn: Connection, job: Job) -> list[str]:
+    """What ``--dry-run`` prints beside the ranges (optional ``describe``),
+    e.g. the DDL of each schema state; run in the rolled-back validation
+    transaction, with ``job.id`` 0."""
+    hook = getattr(kind, "describe", None)
+    return [str(line) for line in hook(conn, job)] if callable(hook) else []
+
+
 def warm_up(kind: object, job: Job | None) -> None:
     """The type's per-process start-up (optional duty), e.g. Spark's."""
     start = getattr(kind, "warm_up", None)
