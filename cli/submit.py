@@ -106,7 +106,7 @@ def job_type(name: str) -> Callable[[Callable[..., Params]], Callable[..., Param
 
 def _report(result: SubmitResult, as_json: bool) -> None:
     if result.plan is not None:
-        _report_plan(result.target_table, result.plan, as_json)
+        _report_plan(result.target_table, result.plan, result.ddl, as_json)
     elif as_json:
         print_json({"id": result.job_id, "created": result.created,
                     "table": table_name(result.target_table),
@@ -122,11 +122,11 @@ def _report(result: SubmitResult, as_json: bool) -> None:
         print(result.job_id)  # alone on stdout: scripts capture it
 
 
-def _report_plan(target: str, plan: SplitPlan, as_json: bool) -> None:
+def _report_plan(target: str, plan: SplitPlan, ddl: list[str], as_json: bool) -> None:
     if as_json:
         print_json({"dry_run": True, "table": table_name(target), "ranges": len(plan.ranges),
                     "estimated_rows": plan.row_count, "rows_per_subtask": plan.rows_per_range,
-                    "key_ranges": plan.ranges})
+                    "key_ranges": plan.ranges, "ddl": ddl})
         return
     shown = 3
 
@@ -142,6 +142,8 @@ def _report_plan(target: str, plan: SplitPlan, as_json: bool) -> None:
     else:
         console.print(f"  first           {fmt(plan.ranges[:shown])}")
         console.print(f"  last            {fmt(plan.ranges[-shown:])}")
+    for line in ddl:  # the job type's schema states, in order
+        console.print(f"  {line}", markup=False, highlight=False)
 
 
 # --- job types ------------------------------------------------------------------
@@ -189,3 +191,7 @@ def checksum(
     """Compare two tables range by range; report mismatching ranges and keys."""
     names = [c.strip() for value in columns or [] for c in value.split(",") if c.strip()]
     return {"table": table, "target": target, "columns": names}
+
+
+# The online schema-change types' options live in a module of their own.
+import cli.submit_schema  # noqa: E402, F401

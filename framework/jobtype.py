@@ -368,6 +368,13 @@ def steps_to_restore(kind: object, job: Job, planned: bool | Collection[int]) ->
     return chosen
 
 
+def describe(kind: object, params: dict[str, Any], table: str) -> list[str]:
+    """The DDL each schema state of a job runs, for ``--dry-run`` (optional
+    ``describe(params, table)``: lines such as ``"prepare: ALTER TABLE ..."``)."""
+    hook = getattr(kind, "describe", None)
+    return [str(line) for line in hook(params, table)] if callable(hook) else []
+
+
 def analyses_on_owner(kind: JobType) -> bool:
     """Whether the type has checks that ``validate`` leaves to the owner."""
     return callable(getattr(kind, "analyse", None))

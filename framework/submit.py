@@ -76,6 +76,8 @@ class SubmitResult:
     created: bool
     target_table: str
     plan: SplitPlan | None = None
+    # A dry run's DDL of each schema state (``jobtype.describe``).
+    ddl: list[str] = field(default_factory=list)
     # The owner had not given its verdict on the input within verdict_seconds.
     awaiting_verdict: bool = False
 
@@ -97,7 +99,8 @@ def submit(db: Database, request: SubmitRequest) -> SubmitResult:
         params = _analyse_here(db, kind, request, target.table, target.key_column, params)
         owner_checks = False
     if plan is not None:
-        return SubmitResult(None, False, target.table, plan)
+        return SubmitResult(None, False, target.table, plan,
+                            ddl=jobtype.describe(kind, params, target.table))
     with db.begin() as conn:
         job_id, created = jobs.insert(
             db, conn, type=request.type, params=params, target_table=target.table,
