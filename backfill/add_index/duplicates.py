@@ -37,13 +37,16 @@ class Duplicate:
     first_ids: list[int]  # primary keys of the first rows holding it
 
 
-def bucket_count(conn: Connection, table: str, hashable: bool) -> int:
-    """How many buckets: by the planner's row estimate (no scan)."""
+def bucket_count(conn: Connection, table: str, hashable: bool,
+                 rows_per_bucket: int | None = None) -> int:
+    """How many buckets: by the planner's row estimate (no scan), of about
+    ``rows_per_bucket`` rows each (``--rows-per-subtask``)."""
     if not hashable:
         return 1
     rows = conn.execute(text("SELECT greatest(reltuples, 0) FROM pg_class WHERE oid = "
                              "CAST(:t AS regclass)"), {"t": table}).scalar() or 0
-    return int(min(MAX_BUCKETS, max(1, -(-int(rows) // ROWS_PER_BUCKET))))
+    per_bucket = max(1, rows_per_bucket or ROWS_PER_BUCKET)
+    return int(min(MAX_BUCKETS, max(1, -(-int(rows) // per_bucket))))
 
 
 def key_is_hashable(conn: Connection, table: str, columns: list[str]) -> bool:

@@ -89,7 +89,8 @@ class AddIndex:
         if step == CHECK:
             if not p["unique"]:
                 return []  # nothing to check: the step ends at once
-            count = duplicates.bucket_count(conn, job.target_table, p["hashable"])
+            count = duplicates.bucket_count(conn, job.target_table, p["hashable"],
+                                            p.get("rows_per_subtask"))
             return [{"bucket": b, "buckets": count} for b in range(count)]
         return [{"index": p["index"]}]
 
