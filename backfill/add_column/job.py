@@ -54,6 +54,9 @@ class AddColumn:
              Step("not-null", ranges=False, restore=False, schema_state="write-reorg"))
     done_schema_state = "public"
     batch_steps = (BACKFILL,)  # quick backfill subtasks share a transaction (run_batch)
+    # Rows inserted after the split get the value from the trigger: no
+    # catch-up ranges past the last one (framework.catch_up).
+    catch_up = False
 
     # --- submit ------------------------------------------------------------------
 

@@ -7,6 +7,8 @@ Its writes keep ``b`` unique (``'n' || id`` on insert, ``'u' || id || '_' ||
 n`` on update), so a unique index on ``b`` stays buildable; ``a`` is updated
 too, a column a job's ``--value`` may not read (an UPDATE that does not
 touch the columns EXPR reads must still give the new column its value).
+Every write stamps ``c`` with the database's clock at the row, so a test can
+tell the rows written after a job's cut-over from those written before.
 """
 
 from __future__ import annotations
@@ -69,11 +71,11 @@ class Application:
         ids = list(self.model)
         if op == "insert" or not ids:
             key, self.next_id = self.next_id, self.next_id + 1
-            row = (key, n % 97, f"n{key}", None)
-            conn.execute(sa.text("INSERT INTO items (id, a, b, c) VALUES (:i, :a, :b, :c)"),
-                         dict(zip("iabc", row, strict=True)))
+            stamp = conn.execute(sa.text(
+                "INSERT INTO items (id, a, b, c) VALUES (:i, :a, :b, clock_timestamp()::text) "
+                "RETURNING c"), {"i": key, "a": n % 97, "b": f"n{key}"}).scalar()
             conn.commit()
-            self.model[key] = row
+            self.model[key] = (key, n % 97, f"n{key}", stamp)
             return
         key = self.random.choice(ids)
         if op == "delete":
@@ -82,12 +84,12 @@ class Application:
             del self.model[key]
             return
         old = self.model[key]
-        row = ((key, old[1], f"u{key}_{n}", old[3]) if op == "update_b"
-               else (key, (old[1] or 0) + 1, old[2], old[3]))
-        conn.execute(sa.text("UPDATE items SET a = :a, b = :b WHERE id = :i"),
-                     {"i": key, "a": row[1], "b": row[2]})
+        a, b = ((old[1], f"u{key}_{n}") if op == "update_b" else ((old[1] or 0) + 1, old[2]))
+        stamp = conn.execute(sa.text(
+            "UPDATE items SET a = :a, b = :b, c = clock_timestamp()::text WHERE id = :i "
+            "RETURNING c"), {"i": key, "a": a, "b": b}).scalar()
         conn.commit()
-        self.model[key] = row
+        self.model[key] = (key, a, b, stamp)
 
     def expected(self) -> list[Row]:
         """The table's rows (id, a, b, c) the application's writes leave."""
