@@ -343,9 +343,7 @@ class Owner:
             snap = steps.step_snapshot(self.db, conn, job.id, job.step)
             if not snap.all_succeeded:
                 return None
-            # A type whose trigger writes every row inserted meanwhile says so
-            # (``catch_up = False``): rows past the last range need no ranges.
-            if current.ranges and getattr(kind, "catch_up", True):
+            if current.ranges:
                 tail = catch_up.cover_tail(self.db, conn, term, job)
                 if tail.added:
                     return tail.detail

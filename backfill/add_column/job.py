@@ -54,9 +54,10 @@ class AddColumn:
              Step("not-null", ranges=False, restore=False, schema_state="write-reorg"))
     done_schema_state = "public"
     batch_steps = (BACKFILL,)  # quick backfill subtasks share a transaction (run_batch)
-    # Rows inserted after the split get the value from the trigger: no
-    # catch-up ranges past the last one (framework.catch_up).
-    catch_up = False
+    # No opt-out of the owner's catch-up ranges (framework.catch_up): the
+    # split runs before prepare creates the trigger, so rows inserted between
+    # them lie past the last range with no value; the first catch-up round
+    # covers them (later rows have the trigger's).
 
     # --- submit ------------------------------------------------------------------
 
