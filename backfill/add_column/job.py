@@ -30,7 +30,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
 from backfill.add_column.ddl import BODY_QUOTE, AddColumnDdl
-from backfill.expressions import embed, one_expression, optional_expression
+from backfill.expressions import embed, on_one_line, one_expression, optional_expression
 from backfill.ranged_update import UpdateSql, alias_of, check_update_statement, next_batch
 from backfill.tables import (
     TableInfo,
@@ -79,15 +79,15 @@ class AddColumn:
 
     def describe(self, params: dict[str, Any], table: str) -> list[str]:
         ddl = AddColumnDdl(table, 0, params)  # the job's id is not known yet: 0 in names
-        lines = [f"prepare (write-only): {one_line_sql(s)}" for s in ddl.prepare()]
-        lines.append(f"backfill (write-reorg): {one_line_sql(_update(table, params).update())}"
+        lines = [f"prepare (write-only): {s}" for s in ddl.prepare()]
+        lines.append(f"backfill (write-reorg): {_update(table, params).update()}"
                      " per batch")
         if params["not_null"]:
             lines += [f"not-null (write-reorg): {s}" for s in ddl.add_check()]
             lines.append(f"not-null (write-reorg): {ddl.validate_check()}")
         lines += [f"cut-over (public): {s}" for s in ddl.cut_over()]
         lines += [f"rollback: {s}" for s in ddl.rollback()]
-        return lines
+        return [on_one_line(line) for line in lines]
 
     # --- owner ---------------------------------------------------------------------
 
@@ -177,10 +177,6 @@ def _ddl(job: Job) -> AddColumnDdl:
 def _update(table: str, params: dict[str, Any]) -> UpdateSql:
     return UpdateSql(table, alias_of(table), quote(params["key"]),
                      params["column"], params["expr"], None, None)
-
-
-def one_line_sql(statement: str) -> str:
-    return " ".join(statement.split())
 
 
 def _column_spec(conn: Connection, table: TableInfo, value: str) -> tuple[str, str]:

@@ -28,7 +28,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from backfill.add_index import duplicates
 from backfill.add_index.build import build_index, index_state
-from backfill.expressions import embed, optional_expression
+from backfill.expressions import embed, on_one_line, optional_expression
 from backfill.tables import (
     TableInfo,
     check_identifier,
@@ -77,7 +77,7 @@ class AddIndex:
         lines.append(f"build (write-reorg): {create_statement(params, table)}")
         lines.append(f"cut-over (public): the index is valid; COMMENT ON INDEX {params['index']}")
         lines.append(f"rollback: DROP INDEX IF EXISTS {params['index']}")
-        return lines
+        return [on_one_line(line) for line in lines]
 
     # --- owner ---------------------------------------------------------------------
 

@@ -136,8 +136,8 @@ def test_dry_run_changes_nothing_and_describes_each_state(db):
     result = submit(db, add_index("a,b", unique=True, where="a > 3", dry_run=True))
     assert result.job_id is None and result.plan is not None
     assert result.ddl[0].startswith("check-duplicates (none)")
-    assert ('build (write-reorg): CREATE UNIQUE INDEX CONCURRENTLY "items_a_b_idx" ON '
-            '"public"."items" ("a", "b") WHERE (a > 3\n)') == result.ddl[1]
+    assert result.ddl[1] == ('build (write-reorg): CREATE UNIQUE INDEX CONCURRENTLY '
+                             '"items_a_b_idx" ON "public"."items" ("a", "b") WHERE (a > 3 )')
     assert shape(db.engine) == before
     assert scalar(db, "SELECT count(*) FROM {s}.jobs") == 0
 
