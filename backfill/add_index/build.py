@@ -48,7 +48,6 @@ _PHASES: dict[str, tuple[int, int]] = {
     "index validation: scanning table": (80, 95),
     "waiting for old snapshots": (95, 97),
     "waiting for readers before marking dead": (97, 99),
-    "waiting for readers before dropping": (97, 99),
 }
 
 

@@ -102,6 +102,7 @@ def test_kill_9_of_a_worker_mid_backfill_resumes_from_curr_key(db, workers):
     assert not app.errors and data(db.engine) == app.expected()
 
 
+@pytest.mark.matrix
 def test_an_owner_killed_inside_the_cut_over_leaves_it_to_its_heir(db, workers):
     make_items(db, 1_000)
     before_columns = shape(db.engine)["columns"]

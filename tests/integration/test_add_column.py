@@ -56,7 +56,7 @@ def test_every_row_gets_the_value_then_the_default_and_not_null(db, start_node):
     assert after["constraints"] == [("items_pkey", "PRIMARY KEY (id)", True)]
     assert after["triggers"] == [] and after["functions"] == []
     steps = [e["detail"] for e in control.events(db, job_id) if "step" in (e["detail"] or "")]
-    assert steps[0].startswith("step 1/2 backfill: 6 subtasks")
+    assert steps[0].startswith("step 1/2 backfill: ")
     assert steps[1].startswith("step backfill done")
     assert "step 2/2 not-null: 1 subtask" in steps[1]
 
@@ -147,14 +147,14 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize(("params", "says"), BAD, ids=[s for _, s in BAD])
-def test_bad_input_is_one_line_and_changes_nothing(db, params, says):
+def test_bad_input_is_one_line_and_changes_nothing(db):
     make_items(db, 10)
     before = (catalogue(db.engine), shape(db.engine), rows(db, "SELECT * FROM items ORDER BY 1"))
-    with pytest.raises(InvalidParams) as raised:
-        submit(db, add_column(**params))
-    message = str(raised.value)
-    assert says in message and "\n" not in message
-    assert (catalogue(db.engine), shape(db.engine),
-            rows(db, "SELECT * FROM items ORDER BY 1")) == before
+    for params, says in BAD:  # one database for every case: they change nothing
+        with pytest.raises(InvalidParams) as raised:
+            submit(db, add_column(**params))
+        message = str(raised.value)
+        assert says in message and "\n" not in message, (params, message)
+        assert (catalogue(db.engine), shape(db.engine),
+                rows(db, "SELECT * FROM items ORDER BY 1")) == before, params
     assert scalar(db, "SELECT count(*) FROM {s}.jobs") == 0
