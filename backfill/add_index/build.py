@@ -90,6 +90,11 @@ def build_index(ctx: SubtaskContext, engine: Engine, create: str, index: str) ->
         conn = raw.execution_options(isolation_level="AUTOCOMMIT")
         with ctx.cancel_on_stop(conn):
             conn.execute(text("SET statement_timeout = 0"))
+            # The build waits for every open write transaction on the table,
+            # however long the application keeps one: no lock wait limit. Its
+            # SHARE UPDATE EXCLUSIVE lock never blocks the application's reads
+            # and writes, only other DDL, so waiting costs the application nothing.
+            conn.execute(text("SET lock_timeout = 0"))
             conn.execute(text("SET client_connection_check_interval = '1s'"))
             conn.execute(text(f"SET application_name = '{session_name(job.id)}'"))
             _end_earlier_builds(conn, job.id)

@@ -59,6 +59,20 @@ def test_a_unique_index_is_built_online_while_the_application_writes(db, start_n
     assert steps[1].startswith("step check-duplicates done; step 2/2 build: 1 subtask")
 
 
+def test_a_partial_index_of_several_columns_skips_the_duplicate_check(db, start_node):
+    make_items(db, 1_000)  # a repeats: fine for an index that is not unique
+    job_id = submit(db, add_index("a,b", where="a > 10")).job_id
+    start_node("n1", slots=2)
+    done = wait_state(db, job_id)
+    assert done["state"] == "succeeded", done["error"]
+    assert _index(db, "items_a_b_idx") == (
+        True, False, "CREATE INDEX items_a_b_idx ON public.items USING btree (a, b) WHERE (a > 10)")
+    # The check step had no subtask: nothing to look for without --unique.
+    assert scalar(db, "SELECT count(*) FROM (SELECT step FROM {s}.background_subtask WHERE "
+                      "job_id = :j UNION ALL SELECT step FROM {s}.background_subtask_history "
+                      "WHERE job_id = :j) s WHERE step = 1", j=job_id) == 0
+
+
 def test_duplicates_in_different_ranges_fail_the_job_before_any_index_exists(db, start_node):
     make_items(db, 4_000)
     # Rows far apart in key order share a key; NULL keys never clash.
