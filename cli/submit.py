@@ -194,4 +194,7 @@ def checksum(
 
 
 # The online schema-change types' options live in a module of their own.
-import cli.submit_schema  # noqa: E402, F401
+from cli import submit_schema  # noqa: E402
+
+job_type("add-index")(submit_schema.add_index)
+job_type("add-column")(submit_schema.add_column)

@@ -1,19 +1,22 @@
 """``reorg submit add-index`` and ``reorg submit add-column``: the options of
 the online schema-change job types (``backfill.add_index``,
-``backfill.add_column``), mapped to their params. Kept apart from
-cli/submit.py so they can move into the job types' own packages in one step
-once job types bring their own options."""
+``backfill.add_column``), mapped to their params. Plain functions in the
+form a job type's ``submit_options`` takes, registered by cli/submit.py, so
+they move into the job types' own packages (``backfill/*/options.py``,
+importing ``cli.plugin``) in one step once job types bring their own options."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from cli.submit import Params, TableOpt, job_type
+# cli.submit's, which registers these functions (imported from here, not
+# there: no import cycle); cli.plugin's once job types bring their options.
+Params = dict[str, Any]
+TableOpt = Annotated[str, typer.Option("--table", help="Table to work on, e.g. public.items.")]
 
 
-@job_type("add-index")
 def add_index(
     table: TableOpt,
     columns: Annotated[str, typer.Option(help="The index's columns, in order: A[,B...].")],
@@ -29,7 +32,6 @@ def add_index(
     return {"table": table, "columns": columns, "unique": unique, "name": name, "where": where}
 
 
-@job_type("add-column")
 def add_column(
     table: TableOpt,
     column: Annotated[str, typer.Option(help="COLUMN:TYPE to add, e.g. c:text.")],
