@@ -7,9 +7,12 @@ One package per job type, each holding its submit-time checks, owner steps
 - ``spark_backfill/``  ``backfill``: a column computed on Spark
 - ``copy/``            ``copy``: rows into another table through Spark
 - ``checksum/``        ``checksum``: two tables compared range by range
+- ``add_index/``       ``add-index``: an index built online, duplicates looked for first
+- ``add_column/``      ``add-column``: a column with a per-row value, its default and NOT NULL
 
 Shared by them: ``tables`` (catalogue facts and the checks of user input
-against a table), ``expressions`` (user SQL fragments checked to be one
+against a table), ``ranged_update`` (the ranged UPDATE batch of sql-update
+and add-column), ``expressions`` (user SQL fragments checked to be one
 expression) and ``spark/`` (the Spark plumbing and the one batch loop).
 
 Each job type registers itself with ``framework.jobtype`` through the

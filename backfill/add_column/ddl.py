@@ -54,7 +54,10 @@ class AddColumnDdl:
         col, expr = self.column, embed(self.params["expr"])
         return [
             f"ALTER TABLE {self.table} ADD COLUMN {col} {self.params['column_type']}",
-            f"""CREATE FUNCTION {self.function}() RETURNS trigger LANGUAGE plpgsql AS {BODY_QUOTE}
+            # The search_path of the job's sessions, not of whichever application
+            # session fires it: EXPR names the same functions in both.
+            f"""CREATE FUNCTION {self.function}() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT AS {BODY_QUOTE}
 BEGIN
   IF (TG_OP = 'INSERT' AND NEW.{col} IS NULL)
      OR (TG_OP = 'UPDATE' AND NEW.{col} IS NOT DISTINCT FROM OLD.{col}) THEN
