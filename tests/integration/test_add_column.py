@@ -8,7 +8,8 @@ before; bad input is one line and changes nothing."""
 from __future__ import annotations
 
 import pytest
-from support import catalogue, job_of, make_items, rows, scalar, wait_state
+import sqlalchemy as sa
+from support import catalogue, job_of, make_items, rows, scalar, wait_state, wait_until
 from support.app import Application, data, shape
 
 from framework import control, faults
@@ -158,3 +159,27 @@ def test_bad_input_is_one_line_and_changes_nothing(db):
         assert (catalogue(db.engine), shape(db.engine),
                 rows(db, "SELECT * FROM items ORDER BY 1")) == before, params
     assert scalar(db, "SELECT count(*) FROM {s}.jobs") == 0
+
+
+def test_a_cut_over_that_meets_a_lock_is_retried_the_trigger_still_in_place(db, start_node):
+    make_items(db, 300)
+    faults.arm("owner.before_cutover", "block")
+    job_id = submit(db, add_column(default="'x'", not_null=True, rows_per_subtask=100)).job_id
+    start_node("n1", slots=2)
+    faults.wait_blocked("owner.before_cutover", 60)
+    with db.engine.connect() as app, app.begin():
+        # An application transaction holding the table: the cut-over waits
+        # its bounded lock_timeout, gives up, and is tried again later.
+        app.execute(sa.text("LOCK TABLE items IN ACCESS SHARE MODE"))
+        faults.release("owner.before_cutover")
+        job = wait_until(lambda: "lock timeout" in ((j := job_of(db, job_id))["error"] or "")
+                         and j, 60, "the cut-over to time out on the lock")
+        assert job["state"] == "running" and job["step_name"] == "not-null"
+        # Nothing of the cut-over applied: the trigger on, the column nullable.
+        now = shape(db.engine)
+        assert now["triggers"] == [(f"reorg_add_column_{job_id}",)]
+        assert ("d", "text", False, None) in now["columns"]
+    done = wait_state(db, job_id)
+    assert done["state"] == "succeeded" and done["error"] is None
+    assert ("d", "text", True, "'x'::text") in shape(db.engine)["columns"]
+    assert _wrong_rows(db) == 0
