@@ -72,6 +72,7 @@ def test_kill_9_of_a_worker_mid_build_the_heir_ends_its_build_and_builds_again(
 VALUE = "md5(b || '/' || a)"
 
 
+@pytest.mark.matrix  # the resume itself is the framework's (test_step_faults); long
 def test_kill_9_of_a_worker_mid_backfill_resumes_from_curr_key(db, workers):
     make_items(db, 4_000)
     with Application(db.engine) as app:
