@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from sqlalchemy import text
@@ -86,7 +87,7 @@ def build_index(ctx: SubtaskContext, engine: Engine, create: str, index: str) ->
     """Run the build subtask: ``create`` is the CREATE INDEX CONCURRENTLY
     statement of ``index`` (schema-qualified, quoted)."""
     job = ctx.job
-    with engine.connect() as raw:
+    with engine.connect() as raw, _never_pooled(raw):
         conn = raw.execution_options(isolation_level="AUTOCOMMIT")
         with ctx.cancel_on_stop(conn):
             conn.execute(text("SET statement_timeout = 0"))
@@ -115,6 +116,18 @@ def build_index(ctx: SubtaskContext, engine: Engine, create: str, index: str) ->
                 conn.execute(text(f"COMMENT ON INDEX {index} IS '{marker(job.id)}'"))
     with engine.begin() as done:
         ctx.checkpoint(done, ctx.end_key, 0, {**ctx.meta, "build_started": True})
+
+
+@contextlib.contextmanager
+def _never_pooled(conn: Connection) -> Iterator[None]:
+    """Close the build's session after it instead of pooling it: it carries the
+    job's application_name (a later build would end it as a stale one) and
+    no timeouts."""
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            conn.invalidate()
 
 
 def _end_earlier_builds(conn: Connection, job_id: int) -> None:
