@@ -14,6 +14,7 @@ import pytest
 from support import held_by, job_of, make_items, rows, scalar, wait_state, wait_until
 from support.app import Application, data, shape
 
+from framework import control
 from framework.submit import SubmitRequest, submit
 
 pytestmark = pytest.mark.fault
@@ -126,3 +127,26 @@ def test_an_owner_killed_inside_the_cut_over_leaves_it_to_its_heir(db, workers):
     assert ("d", "text", True, "'x'::text") in shape(db.engine)["columns"]
     assert shape(db.engine)["triggers"] == [] and shape(db.engine)["functions"] == []
     assert not app.errors and data(db.engine) == app.expected()
+
+
+@pytest.mark.matrix
+def test_cancel_after_a_kill_9_mid_build_ends_the_orphan_build_and_drops_its_index(
+        db, workers, migrated_db):
+    make_items(db, 2_000)
+    before, table = shape(db.engine), data(db.engine)
+    with psycopg.connect(migrated_db) as writer:
+        writer.execute("UPDATE items SET a = a WHERE id = 1")  # holds the build
+        job_id = submit(db, SubmitRequest("add-index", {
+            "table": "items", "columns": "b", "name": "items_b_idx"})).job_id
+        victim = workers.start("victim", slots=2)
+        orphan = wait_until(lambda: _build_backend(db, job_id), 90, "the victim's build")
+        victim.signal(signal.SIGKILL)
+        victim.proc.wait(10)
+        control.cancel(db, job_id)
+        workers.start("heir", slots=2)
+        wait_until(lambda: not scalar(db, "SELECT count(*) FROM pg_stat_activity WHERE pid = :p",
+                                      p=orphan), 60, "the orphan build to be ended")
+        writer.rollback()
+    done = wait_state(db, job_id)
+    assert done["state"] == "cancelled", done["error"]
+    assert shape(db.engine) == before and data(db.engine) == table
