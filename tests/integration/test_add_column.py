@@ -119,6 +119,23 @@ def test_a_value_that_is_null_somewhere_fails_the_not_null_step_and_rolls_back(
     assert shape(db.engine) == before and data(db.engine) == table
 
 
+def test_a_value_that_fails_on_a_row_fails_the_backfill_and_rolls_back(db, start_node):
+    make_items(db, 1_000)
+    before, table = shape(db.engine), data(db.engine)
+    job_id = submit(db, add_column(column="d:int", value="CASE WHEN id = 333 THEN b::int "
+                                                         "ELSE id END",
+                                   rows_per_subtask=250)).job_id
+    start_node("n1", slots=2)
+    done = wait_state(db, job_id)
+    assert done["state"] == "reverted"
+    assert 'invalid input syntax for type integer: "v333"' in done["error"]
+    # It never left the backfill: no subtask of the not-null step was made.
+    assert 2 not in {r[0] for r in rows(
+        db, "SELECT step FROM {s}.background_subtask WHERE job_id = :j UNION ALL "
+            "SELECT step FROM {s}.background_subtask_history WHERE job_id = :j", j=job_id)}
+    assert shape(db.engine) == before and data(db.engine) == table
+
+
 def test_dry_run_changes_nothing_and_describes_each_state(db):
     make_items(db, 100)
     before = shape(db.engine)
