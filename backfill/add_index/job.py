@@ -75,7 +75,8 @@ class AddIndex:
             lines.append("check-duplicates (none): GROUP BY the key per hash bucket; a "
                          "duplicate fails the job before any index exists")
         lines.append(f"build (write-reorg): {create_statement(params, table)}")
-        lines.append(f"cut-over (public): the index is valid; COMMENT ON INDEX {params['index']}")
+        lines.append(f"build (write-reorg): COMMENT ON INDEX {params['index']} (the job's own)")
+        lines.append("cut-over (public): checks the index is valid")
         lines.append(f"rollback: DROP INDEX IF EXISTS {params['index']}")
         return [on_one_line(line) for line in lines]
 
