@@ -9,9 +9,12 @@ One package per job type, each holding its submit-time checks, owner steps
 - ``checksum/``        ``checksum``: two tables compared range by range
 - ``alter_type/``      ``alter-type``: a column's type changed online (shadow
                        column, trigger, one short cut-over)
+- ``add_index/``       ``add-index``: an index built online, duplicates looked for first
+- ``add_column/``      ``add-column``: a column with a per-row value, its default and NOT NULL
 
 Shared by them: ``tables`` (catalogue facts and the checks of user input
-against a table), ``expressions`` (user SQL fragments checked to be one
+against a table), ``ranged_update`` (the ranged UPDATE batch of sql-update
+and add-column), ``expressions`` (user SQL fragments checked to be one
 expression), ``spark/`` (the Spark plumbing and the one batch loop) and
 ``schema/`` (online schema changes: a column's catalogue facts, index and
 constraint definitions moved to another column, the shadow column's trigger).

@@ -8,7 +8,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB_TYPES = ("backfill.sql_update", "backfill.spark_backfill", "backfill.copy", "backfill.checksum",
-             "backfill.alter_type")
+             "backfill.alter_type", "backfill.add_index", "backfill.add_column")
 # The web stack of ``reorg dashboard`` (cli.dashboard).
 WEB = ("starlette", "uvicorn", "jinja2")
 
@@ -43,6 +43,8 @@ RULES = [
     ("backfill.schema", JOB_TYPES, None, None),
     ("backfill.spark", JOB_TYPES, None, None),
     ("backfill.sql_update", ("backfill.spark", "pyspark"), None, None),
+    ("backfill.add_index", ("backfill.spark", "pyspark"), None, None),
+    ("backfill.add_column", ("backfill.spark", "pyspark"), None, None),
     *[(jt, tuple(other for other in JOB_TYPES if other != jt), None, None) for jt in JOB_TYPES],
     ("cli", WEB, "cli.dashboard", None),
     ("cli.dashboard", ("typer",), "cli.dashboard.command", None),
