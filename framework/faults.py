@@ -67,6 +67,7 @@ POINTS: tuple[str, ...] = (
     "worker.after_batch",         # subtask: a batch and its checkpoint committed
     "worker.in_restore_batch",    # revert subtask: a restore batch ran, not yet committed
     "subtask.stop",               # subtask: asked to stop (pause, drain, cancel, lease lost)
+    "throttle.held",              # health gate: a slot holds a job's next batch (unhealthy)
     "spark.before_apply",         # Spark pipeline: batch read and computed, not yet applied
     "spark.after_stage",          # Spark backfill: batch staged in PostgreSQL, merge not run
 )

@@ -135,6 +135,13 @@ class Job:
     max_rows_per_sec: int | None
     row_estimate: int | None
     concurrency: int = 1
+    # Health throttles (framework.throttle): hold batches while any standby's
+    # replay lag exceeds this many seconds / while more sessions than this are
+    # active in the database; None: no such limit.
+    max_replica_lag: float | None = None
+    max_active_sessions: int | None = None
+    # What a subtask failing for good does to the job: "rollback" or "pause".
+    on_failure: str = "rollback"
     # Subtasks of the job holding a live lease, as last seen by this worker
     # (at the claim, then at each lease renewal); None: not known yet.
     running: int | None = None
@@ -177,6 +184,9 @@ class SubtaskContext:
     _hard: bool = False
     # Set by the checkpoint that reached end_key: it finished the subtask too.
     finished: bool = False
+    # The node's health gate (framework.throttle.HealthMonitor.hold): waits
+    # while the job's health limits say no batch may run; None: no gate.
+    health_gate: Callable[[SubtaskContext], None] | None = None
 
     def should_stop(self) -> bool:
         return self.stop_event.is_set()
@@ -188,8 +198,9 @@ class SubtaskContext:
 
     def throttle(self, rows: int, took_seconds: float) -> None:
         """Pace batches so the job delivers ``max_rows_per_sec`` in all: each
-        running subtask takes an equal share (``Job.rate_share``). Wakes early
-        when the subtask must stop.
+        running subtask takes an equal share (``Job.rate_share``); then wait
+        while the job's health limits hold it. Wakes early when the subtask
+        must stop.
 
         Job types call it after every committed batch, which makes it the
         ``worker.after_batch`` fault point too."""
@@ -199,6 +210,13 @@ class SubtaskContext:
             wait = rows / share - took_seconds
             if wait > 0:
                 self.stop_event.wait(wait)
+        self.wait_for_health()
+
+    def wait_for_health(self) -> None:
+        """Before a batch: wait while the database is unhealthy by the job's
+        limits (replica lag, active sessions; ``framework.throttle``)."""
+        if self.health_gate is not None:
+            self.health_gate(self)
 
     def on_stop(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Run ``callback`` (from another thread) the moment the subtask must stop

@@ -24,6 +24,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from framework import faults, jobtype, leases, metrics
+from framework.throttle import HealthMonitor
 from framework.db import Database
 from framework.errors import is_retryable, one_line
 from framework.jobtype import LEASE_LOST, STEP_REVERT, LeaseLost, Stopped, SubtaskContext
@@ -96,6 +97,8 @@ class WorkerPool:
         self._held: dict[int, _Held] = {}
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
+        # One health reading per interval for the whole node (throttle.py).
+        self.health = HealthMonitor(self.db, clock=self.clock)
 
     # --- lifecycle ------------------------------------------------------
 
@@ -152,7 +155,9 @@ class WorkerPool:
             # Knob changes (`reorg alter`) reach the running subtask here.
             h.ctx.job = replace(h.ctx.job, batch_rows=info["batch_rows"],
                                 max_rows_per_sec=info["max_rows_per_sec"],
-                                concurrency=info["concurrency"], running=info["running"])
+                                concurrency=info["concurrency"], running=info["running"],
+                                max_replica_lag=info["max_replica_lag"],
+                                max_active_sessions=info["max_active_sessions"])
             state = JobState(info["job_state"])
             if state is JobState.REVERTING and h.claim.job.step == STEP_REVERT:
                 continue  # a revert subtask: reverting is its job's running state
@@ -334,7 +339,7 @@ class WorkerPool:
             meta=dict(claim.meta),
             checkpoint=lambda conn, key, rows, meta=None: self._on_checkpoint(
                 held, conn, key, rows, meta),
-            stop_event=threading.Event(),
+            stop_event=threading.Event(), health_gate=self.health.hold,
         )
         held = _Held(claim, ctx, renewed_at, tally)
         with self._lock:
@@ -347,6 +352,8 @@ class WorkerPool:
             # pause, cancel or drain meanwhile hands it back before it starts.
             ctx.raise_if_stopped()
             faults.hit("worker.after_claim")
+            ctx.wait_for_health()
+            ctx.raise_if_stopped()
             jobtype.run_step(jobtype.get(ctx.job.type), ctx, self.db.engine)
             if ctx.finished:  # the last checkpoint finished it, in the batch's transaction
                 return SlotResult(claim.id, "succeeded")
