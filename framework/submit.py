@@ -40,7 +40,6 @@ from framework.store import jobs, owner_lease
 # How often a submit looks for the owner's verdict.
 VERDICT_POLL_SECONDS = 0.02
 
-
 ON_FAILURE_CHOICES = ("rollback", "pause")
 
 

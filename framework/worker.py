@@ -24,13 +24,13 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from framework import faults, jobtype, leases, metrics
-from framework.throttle import HealthMonitor
 from framework.db import Database
 from framework.errors import is_retryable, one_line
 from framework.jobtype import LEASE_LOST, STEP_REVERT, LeaseLost, Stopped, SubtaskContext
 from framework.states import JobState
 from framework.store import subtasks
 from framework.store.subtasks import Claim
+from framework.throttle import HealthMonitor
 
 log = logging.getLogger("reorg.worker")
 
