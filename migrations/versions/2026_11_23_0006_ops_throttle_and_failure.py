@@ -9,16 +9,16 @@ waits (at most once per health interval), so ``reorg status`` can show it.
 behaviour so far, the default) or ``pause`` (keep every finished range, wait
 for ``reorg retry``).
 
-Revision ID: 0007_ops
-Revises: 0002
+Revision ID: 0006_ops
+Revises: 0005_throughput
 Create Date: 2026-11-23
 """
 
 import sqlalchemy as sa
 from alembic import context, op
 
-revision = "0007_ops"
-down_revision = "0002"
+revision = "0006_ops"
+down_revision = "0005_throughput"
 branch_labels = None
 depends_on = None
 
