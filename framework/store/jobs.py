@@ -460,6 +460,32 @@ def alter(
     ).scalar_one() == 1
 
 
+def reserve_rate(db: Database, conn: Connection, job_id: int, rows: int,
+                 took_seconds: float) -> float | None:
+    """Book a committed batch's ``rows`` on the job's rate schedule and
+    return how many seconds its slot waits before the next batch; None when
+    the job has no ``max_rows_per_sec`` (any more).
+
+    The schedule is one timestamp on the job row, ``rate_due_at``: when the
+    rows booked so far are due at the job's limit (a virtual-scheduling
+    token bucket, by the database clock). A batch is booked from when it
+    started (``took_seconds`` ago) or from the schedule, whichever is later,
+    and its slot waits until the new due time. Every slot of every node books
+    on the same row, so n slots take turns and the job as a whole delivers
+    its limit; a job slower than its limit finds the schedule in the past
+    and waits not at all (no credit saved up for a burst). One short
+    statement per batch, only for a job with a limit."""
+    return conn.execute(
+        db.sql("""
+            UPDATE {s}.jobs SET rate_due_at =
+                greatest(rate_due_at, clock_timestamp() - make_interval(secs => :took))
+                + make_interval(secs => CAST(:rows AS float8) / max_rows_per_sec)
+            WHERE id = :job_id AND max_rows_per_sec > 0
+            RETURNING extract(epoch FROM rate_due_at - clock_timestamp())::float8"""),
+        {"job_id": job_id, "rows": rows, "took": max(took_seconds, 0.0)},
+    ).scalar()
+
+
 def note_throttled(db: Database, conn: Connection, job_id: int, reason: str | None) -> None:
     """Record what holds the job's batches now (None: nothing), for ``reorg
     status``; written by a waiting worker at most once per health interval."""

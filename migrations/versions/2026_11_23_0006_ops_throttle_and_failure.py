@@ -7,7 +7,9 @@ and ``throttled_at`` say what holds the job now, written by the worker that
 waits (at most once per health interval), so ``reorg status`` can show it.
 ``on_failure`` picks what a subtask failing for good does: ``rollback`` (the
 behaviour so far, the default) or ``pause`` (keep every finished range, wait
-for ``reorg retry``).
+for ``reorg retry``). ``rate_due_at`` is the job's rate schedule: every
+batch of a job with ``max_rows_per_sec`` books its rows there, so the limit
+holds for the job as a whole, whatever the number of workers and slots.
 
 Revision ID: 0006_ops
 Revises: 0005_throughput
@@ -37,11 +39,12 @@ def upgrade() -> None:
                                schema=s)
     op.add_column("jobs", sa.Column("throttled", sa.Text), schema=s)
     op.add_column("jobs", sa.Column("throttled_at", sa.DateTime(timezone=True)), schema=s)
+    op.add_column("jobs", sa.Column("rate_due_at", sa.DateTime(timezone=True)), schema=s)
 
 
 def downgrade() -> None:
     s = _schema()
-    for column in ("throttled_at", "throttled"):
+    for column in ("rate_due_at", "throttled_at", "throttled"):
         op.drop_column("jobs", column, schema=s)
     op.drop_constraint("jobs_on_failure", "jobs", schema=s)
     for column in ("on_failure", "max_active_sessions", "max_replica_lag"):
