@@ -490,11 +490,11 @@ def note_throttled(db: Database, conn: Connection, job_id: int, reason: str | No
     """Record what holds the job's batches now (None: nothing), for ``reorg
     status``; written by a waiting worker at most once per health interval."""
     conn.execute(
-        db.sql("""UPDATE {s}.jobs SET throttled = :reason,
-                      throttled_at = CASE WHEN :reason IS NULL THEN NULL
+        db.sql("""UPDATE {s}.jobs SET throttled = CAST(:reason AS text),
+                      throttled_at = CASE WHEN CAST(:reason AS text) IS NULL THEN NULL
                                           ELSE clock_timestamp() END
-                  WHERE id = :job_id AND throttled IS DISTINCT FROM :reason
-                     OR id = :job_id AND :reason IS NOT NULL"""),
+                  WHERE id = :job_id AND (CAST(:reason AS text) IS NOT NULL
+                                          OR throttled IS NOT NULL)"""),
         {"job_id": job_id, "reason": reason},
     )
 
