@@ -103,7 +103,8 @@ def resume(db: Database, job_id: int, *, actor: str | None = None) -> JobState:
         # Resumed as it is, it would pause on the same failure at once.
         if steps.has_failed(db, conn, job_id):
             raise InvalidParams(f"job {job_id} has failed subtasks; fix the cause, then "
-                                f"`reorg retry {job_id}` re-queues them and resumes")
+                                f"`reorg retry {job_id}` re-queues them and resumes "
+                                f"(or `reorg cancel {job_id}` rolls the job back)")
         return jobs.request_resume(db, conn, job_id, actor=who)
 
     return _request(db, job_id, decide)
