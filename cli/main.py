@@ -23,7 +23,7 @@ from framework.config import Settings
 # against the modules.
 GROUPS: dict[str, tuple[str | None, tuple[str, ...]]] = {
     "submit": ("submit", ("submit",)),
-    "jobs": (None, ("status", "wait", "cancel", "pause", "resume", "alter", "events")),
+    "jobs": (None, ("status", "wait", "cancel", "pause", "resume", "retry", "alter", "events")),
     "checksum": (None, ("checksum-report",)),
     "history": (None, ("history",)),
     "nodes": (None, ("nodes",)),

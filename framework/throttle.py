@@ -112,8 +112,8 @@ def hold_reason(job: Job, reading: health.Reading, samples: WalSamples) -> str |
             if worst is None or lag > worst[0]:
                 worst = (lag, standby.name)
         if worst is not None and worst[0] > job.max_replica_lag:
-            lag = f"{worst[0]:.1f}" if worst[0] < 10 else f"{worst[0]:.0f}"
-            return f"replica lag {lag}s > {job.max_replica_lag:g}s ({worst[1]})"
+            shown = f"{worst[0]:.1f}" if worst[0] < 10 else f"{worst[0]:.0f}"
+            return f"replica lag {shown}s > {job.max_replica_lag:g}s ({worst[1]})"
     if job.max_active_sessions and reading.active_sessions > job.max_active_sessions:
         return f"active sessions {reading.active_sessions} > {job.max_active_sessions}"
     return None

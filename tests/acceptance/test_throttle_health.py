@@ -12,7 +12,7 @@ import re
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import psycopg
@@ -125,10 +125,8 @@ def busy_sessions(url: str, n: int) -> Iterator[list[int]]:
 
 
 def _sleep_until_cancelled(conn: psycopg.Connection) -> None:
-    try:
+    with suppress(psycopg.errors.QueryCanceled):
         conn.execute("SELECT pg_sleep(120)")
-    except psycopg.errors.QueryCanceled:
-        pass
 
 
 @pytest.mark.matrix
