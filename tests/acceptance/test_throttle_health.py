@@ -73,13 +73,13 @@ def test_replica_lag_holds_batches_while_a_real_standby_lags(scratch_dir: Path) 
         primary.create_database("app")
         url = primary.url("app")
         ok(reorg(url, "db", "upgrade"))
-        make_items(url, 15_000)
+        make_items(url, 40_000)
         pool = Workers(url)
         try:
             worker = pool.start_cli("w1", "--slots", "2", "--no-spark-warmup")
             job = submit(url, "--table", "items", "--set", "c=md5(b)",
                          "--rows-per-subtask", "2000", "--batch-rows", "200",
-                         "--max-rows-per-sec", "600", "--max-replica-lag", "3600")
+                         "--max-rows-per-sec", "400", "--max-replica-lag", "3600")
             wait_until(lambda: filled(url) > 0, 60, "the job writing rows")
 
             standby.pause_replay()  # it keeps receiving WAL but applies none: lag grows
@@ -133,10 +133,10 @@ def _sleep_until_cancelled(conn: psycopg.Connection) -> None:
 def test_active_sessions_hold_batches_until_the_load_goes(
         migrated_db: str, workers: Workers) -> None:
     url = migrated_db
-    make_items(url, 15_000)
+    make_items(url, 40_000)
     worker = workers.start_cli("w1", "--slots", "2", "--no-spark-warmup")
     job = submit(url, "--table", "items", "--set", "c=md5(b)", "--rows-per-subtask", "2000",
-                 "--batch-rows", "200", "--max-rows-per-sec", "600",
+                 "--batch-rows", "200", "--max-rows-per-sec", "400",
                  "--max-active-sessions", "2")
     wait_until(lambda: filled(url) > 0, 60, "the job writing rows")
     # reorg's own sessions (the worker's, this command's) never count.
