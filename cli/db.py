@@ -40,6 +40,9 @@ def current(
     elif revision is None:
         print(f"schema {db.schema}: not installed; this version needs {head}: "
               "run `reorg db upgrade`")
+    elif revision not in migrate.known_revisions():
+        print(f"schema {db.schema} at revision {revision}, newer than this version's head "
+              f"{head}: a newer reorg upgraded it; install that version here")
     else:
         print(f"schema {db.schema} at revision {revision}, not the head {head}: "
               "run `reorg db upgrade`")

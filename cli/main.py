@@ -27,7 +27,7 @@ from framework.config import Settings
 # against the modules.
 GROUPS: dict[str, tuple[str | None, tuple[str, ...]]] = {
     "submit": ("submit", ("submit",)),
-    "jobs": (None, ("status", "wait", "cancel", "pause", "resume", "alter", "events")),
+    "jobs": (None, ("status", "wait", "cancel", "pause", "resume", "retry", "alter", "events")),
     "history": (None, ("history",)),
     "nodes": (None, ("nodes",)),
     "worker": (None, ("worker",)),

@@ -70,6 +70,24 @@ def _subtasks(job: dict[str, Any]) -> str:
     return f"{job['pending']}/{job['running']}/{job['succeeded']}/{job['failed']}"
 
 
+def throttle_lines(job: dict[str, Any]) -> list[str]:
+    """What holds a job back now, and its limits, for ``status``: e.g.
+    ``job 3 throttled: replica lag 12s > 5s (standby1)``."""
+    limits = []
+    if job.get("max_rows_per_sec"):
+        limits.append(f"{count(job['max_rows_per_sec'])} rows/s")
+    if job.get("max_replica_lag"):
+        limits.append(f"replica lag {job['max_replica_lag']:g}s")
+    if job.get("max_active_sessions"):
+        limits.append(f"{job['max_active_sessions']} active sessions")
+    lines = []
+    if job.get("throttled"):
+        lines.append(f"job {job['id']} throttled: {job['throttled']}")
+    if limits and not is_terminal(job):
+        lines.append(f"job {job['id']} limits: " + ", ".join(limits))
+    return lines
+
+
 def status_table(jobs: list[dict[str, Any]]) -> Table:
     table = Table(box=None, header_style="bold", pad_edge=False)
     for name in ("ID", "TYPE", "TABLE", "STATE", "STEP", "%", "ROWS", "ROWS/S", "ETA",
@@ -111,6 +129,8 @@ def progress_view(jobs: list[dict[str, Any]]) -> RenderableType:
                               style="yellow"))
         elif (job.get("step_count") or 0) > 1 and job.get("step_name"):
             parts.append(Text(f"  step {step_label(job)}"))
+        if job.get("throttled"):
+            parts.append(Text(f"  throttled: {job['throttled']}", style="yellow"))
         if job["error"]:
             parts.append(Text(f"  error: {job['error']}", style="red"))
     return Group(*parts)

@@ -88,6 +88,19 @@ _COMMON_OPTIONS = [
     _common("max_rows_per_sec", Annotated[int | None, typer.Option(
         envvar="REORG_MAX_ROWS_PER_SEC", help="Rows/s limit for the whole job.",
         rich_help_panel=_PANEL)], _DEFAULTS.max_rows_per_sec),
+    _common("max_replica_lag", Annotated[float | None, typer.Option(
+        envvar="REORG_MAX_REPLICA_LAG", metavar="SECONDS",
+        help="Hold batches while any standby replays more than SECONDS behind.",
+        rich_help_panel=_PANEL)], _DEFAULTS.max_replica_lag),
+    _common("max_active_sessions", Annotated[int | None, typer.Option(
+        envvar="REORG_MAX_ACTIVE_SESSIONS", metavar="N",
+        help="Hold batches while more than N sessions (not reorg's) are active.",
+        rich_help_panel=_PANEL)], _DEFAULTS.max_active_sessions),
+    _common("on_failure", Annotated[str, typer.Option(
+        envvar="REORG_ON_FAILURE", metavar="rollback|pause",
+        help="A subtask failing for good rolls the job back, or pauses it keeping "
+             "finished ranges (`reorg retry` then).", rich_help_panel=_PANEL)],
+        _DEFAULTS.on_failure),
     _common("rows_per_subtask", Annotated[int | None, typer.Option(
         envvar="REORG_ROWS_PER_SUBTASK", help="Rows per range (default: sized to the table).",
         rich_help_panel=_PANEL)], _DEFAULTS.rows_per_subtask),

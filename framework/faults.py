@@ -72,6 +72,7 @@ POINTS: tuple[str, ...] = (
     "alter_type.before_verify",   # alter-type: a verify subtask about to check its first batch
     "alter_type.before_build",    # alter-type: a build-indexes subtask about to build or validate
     "alter_type.in_cutover",      # alter-type: columns swapped, the cut-over's transaction open
+    "throttle.held",              # health gate: a slot holds a job's next batch (unhealthy)
     "spark.before_apply",         # Spark pipeline: batch read and computed, not yet applied
     "spark.after_stage",          # Spark backfill: batch staged in PostgreSQL, merge not run
 )

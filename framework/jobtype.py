@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import logging
 import os
 import threading
 from collections.abc import Callable, Collection, Iterator
@@ -23,6 +24,8 @@ from typing import Any, Protocol
 from sqlalchemy.engine import Connection
 
 from framework import faults
+
+log = logging.getLogger("reorg.worker")
 
 # Job and subtask steps. Once shipped, never renumber: they are stored.
 STEP_QUEUED = 0  # nothing done to the table yet
@@ -103,14 +106,23 @@ class Job:
     max_rows_per_sec: int | None
     row_estimate: int | None
     concurrency: int = 1
+    # Health throttles (framework.throttle): hold batches while any standby's
+    # replay lag exceeds this many seconds / while more sessions than this are
+    # active in the database; None: no such limit.
+    max_replica_lag: float | None = None
+    max_active_sessions: int | None = None
+    # What a subtask failing for good does to the job: "rollback" or "pause".
+    on_failure: str = "rollback"
     # Subtasks of the job holding a live lease, as last seen by this worker
     # (at the claim, then at each lease renewal); None: not known yet.
     running: int | None = None
 
     def rate_share(self) -> float | None:
         """This subtask's share of ``max_rows_per_sec``: the job's budget split
-        among the subtasks running it now, on every node, so the job as a
-        whole delivers the limit whatever the number of workers and slots."""
+        among the subtasks running it now, on every node. An estimate (the
+        count is as last seen): Spark sizes its batches by it, and a context
+        without a ``rate_gate`` paces by it; a worker paces by the job's
+        shared schedule instead (``SubtaskContext.rate_gate``)."""
         if not self.max_rows_per_sec:
             return None
         return self.max_rows_per_sec / max(self.running or self.concurrency, 1)
@@ -145,6 +157,17 @@ class SubtaskContext:
     _hard: bool = False
     # Set by the checkpoint that reached end_key: it finished the subtask too.
     finished: bool = False
+    # The node's health gate (framework.throttle.HealthMonitor.hold): waits
+    # while the job's health limits say no batch may run; None: no gate.
+    health_gate: Callable[[SubtaskContext], None] | None = None
+    # The job's shared rate schedule (a worker's: ``framework.store.jobs.
+    # reserve_rate``): given a committed batch's rows and how long it took,
+    # books them against the job's ``max_rows_per_sec`` and returns the seconds
+    # to wait before the next batch (None: the job has no limit any more).
+    # Every batch of the job, on every node, books on the same schedule, so
+    # the job delivers its limit whatever the number of workers and slots.
+    # None: pace by this subtask's share of the limit (``Job.rate_share``).
+    rate_gate: Callable[[int, float], float | None] | None = None
 
     def should_stop(self) -> bool:
         return self.stop_event.is_set()
@@ -155,18 +178,34 @@ class SubtaskContext:
             raise LeaseLost(reason) if reason == LEASE_LOST else Stopped(reason)
 
     def throttle(self, rows: int, took_seconds: float) -> None:
-        """Pace batches so the job delivers ``max_rows_per_sec`` in all: each
-        running subtask takes an equal share (``Job.rate_share``). Wakes early
-        when the subtask must stop.
+        """Pace batches so the job delivers ``max_rows_per_sec`` in all
+        (``rate_gate``); then wait while the job's health limits hold it.
+        Wakes early when the subtask must stop.
 
         Job types call it after every committed batch, which makes it the
         ``worker.after_batch`` fault point too."""
         faults.hit("worker.after_batch")
-        share = self.job.rate_share()
-        if share and rows:
-            wait = rows / share - took_seconds
+        if self.job.max_rows_per_sec and rows:
+            wait = self._rate_wait(rows, took_seconds)
             if wait > 0:
                 self.stop_event.wait(wait)
+        self.wait_for_health()
+
+    def _rate_wait(self, rows: int, took_seconds: float) -> float:
+        if self.rate_gate is not None:
+            try:
+                return self.rate_gate(rows, took_seconds) or 0.0
+            except Exception as exc:  # the database is away: the next batch will say so
+                log.warning("could not book job %s's rate budget, pacing alone: %s",
+                            self.job.id, exc)
+        share = self.job.rate_share()
+        return rows / share - took_seconds if share else 0.0
+
+    def wait_for_health(self) -> None:
+        """Before a batch: wait while the database is unhealthy by the job's
+        limits (replica lag, active sessions; ``framework.throttle``)."""
+        if self.health_gate is not None:
+            self.health_gate(self)
 
     def on_stop(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Run ``callback`` (from another thread) the moment the subtask must stop

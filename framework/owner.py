@@ -309,6 +309,12 @@ class Owner:
                 snap.failed or snap.cancelled) else None
         if error is not None:
             with self._fenced(term) as conn:
+                if job.on_failure == "pause":  # keep every finished range; `reorg retry`
+                    moved = jobs.pause_on_failure(
+                        self.db, conn, term, job.id, actor=self._actor(term), error=error,
+                        detail=f"a subtask failed; pausing (--on-failure pause): fix the "
+                               f"cause, then `reorg retry {job.id}`")
+                    return "pausing on failure" if moved else None
                 moved = jobs.fail(self.db, conn, term, job.id, actor=self._actor(term),
                                   error=error, detail="a subtask failed")
             return "failed" if moved else None

@@ -40,6 +40,8 @@ from framework.store import jobs, owner_lease
 # How often a submit looks for the owner's verdict.
 VERDICT_POLL_SECONDS = 0.02
 
+ON_FAILURE_CHOICES = ("rollback", "pause")
+
 
 @dataclass(frozen=True)
 class SubmitRequest:
@@ -50,6 +52,13 @@ class SubmitRequest:
     concurrency: int = 16
     batch_rows: int = 10_000
     max_rows_per_sec: int | None = None
+    # Health throttles (framework.throttle): hold batches while any standby
+    # lags more than this many seconds / more sessions than this are active.
+    max_replica_lag: float | None = None
+    max_active_sessions: int | None = None
+    # What a subtask failing for good does: "rollback" the job, or "pause" it
+    # with every finished range kept (then `reorg retry`).
+    on_failure: str = "rollback"
     rows_per_subtask: int | None = None
     dry_run: bool = False
     # Who submits, for the job event (default: this process's user@host).
@@ -66,6 +75,15 @@ class SubmitRequest:
                 f"--max-rows-per-sec must be at least 1, got {self.max_rows_per_sec}; "
                 "omit it for no limit"
             )
+        if self.max_replica_lag is not None and not self.max_replica_lag > 0:
+            raise InvalidParams(f"--max-replica-lag must be more than 0 seconds, got "
+                                f"{self.max_replica_lag:g}; omit it for no limit")
+        if self.max_active_sessions is not None and self.max_active_sessions < 1:
+            raise InvalidParams(f"--max-active-sessions must be at least 1, got "
+                                f"{self.max_active_sessions}; omit it for no limit")
+        if self.on_failure not in ON_FAILURE_CHOICES:
+            raise InvalidParams(f"--on-failure must be one of {', '.join(ON_FAILURE_CHOICES)}, "
+                                f"got {self.on_failure!r}")
         if self.rows_per_subtask is not None and self.rows_per_subtask < 1:
             raise InvalidParams(f"--rows-per-subtask must be at least 1, got {self.rows_per_subtask}")
 
@@ -109,6 +127,8 @@ def submit(db: Database, request: SubmitRequest) -> SubmitResult:
             key_column=target.key_column, job_key=request.job_key, priority=request.priority,
             concurrency=request.concurrency, batch_rows=request.batch_rows,
             max_rows_per_sec=request.max_rows_per_sec,
+            max_replica_lag=request.max_replica_lag,
+            max_active_sessions=request.max_active_sessions, on_failure=request.on_failure,
             actor=request.actor or local_actor(),
         )
     if owner_checks and created:

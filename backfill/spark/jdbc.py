@@ -25,6 +25,9 @@ _PASS_THROUGH = {"sslmode", "sslrootcert", "sslcert", "sslkey", "options", "appl
                  "connect_timeout"}
 
 
+SPARK_APPLICATION_NAME = "reorg-spark"
+
+
 class JdbcUrlError(ValueError):
     pass
 
@@ -58,7 +61,9 @@ def jdbc_target(url: Any) -> JdbcTarget:
         raise JdbcUrlError(
             f"JDBC cannot use the unix socket {host}; give the database URL a TCP host, "
             "e.g. postgresql://user@127.0.0.1:5432/db")
-    props = {"driver": DRIVER_CLASS}
+    # Named like reorg's own sessions (framework.db: reorg-worker, ...), so
+    # the --max-active-sessions load signal leaves a job's own reads out.
+    props = {"driver": DRIVER_CLASS, "ApplicationName": SPARK_APPLICATION_NAME}
     if parsed.username:
         props["user"] = parsed.username
     if parsed.password:

@@ -106,6 +106,8 @@ def _progress(db: Database, conn: Connection, where: str,
             SELECT p.id, p.type, p.state, p.step, p.target_table, p.priority, p.concurrency,
                    p.batch_rows, p.max_rows_per_sec, p.row_estimate AS rows_total, p.error,
                    p.created_at, p.started_at, p.finished_at, p.job_key, p.history_done,
+                   p.max_replica_lag, p.max_active_sessions, p.on_failure, p.throttled,
+                   extract(epoch FROM clock_timestamp() - p.throttled_at) AS throttled_age,
                    c.rows_done, c.running, c.succeeded, c.failed, c.cancelled, c.nodes,
                    greatest(p.subtasks_total - c.running - c.succeeded - c.failed
                             - c.cancelled, 0) AS pending,

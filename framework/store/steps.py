@@ -311,3 +311,27 @@ def cancel_unleased(db: Database, conn: Connection, term: OwnerTerm, job_id: int
               AND {FENCE}"""),
         {"job_id": job_id, **term.params()},
     ).rowcount
+
+
+def has_failed(db: Database, conn: Connection, job_id: int) -> bool:
+    """Whether the job has a failed subtask in the live table (one index probe)."""
+    return conn.execute(
+        db.sql("""SELECT (SELECT 1 FROM {s}.background_subtask
+                          WHERE job_id = :job_id AND state = 'failed' LIMIT 1) IS NOT NULL"""),
+        {"job_id": job_id},
+    ).scalar() is True
+
+
+def requeue_failed(db: Database, conn: Connection, job_id: int) -> int:
+    """``reorg retry``: the job's failed subtasks back to pending with their
+    attempts reset; each resumes from its ``curr_key`` (its committed batches
+    stay). The failed -> pending edge is a user's (``SUBTASK_USER_EDGES``)."""
+    return conn.execute(
+        db.sql(f"""
+            UPDATE {{s}}.background_subtask SET
+                state = 'pending', attempts = 0, error = NULL, exec_id = NULL,
+                exec_expired = NULL, not_before = NULL, finished_at = NULL,
+                updated_at = clock_timestamp()
+            WHERE job_id = :job_id AND {guard_into(S.PENDING, user=True)}"""),
+        {"job_id": job_id},
+    ).rowcount

@@ -16,7 +16,7 @@ three start again at 0 in the statement that moves the job to its next step.
 "write-only", "write-reorg", "public"), shown by status.
 
 Revision ID: 0007_steps
-Revises: 0005_throughput
+Revises: 0006_ops
 Create Date: 2026-11-23
 """
 
@@ -25,7 +25,7 @@ from alembic import context, op
 from sqlalchemy.dialects import postgresql
 
 revision = "0007_steps"
-down_revision = "0005_throughput"
+down_revision = "0006_ops"
 branch_labels = None
 depends_on = None
 
