@@ -313,6 +313,12 @@ def batch_runner(job_type: Executor,
     return getattr(job_type, "run_batch", None)
 
 
+def restores_into(kind: Planner, job: Job) -> str:
+    """The table ``kind``'s revert writes (optional duty; default the job's)."""
+    into = getattr(kind, "restores_into", None)
+    return into(job) if callable(into) else job.target_table
+
+
 def steps_of(kind: object) -> tuple[Step, ...]:
     """The forward steps a type declares (``steps``), or the one range step."""
     declared = getattr(kind, "steps", None)

@@ -25,6 +25,7 @@ from framework.splitting import SplitPlan, plan_split
 from framework.states import JobState
 from framework.store import history, jobs, nodes, owner_lease, steps
 from framework.store.owner_lease import OwnerTerm
+from framework.warming import Warming
 
 log = logging.getLogger("reorg.owner")
 J = JobState
@@ -65,6 +66,7 @@ class Owner:
         # job id -> (consecutive failures, monotonic time to look again)
         self._backoff: dict[int, tuple[int, float]] = {}
         self._history_budget_ends = 0.0
+        self._warming = Warming()
 
     # --- election -------------------------------------------------------
 
@@ -205,10 +207,12 @@ class Owner:
             return self._start_revert(term, job, target)
         return None
 
-    def _start(self, term: OwnerTerm, job: Job) -> str:
+    def _start(self, term: OwnerTerm, job: Job) -> str | None:
         try:
             kind = jobtype.get(job.type)
             if jobtype.analyses_on_owner(kind) and job.params.get(jobs.VERDICT) != jobs.ACCEPTED:
+                if not self._warming.ready(kind, job):
+                    return None  # e.g. Spark starting: other jobs go on, this one next tick
                 analysed = self._analyse(term, kind, job)
                 if analysed is None:
                     return "input rejected"
@@ -272,7 +276,6 @@ class Owner:
         prepare touch the table, so the fenced transaction never waits on
         them. Returns the job with its accepted params, or None: rejected
         (queued -> failed, nothing done; the waiting submit reports it)."""
-        jobtype.warm_up(kind, job)  # e.g. Spark: seconds once, before any transaction opens
         try:
             with self.db.connect() as conn, conn.begin() as tx:
                 # The analysis leaves this read-only transaction idle while
@@ -410,8 +413,9 @@ class Owner:
         with self._fenced(term) as conn:
             if kind is None:
                 detail = "nothing was applied"
-            elif not table_exists(conn, job.target_table):
-                detail = _table_gone(job)
+            elif not table_exists(conn, gone := jobtype.restores_into(kind, job)):
+                self._revert_ddl(conn, kind, job)  # work tables, what it made elsewhere
+                detail = _table_gone(gone)
             else:
                 faults.hit("owner.before_revert_plan")
                 restore = jobtype.steps_to_restore(kind, job, kind.plan_revert(conn, job))
@@ -446,15 +450,17 @@ class Owner:
                 self.db, conn, term, job.id, settings.max_attempts,
                 leases.retry_backoff(settings.max_attempts + 1, settings.retry_backoff_seconds,
                                      jitter=0.0))
-            if not table_exists(conn, job.target_table):
+            kind = jobtype.get(job.type)
+            if not table_exists(conn, gone := jobtype.restores_into(kind, job)):
                 # Nothing left to restore: stop the revert subtasks, end the job
                 # once no worker holds one.
                 steps.cancel_unleased(self.db, conn, term, job.id)
                 if steps.step_snapshot(self.db, conn, job.id, STEP_REVERT).live_leases:
                     return None
+                self._revert_ddl(conn, kind, job)  # work tables, what it made elsewhere
                 self._must(jobs.finish_revert(self.db, conn, term, job.id, target,
                                               actor=self._actor(term),
-                                              detail=_table_gone(job)))
+                                              detail=_table_gone(gone)))
                 return str(target)
         with self.db.begin() as conn:
             snap = steps.step_snapshot(self.db, conn, job.id, STEP_REVERT)
@@ -470,7 +476,6 @@ class Owner:
                     self._move_to_history(term, job.id, job_finished=False,
                                           seconds=HISTORY_SECONDS_WHILE_RUNNING)
             return None
-        kind = jobtype.get(job.type)
         with self._fenced(term) as conn:
             # Re-read in this transaction: the decision and the end of the job
             # rest on the same committed state (DESIGN 7).
@@ -562,9 +567,8 @@ def _step_detail(declared: tuple[Step, ...], number: int, subtasks: str) -> str:
     return f"step {number}/{len(declared)} {declared[number - 1].name}: {subtasks}"
 
 
-def _table_gone(job: Job) -> str:
-    return (f"table {job.target_table} no longer exists (dropped or renamed): "
-            "nothing to restore")
+def _table_gone(table: str) -> str:
+    return f"table {table} no longer exists (dropped or renamed): nothing to restore"
 
 
 def table_exists(conn: sa.Connection, table: str) -> bool:

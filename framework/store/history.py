@@ -105,12 +105,14 @@ def delete_older_than(
     return conn.execute(
         db.sql(f"""
             DELETE FROM {{s}}.background_subtask_history
-            WHERE id IN (SELECT h.id FROM {{s}}.background_subtask_history h
+            -- = ANY(ARRAY(...)): the ids as one value, probed through the primary
+            -- key; ``IN (subquery)`` is planned as a semi-join over the whole table.
+            WHERE id = ANY(ARRAY(SELECT h.id FROM {{s}}.background_subtask_history h
                          WHERE h.moved_at < clock_timestamp() - make_interval(secs => :secs)
                            AND NOT EXISTS (
                                SELECT 1 FROM {{s}}.jobs j
                                WHERE j.id = h.job_id AND j.state NOT IN ({_TERMINAL_SQL}))
-                         ORDER BY h.moved_at LIMIT :limit)
+                         ORDER BY h.moved_at LIMIT :limit))
               AND {FENCE}"""),
         {"secs": days * 86400, "limit": limit, **term.params()},
     ).rowcount

@@ -139,7 +139,7 @@ class FillJob:
 
     def revert(self, conn: Connection, job: Job) -> None:
         conn.execute(text("SET LOCAL lock_timeout = '5s'"))
-        conn.execute(text(f"ALTER TABLE {job.target_table} "
+        conn.execute(text(f"ALTER TABLE IF EXISTS {job.target_table} "
                           f"DROP COLUMN IF EXISTS {_quote(job.params['column'])}"))
 
 
