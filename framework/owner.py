@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 
 import sqlalchemy as sa
 
-from framework import catch_up, faults, jobtype, leases
+from framework import catch_up, faults, jobtype, leases, privileges
 from framework.db import Database
 from framework.errors import is_retryable, one_line
 from framework.jobtype import STEP_DONE, STEP_PREPARED, STEP_REVERT, InvalidParams, Job
@@ -208,6 +208,8 @@ class Owner:
     def _start(self, term: OwnerTerm, job: Job) -> str:
         try:
             kind = jobtype.get(job.type)
+            if not self._may_run_as_submitter(term, job):
+                return "input rejected"
             if jobtype.analyses_on_owner(kind) and job.params.get(jobs.VERDICT) != jobs.ACCEPTED:
                 analysed = self._analyse(term, kind, job)
                 if analysed is None:
@@ -243,6 +245,20 @@ class Owner:
                           error=one_line(exc), detail="prepare failed")
             return f"prepare failed: {one_line(exc)}"
         return f"started with {len(plan.ranges)} subtasks"
+
+    def _may_run_as_submitter(self, term: OwnerTerm, job: Job) -> bool:
+        """A job's SQL runs as its submitter (framework.privileges): if this
+        node's role may not act as that role, the job is rejected before
+        anything touches its table (queued -> failed, as a rejected input)."""
+        try:
+            with self.db.begin() as conn:
+                privileges.check_can_run(conn, job)
+        except InvalidParams as exc:
+            with self._fenced(term) as conn:
+                self._must(jobs.reject(self.db, conn, term, job.id, actor=self._actor(term),
+                                       error=one_line(exc)))
+            return False
+        return True
 
     def _analyse(self, term: OwnerTerm, kind: jobtype.JobType, job: Job) -> Job | None:
         """The type's checks too costly for ``reorg submit`` (DESIGN 11): in a
