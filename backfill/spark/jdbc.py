@@ -31,8 +31,13 @@ class JdbcUrlError(ValueError):
 
 @dataclass(frozen=True)
 class JdbcTarget:
-    url: str
-    properties: dict[str, str] = field(default_factory=dict)
+    url: str  # never holds credentials: they are properties
+    # Holds the password: never in a repr, so never in a log line or error.
+    properties: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def __repr__(self) -> str:
+        shown = {k: ("***" if k == "password" else v) for k, v in self.properties.items()}
+        return f"JdbcTarget(url={self.url!r}, properties={shown!r})"
 
     def read_props(self, fetch_rows: int = 10_000) -> dict[str, str]:
         # Large fetches cut round trips; jit off because a batch query is cheap
