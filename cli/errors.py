@@ -30,9 +30,9 @@ from cli import logs
 from framework.config import ConfigError
 from framework.db import DatabaseUnreachable, SchemaBehind
 from framework.errors import one_line
-from framework.redact import redact
 from framework.jobtype import InvalidParams
 from framework.localpg.cluster import PostgresError, PostgresNotFound
+from framework.redact import redact
 from framework.store.jobs import ActiveJobExists
 
 JOB_DID_NOT_SUCCEED = 1

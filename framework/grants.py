@@ -46,7 +46,7 @@ def grant_script(plan: GrantPlan) -> str:
     lines = [
         f"-- As {plan.admin_role} (owner of schema {plan.schema}, runs `reorg db upgrade`) "
         "or a superuser:",
-        f"-- the worker role reads and writes the system tables and keeps jobs' work tables.",
+        "-- the worker role reads and writes the system tables and keeps jobs' work tables.",
         f"GRANT USAGE, CREATE ON SCHEMA {s} TO {w};",
         f"GRANT {WORKER_TABLE_PRIVILEGES} ON ALL TABLES IN SCHEMA {s} TO {w};",
         f"GRANT {WORKER_SEQUENCE_PRIVILEGES} ON ALL SEQUENCES IN SCHEMA {s} TO {w};",

@@ -10,7 +10,7 @@ import urllib.request
 
 from cli_support import assert_one_error_line, ok, reorg
 from dashboard_support import running_dashboard
-from security_support import PASSWORD, Installation, installation  # noqa: F401 (fixture)
+from security_support import PASSWORD, Installation
 from support import execute, wait_until
 from support.processes import REORG, clean_env
 

@@ -7,7 +7,7 @@ never the worker's."""
 from __future__ import annotations
 
 from cli_support import assert_one_error_line, dump, job_status, ok, reorg
-from security_support import Installation, installation  # noqa: F401 (fixture)
+from security_support import Installation
 from support import TERMINAL, execute, wait_until
 
 
