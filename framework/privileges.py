@@ -48,6 +48,14 @@ def current_role(conn: Connection) -> str:
     return str(conn.execute(text("SELECT current_user")).scalar())
 
 
+def session_role(conn: Connection) -> str:
+    """The role the connection logged in as, read once per pooled connection."""
+    info = conn.connection.info
+    if "reorg_session_role" not in info:
+        info["reorg_session_role"] = str(conn.execute(text("SELECT session_user")).scalar())
+    return str(info["reorg_session_role"])
+
+
 def run_as(job: Job) -> str | None:
     """The role the job's user SQL runs as; None for a job submitted before
     roles were recorded (it runs as the worker, as it always did)."""
@@ -60,7 +68,9 @@ def as_role(conn: Connection, role: str | None) -> Iterator[None]:
     """Run the block's statements on ``conn`` as ``role`` (inside the open
     transaction; back to the worker's role after it). Raises RoleChanged if
     the block left another role in force: something in it switched roles."""
-    if role is None:
+    if role is None or role == session_role(conn):
+        # The submitter is the role the worker logged in as: nothing to
+        # switch (and nothing above it to switch back to), no round trips.
         yield
         return
     conn.execute(text(f"SET LOCAL ROLE {quote_role(role)}"))

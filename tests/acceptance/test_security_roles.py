@@ -35,8 +35,8 @@ def test_a_job_runs_and_cancels_under_least_privilege_roles(installation: Instal
 
     # A slow job overwriting c, cancelled by its submitter: c is back as it was.
     before = items(inst)
-    job_id = submit_as(inst, "alice", "--set", "c=upper(b)", "--batch-rows", "20",
-                       "--concurrency", "1", "--max-rows-per-sec", "200")
+    job_id = submit_as(inst, "alice", "--set", "c=upper(b)", "--batch-rows", "10",
+                       "--concurrency", "1", "--max-rows-per-sec", "40")  # 25 s
     wait_until(lambda: job_status(inst.url("alice"), job_id)["rows_done"] > 0, 30,
                "job making progress")
     assert ok(reorg(inst.url("alice"), "cancel", str(job_id))).strip() == "cancelling"
@@ -67,6 +67,20 @@ def test_an_expression_never_reads_what_its_submitter_cannot(installation: Insta
     assert "permission denied for table secret_table" in waited.stderr
     status = job_status(inst.url("alice"), job_id)
     assert status["state"] == "reverted" and "secret_table" in status["error"]
+    assert items(inst) == before
+
+    # A function that switches back to the session's role (the worker's) and
+    # stays there: caught before the batch commits, the job fails and reverts.
+    inst.as_role("app", """
+        CREATE FUNCTION escape() RETURNS text LANGUAGE plpgsql AS $$
+        BEGIN
+            PERFORM set_config('role', session_user::text, true);
+            RETURN (SELECT secret FROM secret_table LIMIT 1);
+        END $$""")
+    job_id = submit_as(inst, "alice", "--set", "c = escape()")
+    waited = reorg(inst.url("alice"), "wait", str(job_id), "--timeout", "60")
+    assert waited.returncode == 1, waited.stdout + waited.stderr
+    assert "switched its role" in waited.stderr
     assert items(inst) == before
 
     # The same by bob, who may read the secret: it runs.
