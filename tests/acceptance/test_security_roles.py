@@ -112,3 +112,36 @@ def test_a_submitter_the_workers_may_not_act_as_is_refused(installation: Install
                                        "public.items", "--set", "c=md5(b)"), 2)
     assert f"may not act as your role {inst.roles['carol']}" in line
     assert dump(inst.admin_url, skip=("nodes", "owner_lease", "job_progress_sample")) == system
+
+
+def test_a_submitter_who_may_not_do_what_the_job_does_is_refused(
+        installation: Installation) -> None:
+    inst = installation
+    inst.as_role("app", f"REVOKE UPDATE ON items FROM {inst.roles['alice']}")
+    system = dump(inst.admin_url)
+    line = assert_one_error_line(reorg(inst.url("alice"), "submit", "sql-update", "--table",
+                                       "public.items", "--set", "c=md5(b)"), 2)
+    assert f"role {inst.roles['alice']} may not update public.items" in line
+    assert f"GRANT UPDATE ON public.items TO \"{inst.roles['alice']}\"" in line
+    # Adding a column is ALTER TABLE: only the table's owner may.
+    line = assert_one_error_line(reorg(inst.url("bob"), "submit", "sql-update", "--table",
+                                       "public.items", "--set", "d=md5(b)",
+                                       "--add-column", "d:text"), 2)
+    assert f"only its owner {inst.roles['app']} may do" in line
+    assert dump(inst.admin_url) == system
+
+
+def test_db_grants_refuses_unknown_roles_and_tables(installation: Installation) -> None:
+    inst = installation
+    admin = inst.url("admin")
+    for args, says in (
+            (["--worker-role", "no_such_role_x"], "role 'no_such_role_x' does not exist"),
+            (["--worker-role", inst.roles["worker"], "--user-role", "nobody_y"],
+             "role 'nobody_y' does not exist"),
+            (["--worker-role", inst.roles["worker"], "--table", "public.nope"],
+             "table 'public.nope' does not exist")):
+        line = assert_one_error_line(reorg(admin, "db", "grants", *args), 2)
+        assert says in line, line
+    printed = ok(reorg(admin, "db", "grants", "--worker-role", inst.roles["worker"]))
+    assert f'GRANT USAGE, CREATE ON SCHEMA "reorg" TO "{inst.roles["worker"]}";' in printed
+    assert "--user-role" not in printed and "TO \"sec_alice" not in printed
