@@ -42,7 +42,11 @@ def sqlalchemy_url(url: str) -> str:
 def describe_url(url: str) -> str:
     """host:port/db of a URL, without credentials, for error messages."""
     parts = urlsplit(url)
-    return f"{parts.hostname or 'localhost'}:{parts.port or 5432}{parts.path}"
+    try:
+        port = parts.port or 5432
+    except ValueError:  # not a number: shown as written, still without credentials
+        return parts.netloc.rpartition("@")[2] + parts.path
+    return f"{parts.hostname or 'localhost'}:{port}{parts.path}"
 
 
 def session_options(settings: Settings, role: str) -> str:

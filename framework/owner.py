@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 
 import sqlalchemy as sa
 
-from framework import catch_up, faults, jobtype, leases
+from framework import catch_up, faults, jobtype, leases, privileges
 from framework.db import Database
 from framework.errors import is_retryable, one_line
 from framework.jobtype import STEP_PREPARED, STEP_REVERT, InvalidParams, Job, Step
@@ -210,6 +210,8 @@ class Owner:
     def _start(self, term: OwnerTerm, job: Job) -> str | None:
         try:
             kind = jobtype.get(job.type)
+            if not self._may_run_as_submitter(term, job):
+                return "input rejected"
             if jobtype.analyses_on_owner(kind) and job.params.get(jobs.VERDICT) != jobs.ACCEPTED:
                 if not self._warming.ready(kind, job):
                     return None  # e.g. Spark starting: other jobs go on, this one next tick
@@ -269,6 +271,20 @@ class Owner:
         metas = jobtype.fixed_subtasks(kind, conn, job, job.step)
         count = steps.insert_fixed(self.db, conn, term, job.id, job.step, metas) if metas else 0
         return count, f"{count} subtask{'' if count == 1 else 's'}"
+
+    def _may_run_as_submitter(self, term: OwnerTerm, job: Job) -> bool:
+        """A job's SQL runs as its submitter (framework.privileges): if this
+        node's role may not act as that role, the job is rejected before
+        anything touches its table (queued -> failed, as a rejected input)."""
+        try:
+            with self.db.begin() as conn:
+                privileges.check_can_run(conn, job)
+        except InvalidParams as exc:
+            with self._fenced(term) as conn:
+                self._must(jobs.reject(self.db, conn, term, job.id, actor=self._actor(term),
+                                       error=one_line(exc)))
+            return False
+        return True
 
     def _analyse(self, term: OwnerTerm, kind: jobtype.JobType, job: Job) -> Job | None:
         """The type's checks too costly for ``reorg submit`` (DESIGN 11): in a

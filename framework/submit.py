@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from framework import jobtype
+from framework import jobtype, privileges
 from framework.control import local_actor
 from framework.db import Database
 from framework.jobtype import InvalidParams, Job, JobType
@@ -105,8 +105,12 @@ def submit(db: Database, request: SubmitRequest) -> SubmitResult:
     kind = jobtype.get(request.type)
     with db.connect(isolation_level="REPEATABLE READ") as conn, conn.begin() as tx:
         target = kind.validate(conn, dict(request.params))
+        # The job's SQL runs as whoever submits it, never as more
+        # (framework.privileges); refused now if the workers cannot.
+        submitter = privileges.current_role(conn)
+        privileges.check_workers_can_run_as(conn, submitter)
         # An explicit range size wins over the job type's default.
-        params = {**target.params, "work_schema": db.schema}
+        params = privileges.recorded({**target.params, "work_schema": db.schema}, submitter)
         if request.rows_per_subtask:
             params["rows_per_subtask"] = request.rows_per_subtask
         plan = (plan_split(conn, target.table, target.key_column, params.get("rows_per_subtask"))

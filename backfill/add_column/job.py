@@ -44,6 +44,7 @@ from backfill.tables import (
 from framework import jobtype
 from framework.errors import one_line
 from framework.jobtype import InvalidParams, Job, Step, SubtaskContext, Target
+from framework.privileges import as_role, run_as
 
 BACKFILL, NOT_NULL = 1, 2  # stored step numbers: never renumber
 
@@ -141,8 +142,10 @@ class AddColumn:
         curr = ctx.curr_key
         with ctx.cancel_on_stop(conn):
             upper, scanned = next_batch(conn, ctx.job, curr, ctx.end_key)
-            conn.execute(text(_update(ctx.job.target_table, ctx.job.params).update()),
-                         {"lo": curr, "hi": upper})
+            # The user's --value, with the submitter's privileges only.
+            with as_role(conn, run_as(ctx.job)):
+                conn.execute(text(_update(ctx.job.target_table, ctx.job.params).update()),
+                             {"lo": curr, "hi": upper})
             ctx.checkpoint(conn, upper, scanned)
         return scanned
 

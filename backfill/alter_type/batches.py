@@ -21,6 +21,7 @@ from backfill.schema.sql import run
 from backfill.tables import quote
 from framework import faults
 from framework.jobtype import SubtaskContext
+from framework.privileges import as_role, run_as
 
 
 def _batch_end(conn: Connection, ctx: SubtaskContext) -> tuple[int, int]:
@@ -44,8 +45,9 @@ def backfill_batch(ctx: SubtaskContext, conn: Connection) -> int:
     try:
         changed = (f"{shadow}::text IS DISTINCT FROM ({value})::text" if p.get("verify_as_text")
                    else f"{shadow} IS DISTINCT FROM {value}")
-        run(conn, f"UPDATE {t} SET {shadow} = {value} WHERE {k} >= {int(ctx.curr_key)} "
-                  f"AND {k} < {int(upper)} AND {changed}")
+        with as_role(conn, run_as(job)):  # the user's --using, as the submitter
+            run(conn, f"UPDATE {t} SET {shadow} = {value} WHERE {k} >= {int(ctx.curr_key)} "
+                      f"AND {k} < {int(upper)} AND {changed}")
     # IntegrityError: e.g. NULL from the USING of a NOT NULL column.
     except (sa.exc.DataError, sa.exc.IntegrityError) as exc:
         raise ValueError(_does_not_convert(ctx, upper, exc)) from None

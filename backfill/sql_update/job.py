@@ -38,8 +38,9 @@ from backfill.tables import (
     set_ddl_lock_timeout,
     target_column,
 )
-from framework import jobtype
+from framework import jobtype, privileges
 from framework.jobtype import Job, SubtaskContext, Target
+from framework.privileges import as_role, run_as
 
 
 class SqlUpdate:
@@ -54,6 +55,12 @@ class SqlUpdate:
         where = optional_expression(params.get("where"), "--where")
         add = params.get("add_column")
         type_ = target_column(conn, table, column, add)
+        # Batches run as the submitter (framework.privileges): say now what
+        # they would be refused.
+        privileges.check_table_privileges(conn, table.qualified, table.display,
+                                          ("SELECT", "UPDATE"))
+        if add:
+            privileges.check_owns_table(conn, table.qualified, table.display, "--add-column")
         check_update_statement(conn, table, column, expr, where, type_, adding=bool(add))
         return Target(table.qualified, table.key_sql, {
             **params, "column": column, "expr": expr, "where": where, "column_type": type_,
@@ -64,12 +71,16 @@ class SqlUpdate:
         p = job.params
         set_ddl_lock_timeout(conn)
         if p["overwrite"]:
-            for stmt in update_sql(job).create_images(p["column_type"]):
+            sql = update_sql(job)
+            for stmt in sql.create_images(p["column_type"]):
                 conn.execute(text(stmt))
+            # The batch's one statement keeps the images, as the submitter.
+            privileges.grant_to_submitter(conn, job, "INSERT", sql.kept.images)
         else:
-            conn.execute(text(
-                f"ALTER TABLE {job.target_table} ADD COLUMN {quote(p['column'])} "
-                f"{p['column_type']}"))
+            with as_role(conn, run_as(job)):
+                conn.execute(text(
+                    f"ALTER TABLE {job.target_table} ADD COLUMN {quote(p['column'])} "
+                    f"{p['column_type']}"))
 
     def run_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
         while ctx.curr_key < ctx.end_key:
@@ -90,7 +101,9 @@ class SqlUpdate:
         with ctx.cancel_on_stop(conn):
             upper, scanned = next_batch(conn, ctx.job, curr, ctx.end_key)
             bounds = {"lo": curr, "hi": upper}
-            conn.execute(text(sql.update()), bounds)
+            # The user's --set and --where, with the submitter's privileges only.
+            with as_role(conn, run_as(ctx.job)):
+                conn.execute(text(sql.update()), bounds)
             if sql.batches:
                 conn.execute(text(sql.record_batch()), {**bounds, "subtask": ctx.subtask_id})
             ctx.checkpoint(conn, upper, scanned)
@@ -125,8 +138,9 @@ class SqlUpdate:
         p = job.params
         set_ddl_lock_timeout(conn)
         if not p["overwrite"]:
-            conn.execute(text(
-                f"ALTER TABLE IF EXISTS {job.target_table} DROP COLUMN IF EXISTS {quote(p['column'])}"))
+            with as_role(conn, run_as(job)):  # as its ADD COLUMN was
+                conn.execute(text(f"ALTER TABLE IF EXISTS {job.target_table} "
+                                  f"DROP COLUMN IF EXISTS {quote(p['column'])}"))
             return
         for stmt in update_sql(job).drop_images():
             conn.execute(text(stmt))
