@@ -6,9 +6,13 @@ never the worker's."""
 
 from __future__ import annotations
 
+import pytest
 from cli_support import assert_one_error_line, dump, job_status, ok, reorg
 from security_support import Installation
 from support import TERMINAL, execute, wait_until
+
+# A Spark submit or job starts a JVM (seconds, more on a loaded host).
+SPARK_TIMEOUT = 180
 
 
 def items(inst: Installation) -> list[tuple]:
@@ -145,3 +149,26 @@ def test_db_grants_refuses_unknown_roles_and_tables(installation: Installation) 
     printed = ok(reorg(admin, "db", "grants", "--worker-role", inst.roles["worker"]))
     assert f'GRANT USAGE, CREATE ON SCHEMA "reorg" TO "{inst.roles["worker"]}";' in printed
     assert "--user-role" not in printed and "TO \"sec_alice" not in printed
+
+
+@pytest.mark.spark
+def test_a_backfill_runs_under_least_privilege_roles(installation: Installation) -> None:
+    """The Spark path: the owner's analysis and every batch read over JDBC as
+    alice, the merge as the worker role; then a --where calling peek() fails
+    for alice, the table unchanged."""
+    inst = installation
+    worker = inst.workers.start_cli("w1")
+    alice = inst.url("alice")
+    submitted = reorg(alice, "submit", "backfill", "--table", "public.items",
+                      "--set", "c=upper(b)", timeout=SPARK_TIMEOUT)
+    job_id = int(ok(submitted).strip())
+    waited = reorg(alice, "wait", str(job_id), "--timeout", str(SPARK_TIMEOUT))
+    assert waited.returncode == 0, waited.stderr + worker.log()
+    assert execute(inst.admin_url, "SELECT count(*) FROM items WHERE c = upper(b)") == [(1_000,)]
+
+    before = items(inst)
+    line = assert_one_error_line(reorg(alice, "submit", "backfill", "--table", "public.items",
+                                       "--set", "c=lower(b)", "--where", "peek() IS NOT NULL",
+                                       timeout=SPARK_TIMEOUT), 2)
+    assert "permission denied for table secret_table" in line
+    assert items(inst) == before
