@@ -26,10 +26,25 @@ S = SubtaskState
 def insert_ranges(
     db: Database, conn: Connection, term: OwnerTerm, job_id: int, step: int,
     ranges: list[tuple[int, int]], *, first_ordinal: int = 0,
-    meta: dict[str, Any] | None = None,
+    meta: dict[str, Any] | None = None, counted: bool = False,
 ) -> int:
     """Insert the ranges as pending subtasks, and count them into the job's
-    ``subtasks_total`` in the same statement (``reorg status`` reads it)."""
+    ``subtasks_total`` in the same statement (``reorg status`` reads it)
+    unless ``counted`` (a chunk of a split counted when the split began)."""
+    if counted:
+        return int(conn.execute(
+            db.sql(f"""
+                INSERT INTO {{s}}.background_subtask
+                    (job_id, step, ordinal, state, start_key, end_key, curr_key, meta)
+                SELECT :job_id, :step, :first + r.ordinal - 1, 'pending', r.lo, r.hi, r.lo,
+                       CAST(:meta AS jsonb)
+                FROM unnest(CAST(:los AS bigint[]), CAST(:his AS bigint[]))
+                     WITH ORDINALITY AS r(lo, hi, ordinal)
+                WHERE {FENCE}"""),
+            {"job_id": job_id, "step": step, "los": [lo for lo, _ in ranges],
+             "his": [hi for _, hi in ranges], "first": first_ordinal,
+             "meta": json.dumps(meta or {}), **term.params()},
+        ).rowcount)
     return int(conn.execute(
         db.sql(f"""
             WITH inserted AS (
@@ -50,6 +65,84 @@ def insert_ranges(
          "his": [hi for _, hi in ranges], "first": first_ordinal,
          "meta": json.dumps(meta or {}), **term.params()},
     ).scalar_one())
+
+
+def begin_split(
+    db: Database, conn: Connection, term: OwnerTerm, job_id: int, step: int,
+    ranges: list[tuple[int, int]], chunk: int,
+) -> int:
+    """Insert the first ``chunk`` ranges of a split and keep the rest in
+    ``job_split_pending`` for ``insert_split_chunk``; all of them are counted
+    into ``subtasks_total`` now, so status shows the job's size from its
+    start. Returns how many were inserted."""
+    first = insert_ranges(db, conn, term, job_id, step, ranges[:chunk])
+    if len(ranges) <= chunk:
+        return first
+    rest = ranges[chunk:]
+    conn.execute(
+        db.sql(f"""
+            WITH kept AS (
+                INSERT INTO {{s}}.job_split_pending (job_id, step, bounds, inserted)
+                SELECT :job_id, :step, CAST(:bounds AS bigint[]), :inserted WHERE {FENCE}
+                RETURNING 1)
+            UPDATE {{s}}.jobs SET subtasks_total = subtasks_total + :rest
+            WHERE id = :job_id AND EXISTS (SELECT 1 FROM kept)"""),
+        {"job_id": job_id, "step": step, "inserted": chunk, "rest": len(rest),
+         # Range i is bounds[i] to bounds[i + 1] (1-based, shifted by the
+         # chunk already inserted): contiguous by construction (DESIGN 5).
+         "bounds": [lo for lo, _ in ranges] + [ranges[-1][1]], **term.params()},
+    )
+    return first
+
+
+def insert_split_chunk(
+    db: Database, conn: Connection, term: OwnerTerm, job_id: int, chunk: int,
+) -> int | None:
+    """Insert the next ``chunk`` ranges of the job's pending split, and move
+    its cursor (or drop the row, once all are in) in the same transaction.
+    Returns how many ranges are still to insert, or None when the job has no
+    pending split. The row is locked: two owners never insert one chunk twice
+    (and a deposed one's insert is fenced anyway)."""
+    row = conn.execute(
+        db.sql("""
+            SELECT step, inserted, cardinality(bounds) - 1 AS total,
+                   bounds[inserted + 1 : inserted + 1 + :chunk] AS part
+            FROM {s}.job_split_pending WHERE job_id = :job_id FOR UPDATE"""),
+        {"job_id": job_id, "chunk": chunk},
+    ).mappings().one_or_none()
+    if row is None:
+        return None
+    part = [int(k) for k in row["part"]]
+    ranges = list(zip(part, part[1:], strict=False))
+    if insert_ranges(db, conn, term, job_id, row["step"], ranges,
+                     first_ordinal=row["inserted"], counted=True) != len(ranges):
+        return len(ranges)  # fenced out: nothing inserted, the caller's term check says why
+    inserted = row["inserted"] + len(ranges)
+    if inserted >= row["total"]:
+        conn.execute(db.sql("DELETE FROM {s}.job_split_pending WHERE job_id = :job_id"),
+                     {"job_id": job_id})
+        return 0
+    conn.execute(db.sql("UPDATE {s}.job_split_pending SET inserted = :inserted "
+                        "WHERE job_id = :job_id"), {"job_id": job_id, "inserted": inserted})
+    return int(row["total"]) - inserted
+
+
+def split_pending(db: Database, conn: Connection, job_id: int) -> bool:
+    """Whether ranges of the job's split still wait to be inserted: then the
+    job must not succeed, whatever its inserted subtasks say (DESIGN 7)."""
+    return conn.execute(
+        db.sql("SELECT EXISTS (SELECT 1 FROM {s}.job_split_pending WHERE job_id = :job_id)"),
+        {"job_id": job_id},
+    ).scalar() is True
+
+
+def drop_pending_split(db: Database, conn: Connection, term: OwnerTerm, job_id: int) -> None:
+    """A job winding down inserts no more ranges: the ones never inserted had
+    no work done on them, so its revert has nothing of theirs to restore."""
+    conn.execute(
+        db.sql(f"DELETE FROM {{s}}.job_split_pending WHERE job_id = :job_id AND {FENCE}"),
+        {"job_id": job_id, **term.params()},
+    )
 
 
 def insert_revert_ranges(
