@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+
 import psycopg
 
 from bench.dataplane.errors import BenchError
