@@ -43,6 +43,7 @@ JOB_BACKOFF_CAP_SECONDS = 60.0
 # Ranges inserted per tick: a split of 100,000 ranges in one statement took
 # ~1.3 s of one tick; 10,000 take ~0.13 s, the rest follow a chunk a tick
 # (``steps.insert_split_chunk``) while workers already claim the first ones.
+# The revert step's ranges likewise.
 SPLIT_CHUNK = 10_000
 
 
@@ -362,7 +363,13 @@ class Owner:
                 faults.hit("owner.before_revert_plan")
                 count = 0
                 if kind.plan_revert(conn, job):
-                    count = steps.insert_revert_ranges(self.db, conn, term, job.id, job.step)
+                    ranges = steps.progressed_ranges(self.db, conn, job.id, job.step)
+                    count = len(ranges)
+                    # Up to one a forward range: a chunk now, the rest a chunk a
+                    # tick (``_check_reverting``), as a big split goes in.
+                    steps.begin_split(self.db, conn, term, job.id, STEP_REVERT, ranges,
+                                      SPLIT_CHUNK, meta={"revert_of_step": job.step},
+                                      counter="revert_total")
                 if count:
                     faults.hit("owner.after_revert_plan")
                     if not jobs.start_revert_step(
@@ -396,6 +403,7 @@ class Owner:
             if not table_exists(conn, job.target_table):
                 # Nothing left to restore: stop the revert subtasks, end the job
                 # once no worker holds one.
+                steps.drop_pending_split(self.db, conn, term, job.id)
                 steps.cancel_unleased(self.db, conn, term, job.id)
                 if steps.step_snapshot(self.db, conn, job.id, STEP_REVERT).live_leases:
                     return None
@@ -403,9 +411,12 @@ class Owner:
                                               actor=self._actor(term),
                                               detail=_table_gone(job)))
                 return str(target)
+            to_go = steps.insert_split_chunk(self.db, conn, term, job.id, SPLIT_CHUNK)
         with self.db.begin() as conn:
             snap = steps.step_snapshot(self.db, conn, job.id, STEP_REVERT)
             error = steps.revert_error(self.db, conn, job.id)
+        if to_go:
+            return f"revert: {to_go} ranges still to insert"
         if not snap.all_succeeded:
             if error:
                 with self._fenced(term) as conn:
@@ -421,7 +432,8 @@ class Owner:
         with self._fenced(term) as conn:
             # Re-read in this transaction: the decision and the end of the job
             # rest on the same committed state (DESIGN 7).
-            if not steps.step_snapshot(self.db, conn, job.id, STEP_REVERT).all_succeeded:
+            if (not steps.step_snapshot(self.db, conn, job.id, STEP_REVERT).all_succeeded
+                    or steps.split_pending(self.db, conn, job.id)):
                 return None
             self._revert_ddl(conn, kind, job)
             count = steps.count_in_step(self.db, conn, job.id, STEP_REVERT)

@@ -67,30 +67,38 @@ def insert_ranges(
     ).scalar_one())
 
 
+# The job counter a step's subtasks are counted into (``reorg status`` reads
+# them): forward steps and the revert step apart (migration 0003).
+COUNTERS = {"subtasks_total", "revert_total"}
+
+
 def begin_split(
     db: Database, conn: Connection, term: OwnerTerm, job_id: int, step: int,
-    ranges: list[tuple[int, int]], chunk: int,
+    ranges: list[tuple[int, int]], chunk: int, *, meta: dict[str, Any] | None = None,
+    counter: str = "subtasks_total",
 ) -> int:
-    """Insert the first ``chunk`` ranges of a split and keep the rest in
+    """Insert the first ``chunk`` ranges of a step and keep the rest in
     ``job_split_pending`` for ``insert_split_chunk``; all of them are counted
-    into ``subtasks_total`` now, so status shows the job's size from its
-    start. Returns how many were inserted."""
-    first = insert_ranges(db, conn, term, job_id, step, ranges[:chunk])
-    if len(ranges) <= chunk:
+    into the job's ``counter`` now, so status shows the step's size from its
+    start. Returns how many were inserted (0 when fenced out)."""
+    assert counter in COUNTERS
+    first = insert_ranges(db, conn, term, job_id, step, ranges[:chunk], meta=meta, counted=True)
+    if first != len(ranges[:chunk]):
         return first
     rest = ranges[chunk:]
     conn.execute(
         db.sql(f"""
             WITH kept AS (
-                INSERT INTO {{s}}.job_split_pending (job_id, step, bounds, inserted)
-                SELECT :job_id, :step, CAST(:bounds AS bigint[]), :inserted WHERE {FENCE}
-                RETURNING 1)
-            UPDATE {{s}}.jobs SET subtasks_total = subtasks_total + :rest
-            WHERE id = :job_id AND EXISTS (SELECT 1 FROM kept)"""),
-        {"job_id": job_id, "step": step, "inserted": chunk, "rest": len(rest),
-         # Range i is bounds[i] to bounds[i + 1] (1-based, shifted by the
-         # chunk already inserted): contiguous by construction (DESIGN 5).
-         "bounds": [lo for lo, _ in ranges] + [ranges[-1][1]], **term.params()},
+                INSERT INTO {{s}}.job_split_pending (job_id, step, los, his, inserted, meta)
+                SELECT :job_id, :step, CAST(:los AS bigint[]), CAST(:his AS bigint[]), :inserted,
+                       CAST(:meta AS jsonb)
+                WHERE :keep AND {FENCE})
+            UPDATE {{s}}.jobs SET {counter} = {counter} + :total
+            WHERE id = :job_id AND {FENCE}"""),
+        {"job_id": job_id, "step": step, "inserted": first, "total": len(ranges),
+         "keep": bool(rest), "meta": json.dumps(meta or {}),
+         # The whole plan, so ordinals and ranges come from one list (DESIGN 5).
+         "los": [lo for lo, _ in ranges], "his": [hi for _, hi in ranges], **term.params()},
     )
     return first
 
@@ -102,28 +110,30 @@ def insert_split_chunk(
     its cursor (or drop the row, once all are in) in the same transaction.
     Returns how many ranges are still to insert, or None when the job has no
     pending split. The row is locked: two owners never insert one chunk twice
-    (and a deposed one's insert is fenced anyway)."""
+    (and a deposed one's insert is fenced anyway). The slices are taken in
+    SQL: a chunk reads its part of the plan, not all of it."""
     row = conn.execute(
         db.sql("""
-            SELECT step, inserted, cardinality(bounds) - 1 AS total,
-                   bounds[inserted + 1 : inserted + 1 + :chunk] AS part
+            SELECT step, inserted, cardinality(los) AS total, meta,
+                   los[inserted + 1 : inserted + :chunk] AS los,
+                   his[inserted + 1 : inserted + :chunk] AS his
             FROM {s}.job_split_pending WHERE job_id = :job_id FOR UPDATE"""),
         {"job_id": job_id, "chunk": chunk},
     ).mappings().one_or_none()
     if row is None:
         return None
-    part = [int(k) for k in row["part"]]
-    ranges = list(zip(part, part[1:], strict=False))
-    if insert_ranges(db, conn, term, job_id, row["step"], ranges,
-                     first_ordinal=row["inserted"], counted=True) != len(ranges):
+    ranges = [(int(lo), int(hi)) for lo, hi in zip(row["los"], row["his"], strict=True)]
+    if insert_ranges(db, conn, term, job_id, row["step"], ranges, first_ordinal=row["inserted"],
+                     meta=row["meta"], counted=True) != len(ranges):
         return len(ranges)  # fenced out: nothing inserted, the caller's term check says why
     inserted = row["inserted"] + len(ranges)
     if inserted >= row["total"]:
-        conn.execute(db.sql("DELETE FROM {s}.job_split_pending WHERE job_id = :job_id"),
-                     {"job_id": job_id})
+        conn.execute(db.sql(f"DELETE FROM {{s}}.job_split_pending WHERE job_id = :job_id "
+                            f"AND {FENCE}"), {"job_id": job_id, **term.params()})
         return 0
-    conn.execute(db.sql("UPDATE {s}.job_split_pending SET inserted = :inserted "
-                        "WHERE job_id = :job_id"), {"job_id": job_id, "inserted": inserted})
+    conn.execute(db.sql(f"UPDATE {{s}}.job_split_pending SET inserted = :inserted "
+                        f"WHERE job_id = :job_id AND {FENCE}"),
+                 {"job_id": job_id, "inserted": inserted, **term.params()})
     return int(row["total"]) - inserted
 
 
@@ -145,43 +155,27 @@ def drop_pending_split(db: Database, conn: Connection, term: OwnerTerm, job_id: 
     )
 
 
-def insert_revert_ranges(
-    db: Database, conn: Connection, term: OwnerTerm, job_id: int, from_step: int,
-) -> int:
-    """Insert one pending STEP_REVERT subtask per range of ``from_step`` that
-    made progress (succeeded, or ``curr_key`` past ``start_key``), live or
-    moved to history, covering ``[start_key, curr_key)``: exactly the keys the
-    forward step may have written. Ranges never touched need no work. Counted
-    into the job's ``revert_total`` in the same statement (``reorg status``
-    reads it; the forward ``subtasks_total`` stays as it was).
+def progressed_ranges(db: Database, conn: Connection, job_id: int,
+                      from_step: int) -> list[tuple[int, int]]:
+    """``[start_key, curr_key)`` of every range of ``from_step`` that made
+    progress (succeeded, or ``curr_key`` past ``start_key``), live or moved
+    to history, in key order: exactly the keys the forward step may have
+    written, the revert step's ranges (DESIGN 13). Ranges never touched need
+    no work.
 
-    Called once the forward step is quiet (no live lease: DESIGN 2 keeps a
+    Read once the forward step is quiet (no live lease: DESIGN 2 keeps a
     zombie from checkpointing a cancelled subtask), so ``curr_key`` is final."""
-    return int(conn.execute(
-        db.sql(f"""
-            WITH progressed AS (
-                SELECT start_key, curr_key FROM {{s}}.background_subtask
-                WHERE job_id = :job_id AND step = :from_step AND curr_key > start_key
-                UNION ALL
-                SELECT start_key, curr_key FROM {{s}}.background_subtask_history
-                WHERE job_id = :job_id AND step = :from_step AND curr_key > start_key),
-            inserted AS (
-                INSERT INTO {{s}}.background_subtask
-                    (job_id, step, ordinal, state, start_key, end_key, curr_key, meta)
-                SELECT :job_id, {STEP_REVERT},
-                       row_number() OVER (ORDER BY start_key) - 1, 'pending',
-                       start_key, curr_key, start_key,
-                       jsonb_build_object('revert_of_step', :from_step)
-                FROM progressed
-                WHERE {FENCE}
-                RETURNING 1),
-            counted AS (
-                UPDATE {{s}}.jobs SET revert_total = revert_total
-                                                    + (SELECT count(*) FROM inserted)
-                WHERE id = :job_id AND EXISTS (SELECT 1 FROM inserted))
-            SELECT count(*) FROM inserted"""),
-        {"job_id": job_id, "from_step": from_step, **term.params()},
-    ).scalar_one())
+    rows = conn.execute(
+        db.sql("""
+            SELECT start_key, curr_key FROM {s}.background_subtask
+            WHERE job_id = :job_id AND step = :from_step AND curr_key > start_key
+            UNION ALL
+            SELECT start_key, curr_key FROM {s}.background_subtask_history
+            WHERE job_id = :job_id AND step = :from_step AND curr_key > start_key
+            ORDER BY start_key"""),
+        {"job_id": job_id, "from_step": from_step},
+    ).all()
+    return [(int(lo), int(hi)) for lo, hi in rows]
 
 
 def revert_error(db: Database, conn: Connection, job_id: int) -> str | None:

@@ -3,12 +3,13 @@
 Why: a job of 100,000 ranges inserted them in one statement of about 1.3 s
 inside one owner tick, stalling every other duty of the owner (issue 9: a tick
 stays under 500 ms). The owner now inserts the first chunk of ranges with the
-job's start and keeps the rest of the plan here, one row per job: the ranges'
-bounds (``bounds[i]`` to ``bounds[i + 1]`` is range ``i``, so consecutive
-ranges share a bound and the plan tiles its key space by construction) and how
-many of them are inserted. Each later tick inserts the next chunk and moves
+job's start and keeps the rest of the plan here, one row per job: the ranges
+(``los[i]`` to ``his[i]``, with the meta every one of them gets) and how many
+of them are inserted. Each later tick inserts the next chunk and moves
 ``inserted`` on in the same fenced transaction; a new owner carries on where
-the old one stopped. While the row exists the job cannot succeed (DESIGN 7).
+the old one stopped. While the row exists the step cannot end (DESIGN 7). The
+revert step's ranges (DESIGN 13: one per range that made progress, up to one
+per forward range) go in the same way.
 
 Revision ID: 0009_bigtable
 Revises: 0005_throughput
@@ -34,8 +35,10 @@ def upgrade() -> None:
         "job_split_pending",
         sa.Column("job_id", sa.BigInteger, primary_key=True),
         sa.Column("step", sa.Integer, nullable=False),
-        sa.Column("bounds", postgresql.ARRAY(sa.BigInteger), nullable=False),
+        sa.Column("los", postgresql.ARRAY(sa.BigInteger), nullable=False),
+        sa.Column("his", postgresql.ARRAY(sa.BigInteger), nullable=False),
         sa.Column("inserted", sa.Integer, nullable=False),
+        sa.Column("meta", postgresql.JSONB, nullable=False),
         schema=_schema(),
     )
 

@@ -98,6 +98,50 @@ def test_a_job_cancelled_mid_split_inserts_no_more_ranges_and_is_restored(db, mo
     assert scalar(db, "SELECT count(*) FROM items WHERE c IS DISTINCT FROM 'old-' || id") == 0
 
 
+def test_a_revert_of_many_ranges_goes_in_a_chunk_a_tick_and_restores_them_all(
+        db, monkeypatch):
+    """DESIGN 13 at scale: one revert range per forward range that made
+    progress, inserted like a big split, and the job ends only once every
+    one of them was inserted and restored."""
+    monkeypatch.setattr(owner_module, "SPLIT_CHUNK", CHUNK)
+    make_items(db, 200)
+    with db.begin() as conn:
+        conn.execute(sa.text("UPDATE items SET c = 'old-' || id"))
+    job_id = submit(db, _sql_update(rows_per_subtask=10)).job_id
+    owner, pool = Owner(db, "o1"), WorkerPool(db, "w", 1)
+    for runs in (4, 4, 2):  # 12 of the 20 ranges inserted, 10 of them written
+        owner.tick()
+        for _ in range(runs):
+            assert pool.run_one()
+    written = [(lo, hi) for _, lo, hi in _live_ranges(db, job_id)][:10]
+    control.cancel(db, job_id)
+    owner.tick()  # wind down: the forward split stops
+    owner.tick()  # the revert step: its first 4 ranges, 6 kept for later ticks
+    with db.begin() as conn:
+        reverts = conn.execute(db.sql(
+            "SELECT count(*) FROM {s}.background_subtask WHERE job_id = :j AND step = -1"),
+            {"j": job_id}).scalar()
+    assert reverts == CHUNK and _pending(db, job_id)
+    assert job_of(db, job_id)["state"] == "reverting"
+    for _ in range(10):
+        while pool.run_one():
+            pass
+        owner.tick()
+        if job_of(db, job_id)["state"] == "cancelled":
+            break
+    assert job_of(db, job_id)["state"] == "cancelled" and not _pending(db, job_id)
+    with db.begin() as conn:
+        restored = conn.execute(db.sql("""
+            SELECT ordinal, start_key, end_key FROM {s}.background_subtask
+            WHERE job_id = :j AND step = -1
+            UNION ALL
+            SELECT ordinal, start_key, end_key FROM {s}.background_subtask_history
+            WHERE job_id = :j AND step = -1 ORDER BY 1"""), {"j": job_id}).all()
+    assert [(lo, hi) for _, lo, hi in restored] == written
+    assert [o for o, _, _ in restored] == list(range(10))
+    assert scalar(db, "SELECT count(*) FROM items WHERE c IS DISTINCT FROM 'old-' || id") == 0
+
+
 def _sampled(db, table: str) -> tuple[list[tuple[int, int]], list[int]]:
     with db.begin(isolation_level="REPEATABLE READ") as conn:
         conn.execute(sa.text(f"ANALYZE {table}"))

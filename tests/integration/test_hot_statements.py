@@ -47,8 +47,9 @@ def big_job(db):
             FROM generate_series(1000001, 1100000) g"""))
         # The rest of a big split, a chunk of which the owner inserts per tick.
         conn.execute(db.sql("""
-            INSERT INTO {s}.job_split_pending (job_id, step, bounds, inserted)
-            SELECT 42, 1, array_agg(g * 10 ORDER BY g), 100001
+            INSERT INTO {s}.job_split_pending (job_id, step, los, his, inserted, meta)
+            SELECT 42, 1, array_agg(g * 10 ORDER BY g), array_agg(g * 10 + 10 ORDER BY g),
+                   100001, '{}'
             FROM generate_series(0, 100010) g"""))
         for table in ("jobs", "background_subtask", "background_subtask_history"):
             conn.execute(db.sql(f"ANALYZE {{s}}.{table}"))
