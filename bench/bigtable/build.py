@@ -19,8 +19,9 @@ LOADERS = 2  # parallel connections (the machine has 2 cores)
 
 
 def existing_rows(url: str) -> int | None:
-    """Rows of a ``bench.items`` with its primary key left by an earlier run
-    (reused with ``--reuse``), from the planner's estimate: no scan."""
+    """Rows of a ``bench.items`` left by an earlier run (reused with
+    ``--reuse``), from the planner's estimate: no scan. After a run's updates
+    and their put-back the estimate can be off by several percent."""
     (exists,) = query_one(url, f"SELECT to_regclass('{TABLE}') IS NOT NULL")
     if not exists:
         return None

@@ -29,8 +29,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--db", help="postgresql:// URL of an existing server (TCP host); "
                                      "default: a throwaway local cluster, durability off")
     parser.add_argument("--reuse", action="store_true",
-                        help="keep a bench.items of about --rows rows left by an earlier run "
-                             "(with --db) instead of building it again")
+                        help="keep a bench.items of about --rows rows (within 20%%, the planner's "
+                             "estimate) left by an earlier run (with --db) instead of "
+                             "building it again")
     parser.add_argument("--window", type=float, default=180.0, metavar="SECONDS",
                         help="how long each contender runs for its rows/s")
     parser.add_argument("--doc", type=Path, default=DEFAULT_DOC,
@@ -47,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     with database(args.db) as server:
         url = server.url
         have = build.existing_rows(url) if args.reuse else None
-        if have is not None and abs(have - args.rows) <= args.rows // 100:
+        if have is not None and abs(have - args.rows) <= args.rows // 5:
             print(f"reusing bench.items (~{have:,} rows)", flush=True)
             build_seconds = None
         else:
