@@ -46,12 +46,24 @@ def _state(job: dict[str, Any]) -> Text:
 
 
 def _step(job: dict[str, Any]) -> str:
-    """The step number; while a job reverts, the revert's own progress (its
-    forward figures stay as they were when it stopped)."""
-    if job["step"] != STEP_REVERT:
-        return str(job["step"])
-    return (f"revert {job['revert_done']}/{job['revert_total']} "
-            f"({job['revert_percent'] or 0.0:.1f}%)")
+    """The step: of a job type of several steps its name, place and percent
+    (``verify 2/3 (40.0%)``), of a type of one its number; while a job
+    reverts, the revert's own progress (its forward figures stay as they were
+    when it stopped). The schema state a job type reports follows."""
+    state = f" {job['schema_state']}" if job.get("schema_state") else ""
+    if job["step"] == STEP_REVERT:
+        return (f"revert {job['revert_done']}/{job['revert_total']} "
+                f"({job['revert_percent'] or 0.0:.1f}%){state}")
+    if (job.get("step_count") or 0) > 1 and job.get("step_name"):
+        return (f"{job['step_name']} {job['step']}/{job['step_count']} "
+                f"({job['step_percent'] or 0.0:.1f}%){state}")
+    return f"{job['step']}{state}"
+
+
+def _rows(job: dict[str, Any]) -> str:
+    """Rows done of the estimate; of a type of several steps, the step's."""
+    done = job.get("step_rows_done", job["rows_done"])
+    return f"{count(done)}/{count(job['rows_total'])}"
 
 
 def _subtasks(job: dict[str, Any]) -> str:
@@ -67,8 +79,7 @@ def status_table(jobs: list[dict[str, Any]]) -> Table:
     for job in jobs:
         table.add_row(
             str(job["id"]), job["type"], table_name(job["target_table"]), _state(job),
-            _step(job), f"{job['percent']:.1f}",
-            f"{count(job['rows_done'])}/{count(job['rows_total'])}",
+            _step(job), f"{job['percent']:.1f}", _rows(job),
             rate(job["rows_per_sec"]), duration(job["eta_seconds"]), _subtasks(job),
             ", ".join(job["nodes"]) or "-", job["error"] or "",
         )
@@ -90,7 +101,7 @@ def progress_view(jobs: list[dict[str, Any]]) -> RenderableType:
         )
         parts.append(head)
         parts.append(Text(
-            f"  rows {count(job['rows_done'])}/{count(job['rows_total'])}"
+            f"  rows {_rows(job)}"
             f"  {rate(job['rows_per_sec'])} rows/s  ETA {duration(job['eta_seconds'])}"
             f"  subtasks {job['pending']} pending, {job['running']} running, "
             f"{job['succeeded']} succeeded, {job['failed']} failed"
@@ -98,6 +109,8 @@ def progress_view(jobs: list[dict[str, Any]]) -> RenderableType:
         if job["step"] == STEP_REVERT:
             parts.append(Text(f"  {_step(job)} of the ranges to restore done",
                               style="yellow"))
+        elif (job.get("step_count") or 0) > 1 and job.get("step_name"):
+            parts.append(Text(f"  step {_step(job)}"))
         if job["error"]:
             parts.append(Text(f"  error: {job['error']}", style="red"))
     return Group(*parts)

@@ -56,6 +56,8 @@ POINTS: tuple[str, ...] = (
     "owner.before_split",         # owner: job prepared, the key space not yet split
     "owner.after_prepare",        # owner: prepare ran, its fenced transaction still open
     "owner.after_advance_step",   # owner: a step advanced, transaction still open
+    "owner.after_next_step",      # owner: next step's DDL and subtasks done, transaction open
+    "owner.before_cutover",       # owner: last step complete, the type's advance not yet run
     "owner.before_revert_plan",   # owner: about to plan a revert step (fenced transaction)
     "owner.after_revert_plan",    # owner: revert subtasks inserted, transaction still open
     "owner.before_rollback",      # owner: about to run the job type's final revert DDL

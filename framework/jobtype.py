@@ -1,78 +1,11 @@
 """The job-type extension point, and the registry job types join from outside.
 
-A job type plugs in through two small interfaces, after TiDB's scheduler /
-task executor split: a ``Planner`` the owner calls (validate, prepare, the
-final forward step, the revert plan and the final revert DDL) and an
-``Executor`` every worker calls (run one subtask of a step, batch by batch).
-One object may be both (every built-in type is). In the order they run::
-
-    validate(conn, params)          CLI, at submit: check and normalise params,
-                                    name the target table and its key column.
-                                    Raise InvalidParams; change nothing.
-    prepare(conn, job)              owner, before the split: schema step (e.g.
-                                    ADD COLUMN). Runs inside the owner's fenced
-                                    transaction together with the subtask insert.
-    [split]                         owner, done by the framework: the key space
-                                    of (table, key) into equal-row ranges, the
-                                    subtasks of step STEP_PREPARED.
-    run_subtask(ctx, engine)        worker: batch by batch from ctx.curr_key;
-                                    each batch's write and ctx.checkpoint(...)
-                                    commit in one transaction (exactly once).
-    [run_batch(ctx, conn)]          optional (``BatchExecutor``), worker: one
-                                    batch of a forward step on the pool's
-                                    connection, so quick subtasks claimed
-                                    together share a transaction.
-    advance(conn, job)              owner, when every subtask of the step
-                                    succeeded: final schema step, in the fenced
-                                    transaction that marks the job succeeded.
-
-Rollback (after failure or cancel) is a step like any other (DESIGN 13)::
-
-    plan_revert(conn, job) -> bool  owner, once, in the short fenced transaction
-                                    that starts the revert step: True when data
-                                    must be restored range by range (the
-                                    framework then inserts one STEP_REVERT
-                                    subtask per forward range that made
-                                    progress: [start_key, curr_key)); it may
-                                    create what the restore needs (an index).
-    revert_subtask(ctx, engine)     worker: restore ctx's range batch by batch,
-                                    each batch with its fenced checkpoint, like
-                                    run_subtask.
-    revert(conn, job)               owner, once every revert subtask succeeded
-                                    (or none was needed): the final revert DDL
-                                    (drop an added column, a created target,
-                                    the work tables), in the fenced transaction
-                                    that marks the job cancelled or reverted.
-
-Step numbers are stored in job and subtask rows: once shipped they never
-change meaning. A job type numbers its forward steps from STEP_PREPARED;
-STEP_REVERT is negative so it never meets one of them.
-
-Two optional duties, for checks and start-ups too slow for every process::
-
-    analyse(conn, job) -> params    the checks too costly for ``reorg submit``
-                                    (e.g. analysing a Spark expression): run by
-                                    the owner before the split and prepare,
-                                    outside the fenced transaction, in a
-                                    transaction it rolls back; raise
-                                    InvalidParams to reject the job (its submit
-                                    then leaves no trace: framework.submit).
-                                    Returns the params to store (the input, or
-                                    with what the analysis found). Where no
-                                    owner runs, ``reorg submit`` runs it itself.
-    warm_up(job)                    per process, before the first ``analyse``
-                                    or forward ``run_subtask`` of the type there
-                                    (and with job None at ``reorg worker
-                                    --spark-warmup``): start what the type
-                                    needs, e.g. Spark; idempotent. A worker
-                                    that runs no Spark type starts no JVM.
-
-Job types register from outside ``framework`` through the ``reorg.job_types``
-entry point (a callable that calls ``register``), by calling ``register``, or
-through ``REORG_JOB_TYPES``: a comma-separated list of ``module:callable``
-(the entry point's own form), imported and called once, like an entry point,
-by every process that looks a job type up. It lets a process the tests start
-run a job type that is not installed (tests/support/fill.py).
+The protocol (planner and executor, steps, rollback, the optional duties, CLI
+options and registration) is documented in one place: docs/design.md,
+"Job-type protocol". This module holds its types: ``Planner`` (the owner's
+side), ``Executor`` (every worker's side), ``Step`` (one forward step a
+planner declares), ``SubtaskContext`` and the registry. tests/support/fill.py
+is the worked example (``test-fill``, and ``test-fill-verify`` with steps).
 """
 
 from __future__ import annotations
@@ -81,7 +14,7 @@ import contextlib
 import importlib
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any, Protocol
@@ -93,8 +26,42 @@ from framework import faults
 # Job and subtask steps. Once shipped, never renumber: they are stored.
 STEP_QUEUED = 0  # nothing done to the table yet
 STEP_PREPARED = 1  # schema step done; the first forward step's subtasks inserted
-STEP_DONE = 2  # final schema step done
+# Forward step n (1-based) of a job type's ``steps`` is stored as n; a job
+# that succeeded is at ``done_step`` = its last forward step + 1, which for a
+# type of one step is STEP_DONE.
+STEP_DONE = 2  # final schema step done (a job type of one step)
 STEP_REVERT = -1  # rolling back: the revert subtasks restore ranges, then revert DDL
+
+# A subtask of a fixed step covers [0, FIXED_SUBTASK_UNITS): not keys of the
+# table but its own progress, which it may checkpoint as it goes (percent).
+FIXED_SUBTASK_UNITS = 100
+
+
+@dataclass(frozen=True)
+class Step:
+    """One forward step of a job type, as its planner declares it.
+
+    ``ranges``: split into key ranges of the table (a fresh split when the job
+    enters the step); False: a small fixed set of subtasks the planner names
+    (``fixed_subtasks``), e.g. one that runs CREATE INDEX CONCURRENTLY.
+    ``restore``: on rollback, the ranges this step made progress on get revert
+    subtasks (it wrote to the table); a fixed step never has ranges to restore.
+    ``schema_state``: shown by ``reorg status`` while the job is in the step
+    (TiDB's schema states: "write-only", "write-reorg", ...)."""
+
+    name: str
+    ranges: bool = True
+    restore: bool = True
+    schema_state: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.ranges and self.restore:
+            raise ValueError(f"step {self.name!r}: a fixed step has no ranges to restore; "
+                             "declare it with restore=False")
+
+
+# What a job type declares when it declares no steps: one range step.
+ONE_STEP = (Step("run"),)
 
 
 class InvalidParams(ValueError):
@@ -291,7 +258,7 @@ class Planner(Protocol):
 
     def advance(self, conn: Connection, job: Job) -> None: ...
 
-    def plan_revert(self, conn: Connection, job: Job) -> bool: ...
+    def plan_revert(self, conn: Connection, job: Job) -> bool | Collection[int]: ...
 
     def revert(self, conn: Connection, job: Job) -> None: ...
 
@@ -333,9 +300,72 @@ class BatchExecutor(Executor, Protocol):
     def run_batch(self, ctx: SubtaskContext, conn: Connection) -> None: ...
 
 
-def batch_runner(job_type: Executor) -> Callable[[SubtaskContext, Connection], None] | None:
-    """The executor's ``run_batch``, if it has one (``BatchExecutor``)."""
+def batch_runner(job_type: Executor,
+                 step: int = STEP_PREPARED) -> Callable[[SubtaskContext, Connection], None] | None:
+    """The executor's ``run_batch``, if it has one (``BatchExecutor``) for
+    forward step ``step``: the steps in its ``batch_steps`` (by default the
+    first, the only step of a type of one)."""
+    if step not in getattr(job_type, "batch_steps", (STEP_PREPARED,)):
+        return None
     return getattr(job_type, "run_batch", None)
+
+
+def restores_into(kind: Planner, job: Job) -> str:
+    """The table ``kind``'s revert writes (optional duty; default the job's)."""
+    into = getattr(kind, "restores_into", None)
+    return into(job) if callable(into) else job.target_table
+
+
+def steps_of(kind: object) -> tuple[Step, ...]:
+    """The forward steps a type declares (``steps``), or the one range step."""
+    declared = getattr(kind, "steps", None)
+    return tuple(declared) if declared else ONE_STEP
+
+
+def done_step(kind: object) -> int:
+    """The step a succeeded job of the type is at: past its last forward step."""
+    return len(steps_of(kind)) + 1
+
+
+def step_named(kind: object, number: int) -> Step:
+    """Forward step ``number`` (1-based, as stored) of the type."""
+    declared = steps_of(kind)
+    if not 1 <= number <= len(declared):
+        raise ValueError(f"job type {getattr(kind, 'name', kind)!r} has no forward step {number}")
+    return declared[number - 1]
+
+
+def enter_step(kind: object, conn: Connection, job: Job, number: int) -> None:
+    """The type's owner-side DDL between steps (optional ``enter_step``), run
+    in the fenced transaction that moves the job to step ``number`` (2 and on;
+    step 1's is ``prepare``)."""
+    hook = getattr(kind, "enter_step", None)
+    if callable(hook):
+        hook(conn, job, number)
+
+
+def fixed_subtasks(kind: object, conn: Connection, job: Job, number: int) -> list[dict[str, Any]]:
+    """The subtasks of a fixed step: one meta dict each (optional
+    ``fixed_subtasks``; by default one subtask with empty meta). None at all
+    is allowed: the step then ends at the owner's next look."""
+    hook = getattr(kind, "fixed_subtasks", None)
+    return [dict(m) for m in hook(conn, job, number)] if callable(hook) else [{}]
+
+
+def steps_to_restore(kind: object, job: Job, planned: bool | Collection[int]) -> list[int]:
+    """The forward steps whose progressed ranges the revert step restores, from
+    what ``plan_revert`` returned: True, every step up to the job's that
+    declares ``restore``; False, none; or the step numbers themselves."""
+    if planned is True:
+        return [n for n, step in enumerate(steps_of(kind), start=1)
+                if n <= job.step and step.restore]
+    if not planned:
+        return []
+    chosen = sorted(set(planned))  # type: ignore[arg-type]
+    for number in chosen:
+        if not step_named(kind, number).ranges:
+            raise ValueError(f"plan_revert named step {number}, which has no ranges to restore")
+    return chosen
 
 
 def analyses_on_owner(kind: JobType) -> bool:

@@ -232,7 +232,7 @@ class WorkerPool:
         # A rate-limited job paces every batch on its own (ctx.throttle); a
         # revert subtask restores (revert_subtask), it never runs forward.
         return (ctx.job.step != STEP_REVERT and not ctx.job.max_rows_per_sec
-                and jobtype.batch_runner(jobtype.get(ctx.job.type)) is not None)
+                and jobtype.batch_runner(jobtype.get(ctx.job.type), ctx.job.step) is not None)
 
     def _run_alone(self, h: _Held, size: ClaimSize) -> None:
         h.tally.started = h.tally.mark = self.clock()
@@ -251,7 +251,8 @@ class WorkerPool:
         run again. Returns the subtasks left to run alone: those a batch did
         not finish, those asked to stop, and all of them if a batch failed
         (alone, each failure is told apart and handled)."""
-        run_batch = jobtype.batch_runner(jobtype.get(group[0].claim.job.type))
+        run_batch = jobtype.batch_runner(jobtype.get(group[0].claim.job.type),
+                                         group[0].claim.job.step)
         assert run_batch is not None
         todo = list(group)
         while todo:

@@ -107,6 +107,11 @@ class CopyJobType:
         spec = spec_of(job)
         return not spec.created and relation_exists(conn, spec.keys)
 
+    def restores_into(self, job: Job) -> str:
+        """The revert deletes copied rows from the target, never touches the
+        source: a dropped source still leaves them to delete."""
+        return spec_of(job).target
+
     def revert_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
         spec = spec_of(ctx.job)
         restore_in_batches(ctx, engine, paced_by=(spec.keys, "k"),

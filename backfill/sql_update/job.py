@@ -131,7 +131,7 @@ class SqlUpdate:
         set_ddl_lock_timeout(conn)
         if not p["overwrite"]:
             conn.execute(text(
-                f"ALTER TABLE {job.target_table} DROP COLUMN IF EXISTS {quote(p['column'])}"))
+                f"ALTER TABLE IF EXISTS {job.target_table} DROP COLUMN IF EXISTS {quote(p['column'])}"))
             return
         for stmt in update_sql(job).drop_images():
             conn.execute(text(stmt))

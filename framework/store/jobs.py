@@ -162,13 +162,57 @@ def _into(dst: JobState) -> frozenset[JobState]:
 def start(
     db: Database, conn: Connection, term: OwnerTerm, job_id: int, *, actor: str, step: int,
     row_estimate: int, run_on_node: str | None, detail: str,
+    step_names: list[str] | None = None, step_ranges: bool = True, step_subtasks: int = 0,
+    schema_state: str | None = None,
 ) -> JobState | None:
     """queued -> running, once prepared and split; ``run_on_node`` binds a small
-    job to the owner's node."""
+    job to the owner's node. ``step_names`` (the type's declared steps) and the
+    first step's figures are kept for ``reorg status``."""
     return _move(db, conn, job_id, {J.QUEUED}, J.RUNNING, actor=actor, term=term, detail=detail,
                  sets="step = :step, row_estimate = :row_estimate, run_on_node = :node, "
-                      "started_at = coalesce(j.started_at, clock_timestamp()), error = NULL",
-                 step=step, row_estimate=row_estimate, node=run_on_node)
+                      "started_at = coalesce(j.started_at, clock_timestamp()), error = NULL, "
+                      "step_names = CAST(:step_names AS text[]), step_ranges = :step_ranges, "
+                      "step_subtasks_total = :step_subtasks, step_moved_succeeded = 0, "
+                      "step_moved_rows = 0, schema_state = :schema_state",
+                 step=step, row_estimate=row_estimate, node=run_on_node,
+                 step_names=step_names, step_ranges=step_ranges, step_subtasks=step_subtasks,
+                 schema_state=schema_state)
+
+
+def advance_step(
+    db: Database, conn: Connection, term: OwnerTerm, job_id: int, *, from_step: int,
+    to_step: int, step_ranges: bool, step_subtasks: int, row_estimate: int | None,
+    schema_state: str | None, actor: str, detail: str,
+) -> bool:
+    """A running job moves from forward step ``from_step`` to ``to_step`` once
+    every subtask of ``from_step`` succeeded and the next step's subtasks are
+    inserted (in the same transaction, DESIGN 7). The state stays ``running``:
+    a compare-and-set of the step, its audit event in the same statement. The
+    step's progress counters start again; ``row_estimate`` is the new step's
+    split (kept when None: a fixed step)."""
+    moved = conn.execute(
+        db.sql(f"""
+            WITH moved AS (
+                UPDATE {{s}}.jobs j SET step = :to_step, updated_at = clock_timestamp(),
+                    step_ranges = :step_ranges, step_subtasks_total = :step_subtasks,
+                    step_moved_succeeded = 0, step_moved_rows = 0,
+                    row_estimate = coalesce(CAST(:row_estimate AS bigint), j.row_estimate),
+                    schema_state = :schema_state
+                WHERE j.id = :job_id AND j.state = 'running' AND j.step = :from_step
+                  AND {FENCE}
+                RETURNING j.id),
+            event AS (
+                INSERT INTO {{s}}.job_events (job_id, actor, from_state, to_state, detail)
+                SELECT id, :actor, 'running', 'running', :detail FROM moved)
+            SELECT count(*) FROM moved"""),
+        {"job_id": job_id, "from_step": from_step, "to_step": to_step,
+         "step_ranges": step_ranges, "step_subtasks": step_subtasks,
+         "row_estimate": row_estimate, "schema_state": schema_state, "actor": actor,
+         "detail": detail, **term.params()},
+    ).scalar_one() == 1
+    if moved:
+        notify(db, conn)  # idle workers claim the new step's subtasks at once
+    return moved
 
 
 def fail(
@@ -244,10 +288,14 @@ def discard_rejected(db: Database, conn: Connection, job_id: int) -> bool:
 
 def succeed(
     db: Database, conn: Connection, term: OwnerTerm, job_id: int, *, actor: str, step: int,
-    detail: str,
+    detail: str, schema_state: str | None = None,
 ) -> JobState | None:
+    """running -> succeeded at ``step`` (the type's done step); a type that
+    reports schema states names the final one (e.g. "public")."""
     return _move(db, conn, job_id, _into(J.SUCCEEDED), J.SUCCEEDED, actor=actor, term=term,
-                 detail=detail, sets="step = :step", step=step)
+                 detail=detail, step=step, schema_state=schema_state, sep=NOW_SEP,
+                 # A note of why the cut-over was retried (``note_error``) goes.
+                 sets=f"step = :step, schema_state = :schema_state, error = {_WITHOUT_NOTE}")
 
 
 def begin_revert(
@@ -268,7 +316,9 @@ def finish_revert(
     of why the revert was being retried (``note_error``) goes: it is over. The
     job's own error (why it failed) stays."""
     return _move(db, conn, job_id, {J.REVERTING}, target, actor=actor, term=term,
-                 detail=detail, sets=f"error = {_WITHOUT_NOTE}", sep=NOW_SEP)
+                 detail=detail, sep=NOW_SEP,
+                 # Nothing of a schema change stays after its rollback.
+                 sets=f"error = {_WITHOUT_NOTE}, schema_state = NULL")
 
 
 def start_revert_step(

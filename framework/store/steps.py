@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from framework.db import Database
-from framework.jobtype import STEP_REVERT
+from framework.jobtype import FIXED_SUBTASK_UNITS, STEP_REVERT
 from framework.states import SubtaskState
 from framework.store.owner_lease import FENCE, OwnerTerm
 from framework.store.subtasks import LEASE_LIVE, guard_into
@@ -27,24 +27,29 @@ def insert_ranges(
     db: Database, conn: Connection, term: OwnerTerm, job_id: int, step: int,
     ranges: list[tuple[int, int]], *, first_ordinal: int = 0,
     meta: dict[str, Any] | None = None, counted: bool = False,
+    metas: list[dict[str, Any]] | None = None,
 ) -> int:
     """Insert the ranges as pending subtasks, and count them into the job's
     ``subtasks_total`` in the same statement (``reorg status`` reads it)
-    unless ``counted`` (a chunk of a split counted when the split began)."""
+    unless ``counted`` (a chunk of a step counted when it began; such a
+    chunk may carry a meta per range, ``metas``)."""
     if counted:
         return int(conn.execute(
             db.sql(f"""
                 INSERT INTO {{s}}.background_subtask
                     (job_id, step, ordinal, state, start_key, end_key, curr_key, meta)
                 SELECT :job_id, :step, :first + r.ordinal - 1, 'pending', r.lo, r.hi, r.lo,
-                       CAST(:meta AS jsonb)
-                FROM unnest(CAST(:los AS bigint[]), CAST(:his AS bigint[]))
-                     WITH ORDINALITY AS r(lo, hi, ordinal)
+                       coalesce(r.meta, CAST(:meta AS jsonb))
+                FROM unnest(CAST(:los AS bigint[]), CAST(:his AS bigint[]),
+                            CAST(:metas AS jsonb[]))
+                     WITH ORDINALITY AS r(lo, hi, meta, ordinal)
                 WHERE {FENCE}"""),
             {"job_id": job_id, "step": step, "los": [lo for lo, _ in ranges],
              "his": [hi for _, hi in ranges], "first": first_ordinal,
+             "metas": [json.dumps(m) for m in metas] if metas is not None else [],
              "meta": json.dumps(meta or {}), **term.params()},
         ).rowcount)
+    assert metas is None, "a meta per range only for a counted chunk"
     return int(conn.execute(
         db.sql(f"""
             WITH inserted AS (
@@ -67,6 +72,33 @@ def insert_ranges(
     ).scalar_one())
 
 
+def insert_fixed(
+    db: Database, conn: Connection, term: OwnerTerm, job_id: int, step: int,
+    metas: list[dict[str, Any]],
+) -> int:
+    """Insert the subtasks of a fixed step, one per meta dict, each covering
+    ``[0, FIXED_SUBTASK_UNITS)``: units of its own progress, not keys. Counted
+    into ``subtasks_total`` like ranges."""
+    return int(conn.execute(
+        db.sql(f"""
+            WITH inserted AS (
+                INSERT INTO {{s}}.background_subtask
+                    (job_id, step, ordinal, state, start_key, end_key, curr_key, meta)
+                SELECT :job_id, :step, f.ordinal - 1, 'pending', 0, {FIXED_SUBTASK_UNITS}, 0,
+                       f.meta
+                FROM unnest(CAST(:metas AS jsonb[])) WITH ORDINALITY AS f(meta, ordinal)
+                WHERE {FENCE}
+                RETURNING 1),
+            counted AS (
+                UPDATE {{s}}.jobs SET subtasks_total = subtasks_total
+                                                      + (SELECT count(*) FROM inserted)
+                WHERE id = :job_id AND EXISTS (SELECT 1 FROM inserted))
+            SELECT count(*) FROM inserted"""),
+        {"job_id": job_id, "step": step, "metas": [json.dumps(m) for m in metas],
+         **term.params()},
+    ).scalar_one())
+
+
 # The job counter a step's subtasks are counted into (``reorg status`` reads
 # them): forward steps and the revert step apart (migration 0003).
 COUNTERS = {"subtasks_total", "revert_total"}
@@ -75,28 +107,32 @@ COUNTERS = {"subtasks_total", "revert_total"}
 def begin_split(
     db: Database, conn: Connection, term: OwnerTerm, job_id: int, step: int,
     ranges: list[tuple[int, int]], chunk: int, *, meta: dict[str, Any] | None = None,
-    counter: str = "subtasks_total",
+    metas: list[dict[str, Any]] | None = None, counter: str = "subtasks_total",
 ) -> int:
     """Insert the first ``chunk`` ranges of a step and keep the rest in
     ``job_split_pending`` for ``insert_split_chunk``; all of them are counted
     into the job's ``counter`` now, so status shows the step's size from its
-    start. Returns how many were inserted (0 when fenced out)."""
+    start. Every range gets ``meta``, or its own of ``metas``. Returns how
+    many were inserted (0 when fenced out)."""
     assert counter in COUNTERS
-    first = insert_ranges(db, conn, term, job_id, step, ranges[:chunk], meta=meta, counted=True)
+    first = insert_ranges(db, conn, term, job_id, step, ranges[:chunk], meta=meta, counted=True,
+                          metas=metas[:chunk] if metas is not None else None)
     if first != len(ranges[:chunk]):
         return first
     rest = ranges[chunk:]
     conn.execute(
         db.sql(f"""
             WITH kept AS (
-                INSERT INTO {{s}}.job_split_pending (job_id, step, los, his, inserted, meta)
+                INSERT INTO {{s}}.job_split_pending
+                    (job_id, step, los, his, inserted, meta, metas)
                 SELECT :job_id, :step, CAST(:los AS bigint[]), CAST(:his AS bigint[]), :inserted,
-                       CAST(:meta AS jsonb)
+                       CAST(:meta AS jsonb), CAST(:metas AS jsonb[])
                 WHERE :keep AND {FENCE})
             UPDATE {{s}}.jobs SET {counter} = {counter} + :total
             WHERE id = :job_id AND {FENCE}"""),
         {"job_id": job_id, "step": step, "inserted": first, "total": len(ranges),
          "keep": bool(rest), "meta": json.dumps(meta or {}),
+         "metas": [json.dumps(m) for m in metas] if metas is not None else None,
          # The whole plan, so ordinals and ranges come from one list (DESIGN 5).
          "los": [lo for lo, _ in ranges], "his": [hi for _, hi in ranges], **term.params()},
     )
@@ -116,7 +152,8 @@ def insert_split_chunk(
         db.sql("""
             SELECT step, inserted, cardinality(los) AS total, meta,
                    los[inserted + 1 : inserted + :chunk] AS los,
-                   his[inserted + 1 : inserted + :chunk] AS his
+                   his[inserted + 1 : inserted + :chunk] AS his,
+                   metas[inserted + 1 : inserted + :chunk] AS metas
             FROM {s}.job_split_pending WHERE job_id = :job_id FOR UPDATE"""),
         {"job_id": job_id, "chunk": chunk},
     ).mappings().one_or_none()
@@ -124,7 +161,8 @@ def insert_split_chunk(
         return None
     ranges = [(int(lo), int(hi)) for lo, hi in zip(row["los"], row["his"], strict=True)]
     if insert_ranges(db, conn, term, job_id, row["step"], ranges, first_ordinal=row["inserted"],
-                     meta=row["meta"], counted=True) != len(ranges):
+                     meta=row["meta"], counted=True,
+                     metas=row["metas"]) != len(ranges):
         return len(ranges)  # fenced out: nothing inserted, the caller's term check says why
     inserted = row["inserted"] + len(ranges)
     if inserted >= row["total"]:
@@ -156,26 +194,30 @@ def drop_pending_split(db: Database, conn: Connection, term: OwnerTerm, job_id: 
 
 
 def progressed_ranges(db: Database, conn: Connection, job_id: int,
-                      from_step: int) -> list[tuple[int, int]]:
-    """``[start_key, curr_key)`` of every range of ``from_step`` that made
-    progress (succeeded, or ``curr_key`` past ``start_key``), live or moved
-    to history, in key order: exactly the keys the forward step may have
-    written, the revert step's ranges (DESIGN 13). Ranges never touched need
-    no work.
+                      from_steps: list[int]) -> list[tuple[int, int, int]]:
+    """``(step, start_key, curr_key)`` of every range of the forward steps
+    ``from_steps`` that made progress (succeeded, or ``curr_key`` past
+    ``start_key``), live or moved to history, in step and key order: exactly
+    the keys the forward steps may have written, the revert step's ranges
+    (DESIGN 13). Ranges never touched need no work.
 
-    Read once the forward step is quiet (no live lease: DESIGN 2 keeps a
+    Read once the forward steps are quiet (no live lease: DESIGN 2 keeps a
     zombie from checkpointing a cancelled subtask), so ``curr_key`` is final."""
+    if not from_steps:
+        return []
     rows = conn.execute(
         db.sql("""
-            SELECT start_key, curr_key FROM {s}.background_subtask
-            WHERE job_id = :job_id AND step = :from_step AND curr_key > start_key
+            SELECT step, start_key, curr_key FROM {s}.background_subtask
+            WHERE job_id = :job_id AND step = ANY(:from_steps) AND curr_key > start_key
             UNION ALL
-            SELECT start_key, curr_key FROM {s}.background_subtask_history
-            WHERE job_id = :job_id AND step = :from_step AND curr_key > start_key
-            ORDER BY start_key"""),
-        {"job_id": job_id, "from_step": from_step},
+            SELECT step, start_key, curr_key FROM {s}.background_subtask_history
+            WHERE job_id = :job_id AND step = ANY(:from_steps) AND curr_key > start_key
+            ORDER BY step, start_key"""),
+        {"job_id": job_id, "from_steps": from_steps},
     ).all()
-    return [(int(lo), int(hi)) for lo, hi in rows]
+    return [(int(step), int(lo), int(hi)) for step, lo, hi in rows]
+
+
 
 
 def revert_error(db: Database, conn: Connection, job_id: int) -> str | None:

@@ -4,15 +4,15 @@ Why: a job of 100,000 ranges inserted them in one statement of about 1.3 s
 inside one owner tick, stalling every other duty of the owner (issue 9: a tick
 stays under 500 ms). The owner now inserts the first chunk of ranges with the
 job's start and keeps the rest of the plan here, one row per job: the ranges
-(``los[i]`` to ``his[i]``, with the meta every one of them gets) and how many
-of them are inserted. Each later tick inserts the next chunk and moves
+(``los[i]`` to ``his[i]``, with the meta every one of them gets, or one
+each in ``metas``) and how many of them are inserted. Each later tick inserts the next chunk and moves
 ``inserted`` on in the same fenced transaction; a new owner carries on where
 the old one stopped. While the row exists the step cannot end (DESIGN 7). The
 revert step's ranges (DESIGN 13: one per range that made progress, up to one
 per forward range) go in the same way.
 
 Revision ID: 0009_bigtable
-Revises: 0005_throughput
+Revises: 0007_steps
 Create Date: 2026-11-23
 """
 
@@ -21,7 +21,7 @@ from alembic import context, op
 from sqlalchemy.dialects import postgresql
 
 revision = "0009_bigtable"
-down_revision = "0005_throughput"
+down_revision = "0007_steps"
 branch_labels = None
 depends_on = None
 
@@ -39,6 +39,8 @@ def upgrade() -> None:
         sa.Column("his", postgresql.ARRAY(sa.BigInteger), nullable=False),
         sa.Column("inserted", sa.Integer, nullable=False),
         sa.Column("meta", postgresql.JSONB, nullable=False),
+        # A meta per range where they differ (revert ranges name their step).
+        sa.Column("metas", postgresql.ARRAY(postgresql.JSONB), nullable=True),
         schema=_schema(),
     )
 

@@ -110,6 +110,7 @@ def test_no_hot_statement_scans_the_subtask_tables(big_job):
         steps.succeeded_beyond(db, conn, JOB, 5_000)
         history.move_finished(db, conn, term, JOB, 1000, only_succeeded=True)
         history.jobs_awaiting_history(db, conn, 10)
+        history.delete_older_than(db, conn, term, 30, 1000)
         progress.jobs_progress(db, conn, JOB)
         progress.jobs_progress(db, conn)
         progress.record_samples(db, conn, progress.live_jobs_progress(db, conn, []))
