@@ -61,6 +61,11 @@ def embed(expression: str) -> str:
     return f"({expression}\n)"
 
 
+def on_one_line(statement: str) -> str:
+    """A statement as a dry run prints it: its whitespace runs made one space."""
+    return " ".join(statement.split())
+
+
 def _bare_select(stmt: ast.Node | None) -> bool:
     if not isinstance(stmt, ast.SelectStmt) or stmt.op not in (0, "SETOP_NONE"):
         return False

@@ -9,7 +9,7 @@ codes are the same for every command (README, "Exit codes"):
     2    BAD_INPUT: usage errors, invalid parameters or settings, a refused
          request (second active job on a table, cancel of a finished job)
     3    TIMEOUT: ``reorg wait --timeout`` passed first
-         (``reorg checksum-report`` keeps its own 3 and 4: see cli/checksum.py)
+         (``reorg checksum-report`` keeps its own 3 and 4: see backfill/checksum/cli.py)
     5    OPERATIONAL: database unreachable or behind, no PostgreSQL binaries,
          Spark cannot start, database errors, and anything unexpected
     130  interrupted (Ctrl-C)

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from cli import checksum, progress
+from cli import plugin, progress
 from cli.context import cli_state
 from cli.errors import JOB_DID_NOT_SUCCEED, TIMEOUT, CliFailure
 from cli.output import console, count, duration, print_json
@@ -42,7 +42,7 @@ def status(
         console.print("no jobs; submit one with `reorg submit`")
     else:
         console.print(progress.status_table(jobs))
-        found = checksum.status_line(db, jobs[0]) if job_id is not None else None
+        found = plugin.status_line(db, jobs[0]) if job_id is not None else None
         if found:
             console.print(found, markup=False)
 

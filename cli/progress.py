@@ -45,7 +45,7 @@ def _state(job: dict[str, Any]) -> Text:
     return Text(job["state"], style=_STATE_STYLE.get(job["state"], ""))
 
 
-def _step(job: dict[str, Any]) -> str:
+def step_label(job: dict[str, Any]) -> str:
     """The step: of a job type of several steps its name, place and percent
     (``verify 2/3 (40.0%)``), of a type of one its number; while a job
     reverts, the revert's own progress (its forward figures stay as they were
@@ -79,7 +79,7 @@ def status_table(jobs: list[dict[str, Any]]) -> Table:
     for job in jobs:
         table.add_row(
             str(job["id"]), job["type"], table_name(job["target_table"]), _state(job),
-            _step(job), f"{job['percent']:.1f}", _rows(job),
+            step_label(job), f"{job['percent']:.1f}", _rows(job),
             rate(job["rows_per_sec"]), duration(job["eta_seconds"]), _subtasks(job),
             ", ".join(job["nodes"]) or "-", job["error"] or "",
         )
@@ -107,10 +107,10 @@ def progress_view(jobs: list[dict[str, Any]]) -> RenderableType:
             f"{job['succeeded']} succeeded, {job['failed']} failed"
             f"  nodes {len(job['nodes'])}", style="dim"))
         if job["step"] == STEP_REVERT:
-            parts.append(Text(f"  {_step(job)} of the ranges to restore done",
+            parts.append(Text(f"  {step_label(job)} of the ranges to restore done",
                               style="yellow"))
         elif (job.get("step_count") or 0) > 1 and job.get("step_name"):
-            parts.append(Text(f"  step {_step(job)}"))
+            parts.append(Text(f"  step {step_label(job)}"))
         if job["error"]:
             parts.append(Text(f"  error: {job['error']}", style="red"))
     return Group(*parts)

@@ -69,6 +69,9 @@ POINTS: tuple[str, ...] = (
     "worker.after_batch",         # subtask: a batch and its checkpoint committed
     "worker.in_restore_batch",    # revert subtask: a restore batch ran, not yet committed
     "subtask.stop",               # subtask: asked to stop (pause, drain, cancel, lease lost)
+    "alter_type.before_verify",   # alter-type: a verify subtask about to check its first batch
+    "alter_type.before_build",    # alter-type: a build-indexes subtask about to build or validate
+    "alter_type.in_cutover",      # alter-type: columns swapped, the cut-over's transaction open
     "spark.before_apply",         # Spark pipeline: batch read and computed, not yet applied
     "spark.after_stage",          # Spark backfill: batch staged in PostgreSQL, merge not run
 )

@@ -11,12 +11,13 @@ is the worked example (``test-fill``, and ``test-fill-verify`` with steps).
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import os
 import threading
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoints, entry_points
 from typing import Any, Protocol
 
 from sqlalchemy.engine import Connection
@@ -248,7 +249,9 @@ def _run_all(callbacks: list[Callable[[], None]]) -> None:
 
 
 class Planner(Protocol):
-    """The owner's side of a job type (see the module docstring)."""
+    """The owner's side of a job type (docs/design.md, "Job-type protocol").
+    Optional: ``steps``, ``enter_step``, ``fixed_subtasks``, ``analyse``,
+    ``done_schema_state``, ``submit_options``."""
 
     name: str
 
@@ -378,6 +381,14 @@ def analyse(kind: JobType, conn: Connection, job: Job) -> dict[str, Any]:
     return dict(kind.analyse(conn, job))  # type: ignore[attr-defined]
 
 
+def describe(kind: object, conn: Connection, job: Job) -> list[str]:
+    """What ``--dry-run`` prints beside the ranges (optional ``describe``),
+    e.g. the DDL of each schema state; run in the rolled-back validation
+    transaction, with ``job.id`` 0."""
+    hook = getattr(kind, "describe", None)
+    return [str(line) for line in hook(conn, job)] if callable(hook) else []
+
+
 def warm_up(kind: object, job: Job | None) -> None:
     """The type's per-process start-up (optional duty), e.g. Spark's."""
     start = getattr(kind, "warm_up", None)
@@ -386,7 +397,8 @@ def warm_up(kind: object, job: Job | None) -> None:
 
 
 _registry: dict[str, JobType] = {}
-_entry_points_loaded = False
+_loaded: set[str] = set()  # entry points loaded, by name; "*": all of them
+GROUP = "reorg.job_types"
 
 
 def register(job_type: JobType) -> None:
@@ -394,7 +406,13 @@ def register(job_type: JobType) -> None:
 
 
 def get(name: str) -> JobType:
-    _load_entry_points()
+    """The job type ``name``. Only its own entry point is imported (``reorg
+    submit sql-update`` loads no Spark type), unless it registers under
+    another name: then every one is."""
+    if name not in _registry:
+        _load_entry_points(name)
+    if name not in _registry:
+        _load_entry_points()
     try:
         return _registry[name]
     except KeyError:
@@ -407,13 +425,33 @@ def names() -> list[str]:
     return sorted(_registry)
 
 
-def _load_entry_points() -> None:
-    global _entry_points_loaded
-    if _entry_points_loaded:
+@functools.cache
+def _all_entry_points() -> Any:
+    # EntryPoints, or on Python 3.11 SelectableGroups: both ``select`` alike.
+    return entry_points()
+
+
+def installed_entry_points(group: str) -> EntryPoints:
+    """The installed entry points of ``group``. Every group is read in one scan
+    of the installed distributions, once per process (tens of milliseconds
+    each: most of a short command's start-up beside its imports)."""
+    return _all_entry_points().select(group=group)  # type: ignore[no-any-return]
+
+
+def _load_entry_points(name: str | None = None) -> None:
+    """Import and call the ``reorg.job_types`` entry points (the one named
+    ``name``, or all), and the ``REORG_JOB_TYPES`` specs (always all: they
+    carry no names); each once per process."""
+    if "*" in _loaded:
         return
-    _entry_points_loaded = True
-    for ep in entry_points(group="reorg.job_types"):
-        ep.load()()
-    for spec in filter(None, os.environ.get("REORG_JOB_TYPES", "").split(",")):
-        module, _, name = spec.strip().partition(":")
-        getattr(importlib.import_module(module), name or "register")()
+    for ep in installed_entry_points(GROUP):
+        if (name is None or ep.name == name) and ep.name not in _loaded:
+            _loaded.add(ep.name)
+            ep.load()()
+    if "env" not in _loaded:
+        _loaded.add("env")
+        for spec in filter(None, os.environ.get("REORG_JOB_TYPES", "").split(",")):
+            module, _, function = spec.strip().partition(":")
+            getattr(importlib.import_module(module), function or "register")()
+    if name is None:
+        _loaded.add("*")

@@ -78,6 +78,8 @@ class SubmitResult:
     plan: SplitPlan | None = None
     # The owner had not given its verdict on the input within verdict_seconds.
     awaiting_verdict: bool = False
+    # A dry run's description of the job beside its ranges (JobType.describe).
+    notes: tuple[str, ...] = ()
 
 
 def submit(db: Database, request: SubmitRequest) -> SubmitResult:
@@ -91,13 +93,16 @@ def submit(db: Database, request: SubmitRequest) -> SubmitResult:
             params["rows_per_subtask"] = request.rows_per_subtask
         plan = (plan_split(conn, target.table, target.key_column, params.get("rows_per_subtask"))
                 if request.dry_run else None)
+        notes = tuple(jobtype.describe(kind, conn, _draft(request, target.table,
+                                                          target.key_column, params))
+                      ) if request.dry_run else ()
         tx.rollback()
     owner_checks = jobtype.analyses_on_owner(kind)
     if owner_checks and (request.dry_run or not _owner_live(db)):
         params = _analyse_here(db, kind, request, target.table, target.key_column, params)
         owner_checks = False
     if plan is not None:
-        return SubmitResult(None, False, target.table, plan)
+        return SubmitResult(None, False, target.table, plan, notes=notes)
     with db.begin() as conn:
         job_id, created = jobs.insert(
             db, conn, type=request.type, params=params, target_table=target.table,
@@ -119,14 +124,19 @@ def _owner_live(db: Database) -> bool:
 def _analyse_here(db: Database, kind: JobType, request: SubmitRequest, table: str, key: str,
                   params: dict[str, Any]) -> dict[str, Any]:
     """The owner's checks, run by this process (no owner to ask, or a dry run)."""
-    job = Job(id=0, type=request.type, state=str(JobState.QUEUED), step=0, params=params,
-              target_table=table, key_column=key, batch_rows=request.batch_rows,
-              max_rows_per_sec=request.max_rows_per_sec, row_estimate=None,
-              concurrency=request.concurrency)
+    job = _draft(request, table, key, params)
     with db.connect(isolation_level="REPEATABLE READ") as conn, conn.begin() as tx:
         analysed = jobtype.analyse(kind, conn, job)
         tx.rollback()
     return {**analysed, jobs.VERDICT: jobs.ACCEPTED}
+
+
+def _draft(request: SubmitRequest, table: str, key: str, params: dict[str, Any]) -> Job:
+    """The job a request would be, before it has an id (0)."""
+    return Job(id=0, type=request.type, state=str(JobState.QUEUED), step=0, params=params,
+               target_table=table, key_column=key, batch_rows=request.batch_rows,
+               max_rows_per_sec=request.max_rows_per_sec, row_estimate=None,
+               concurrency=request.concurrency)
 
 
 def _await_verdict(db: Database, job_id: int, table: str, seconds: float) -> SubmitResult:

@@ -60,6 +60,8 @@ def spec_of(job: Job) -> CopySpec:
 
 class CopyJobType:
     name = "copy"
+    # `reorg submit copy` options, imported by that command alone (cli.plugin).
+    submit_options = "backfill.copy.options:copy"
 
     def validate(self, conn: Connection, params: dict[str, Any]) -> Target:
         return submit.validate(conn, params)  # what PostgreSQL answers: backfill.copy.submit

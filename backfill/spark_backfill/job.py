@@ -65,6 +65,8 @@ def spec_of(job: Job) -> Any:
 
 class BackfillJobType:
     name = "backfill"
+    # `reorg submit backfill` options, imported by that command alone (cli.plugin).
+    submit_options = "backfill.spark_backfill.options:backfill"
 
     # --- submit -------------------------------------------------------------
 

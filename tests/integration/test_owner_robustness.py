@@ -220,8 +220,7 @@ def test_succeeded_subtasks_move_to_history_while_the_job_runs_and_are_counted_o
 
     monkeypatch.setattr(owner_module, "LIVE_SUCCEEDED_KEPT", 2)
     make_items(db, 4_000)
-    job_id = submit(db, SubmitRequest("sql-update", {"table": "items", "set": "c=md5(b)"},
-                                      rows_per_subtask=100, batch_rows=50)).job_id
+    job_id = submit(db, fill("md5(b)", rows_per_subtask=100, batch_rows=50)).job_id
     owner, pool = Owner(db, "o"), WorkerPool(db, "w", 1)
     owner.tick()  # split: 40 subtasks
     for _ in range(10):
@@ -241,7 +240,7 @@ def test_succeeded_subtasks_move_to_history_while_the_job_runs_and_are_counted_o
     assert (done["succeeded"], done["pending"], done["rows_done"]) == (40, 0, 4_000)
     assert scalar(db, "SELECT count(*) FROM {s}.background_subtask_history WHERE job_id = :j",
                   j=job_id) == 40
-    assert scalar(db, "SELECT count(*) FROM items WHERE c IS DISTINCT FROM md5(b)") == 0
+    assert scalar(db, "SELECT count(*) FROM items WHERE d IS DISTINCT FROM md5(b)") == 0
 
 
 class _SlowToWarm(FillJob):

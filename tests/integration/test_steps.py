@@ -220,3 +220,51 @@ def test_status_shows_the_step_by_name_with_its_percent_and_the_schema_state(db,
     assert "write-reorg" in shown
     faults.release("worker.after_batch")
     assert wait_state(db, job_id)["state"] == "succeeded"
+
+
+def test_each_owner_tick_moves_the_job_only_past_complete_steps_and_status_follows(
+        db, monkeypatch):
+    """Owner and worker driven by hand, one tick and one subtask at a time: the
+    step's percent and the job's grow as subtasks finish (their counters kept
+    through history moves), and the step moves only once all succeeded."""
+    from framework import owner as owner_module
+    from framework.owner import Owner
+    from framework.worker import WorkerPool
+
+    monkeypatch.setattr(owner_module, "LIVE_SUCCEEDED_KEPT", 2)  # move to history early
+    make_items(db, 1_000)
+    job_id = submit(db, fill("md5(b)", steps=True, rows_per_subtask=100, batch_rows=100)).job_id
+    owner, pool = Owner(db, "o"), WorkerPool(db, "w", 1)
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            assert pool.run_one()
+
+    def looks() -> tuple:
+        job = job_of(db, job_id)
+        return job["step"], job["step_name"], job["step_percent"], job["percent"]
+
+    owner.tick()  # prepare, split: step 1, 10 ranges
+    assert looks() == (1, "fill", 0.0, 0.0)
+    run(9)
+    owner.tick()  # one range left: no advance; 9 succeeded move to history
+    assert looks() == (1, "fill", 90.0, 30.0)
+    assert scalar(db, "SELECT count(*) FROM {s}.background_subtask_history WHERE job_id = :j",
+                  j=job_id) == 9
+    assert {r["step"] for r in _subtasks(db, job_id)} == {1}
+    run(1)
+    owner.tick()  # step 1 complete: verify's 10 ranges in, the job at step 2
+    assert looks() == (2, "verify", 0.0, 33.3)
+    run(5)
+    owner.tick()
+    assert looks() == (2, "verify", 50.0, 50.0)
+    run(5)
+    owner.tick()  # step 3: one fixed subtask
+    assert looks() == (3, "index", 0.0, 66.7)
+    run(1)  # CREATE INDEX CONCURRENTLY
+    assert looks() == (3, "index", 99.9, 99.9)  # until the owner sees it done
+    assert _index_valid(db, _index(job_id)) is True
+    owner.tick()  # the cut-over
+    done = job_of(db, job_id)
+    assert (done["state"], done["step"], done["percent"]) == ("succeeded", 4, 100.0)
+    assert not pool.run_one()
