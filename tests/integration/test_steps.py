@@ -7,12 +7,14 @@ that meets a lock is retried, the job staying running; status names the step."""
 
 from __future__ import annotations
 
+import pytest
 import sqlalchemy as sa
 from rich.console import Console
 from support import fill, job_of, make_items, scalar, table_rows, wait_state, wait_until
 
 from cli.progress import status_table
 from framework import control, faults
+from framework import owner as owner_module
 from framework.jobtype import STEP_REVERT
 from framework.submit import submit
 
@@ -77,8 +79,15 @@ def _hold_the_verify_step(start_node, count: int = 1) -> None:
     faults.wait_blocked("worker.after_batch", 30, count=count)
 
 
+# The owner's chunk of ranges a tick: all at once, and 3 a tick (a step's
+# split and the revert's ranges then span several ticks).
+CHUNKS = pytest.mark.parametrize("chunk", [owner_module.SPLIT_CHUNK, 3])
+
+
+@CHUNKS
 def test_a_job_of_several_steps_runs_them_in_order_each_after_the_last_completed(
-        db, start_node):
+        db, start_node, monkeypatch, chunk):
+    monkeypatch.setattr(owner_module, "SPLIT_CHUNK", chunk)
     make_items(db, 1_000)
     job_id = submit(db, fill("md5(b)", steps=True, rows_per_subtask=100, batch_rows=50)).job_id
     start_node("n1", slots=2)
@@ -153,7 +162,10 @@ def test_the_owner_never_advances_a_step_while_one_of_its_subtasks_is_unfinished
     assert wait_state(db, job_id)["state"] == "succeeded"
 
 
-def test_cancel_in_a_later_step_restores_the_ranges_of_the_step_that_wrote(db, start_node):
+@CHUNKS
+def test_cancel_in_a_later_step_restores_the_ranges_of_the_step_that_wrote(
+        db, start_node, monkeypatch, chunk):
+    monkeypatch.setattr(owner_module, "SPLIT_CHUNK", chunk)
     make_items(db, 1_000)
     before = table_rows(db)
     job_id = submit(db, fill("md5(b)", steps=True, revert_ranges=True, rows_per_subtask=100,
