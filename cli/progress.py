@@ -20,6 +20,9 @@ from framework.jobtype import STEP_REVERT
 from framework.states import JOB_TERMINAL
 
 POLL_SECONDS = 0.5
+# `reorg wait` looks more often: a script waiting on a job should go on within
+# a fraction of a second of its end (one small status read each time).
+WAIT_POLL_SECONDS = 0.2
 
 # Called between polls; may raise to stop waiting (the demo checks its workers).
 Tick = Callable[[], None]
@@ -166,5 +169,6 @@ def wait_terminal(db: Database, job_id: int, timeout: float | None,
             return None
         if on_tick is not None:
             on_tick()
-        pause = POLL_SECONDS if deadline is None else min(POLL_SECONDS, deadline - time.monotonic())
+        pause = (WAIT_POLL_SECONDS if deadline is None
+                 else min(WAIT_POLL_SECONDS, deadline - time.monotonic()))
         time.sleep(max(pause, 0.0))

@@ -98,8 +98,59 @@ def table_size(conn: Connection, table: str) -> tuple[int, int]:
     return (int(reltuples) if reltuples >= 0 else int(size) // 100), pages
 
 
+# From this range size on, the exact split walks the key index one cut at a
+# time (each probe skips ``per`` entries of it, an index-only scan) instead of
+# numbering every key with a window function: 2,000,000 keys at 50,000 a
+# range, 0.45 s against 2.5 s (count and numbering) on the loaded 2-core
+# dev machine. Below it the probes' own start-up cost dominates (100,000
+# ranges of 5 keys), and the window function stays.
+WALK_MIN_ROWS_PER_RANGE = 1_000
+
+
 def _exact_split(conn: Connection, table: str, key: str, rows_per_range: int | None,
                  from_key: int | None) -> SplitPlan:
+    per = rows_per_range or DEFAULT_ROWS_PER_RANGE
+    if per >= WALK_MIN_ROWS_PER_RANGE:
+        plan = _walked_split(conn, table, key, per, from_key)
+        # A table far bigger than its estimate: the range size must grow with
+        # the count (``rows_per_range_for``), so cut again at that size.
+        if rows_per_range or plan.row_count == 0 or (
+                rows_per_range_for(plan.row_count) == per):
+            return plan
+    return _numbered_split(conn, table, key, rows_per_range, from_key)
+
+
+def _walked_split(conn: Connection, table: str, key: str, per: int,
+                  from_key: int | None) -> SplitPlan:
+    """Every ``per``-th key from the first (``boundaries_of``), found by index
+    probes: each cut is the key ``per`` entries past the one before. The row
+    count follows: ``per`` per range but the last, which is counted."""
+    start = f"WHERE {key} >= :from_key" if from_key is not None else ""
+    bound = {"from_key": from_key} if from_key is not None else {}
+    boundaries = [int(k) for k in conn.execute(
+        text(f"""
+            WITH RECURSIVE cuts(k) AS (
+                SELECT min({key}) FROM {table} {start}
+                UNION ALL
+                SELECT (SELECT {key} FROM {table} WHERE {key} >= cuts.k
+                        ORDER BY {key} OFFSET :per LIMIT 1)
+                FROM cuts WHERE cuts.k IS NOT NULL)
+            SELECT k FROM cuts WHERE k IS NOT NULL"""),
+        {"per": per, **bound},
+    ).scalars()]
+    if not boundaries:
+        return SplitPlan([], 0, per)
+    last_count, max_key = conn.execute(
+        text(f"SELECT count(*), max({key}) FROM {table} WHERE {key} >= :last"),
+        {"last": boundaries[-1]}).one()
+    if from_key is not None:
+        boundaries[0] = from_key  # the tail starts where the covered ranges end
+    count = (len(boundaries) - 1) * per + int(last_count)
+    return SplitPlan(ranges_from_boundaries(boundaries, int(max_key)), count, per)
+
+
+def _numbered_split(conn: Connection, table: str, key: str, rows_per_range: int | None,
+                    from_key: int | None) -> SplitPlan:
     tail = f"WHERE {key} >= :from_key" if from_key is not None else ""
     bound = {"from_key": from_key} if from_key is not None else {}
     count, max_key = conn.execute(

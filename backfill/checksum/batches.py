@@ -51,6 +51,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
 from backfill.spark.pipeline import Batch, RangePipeline, key_between
+from backfill.spark.sizing import READ_ONLY_RANGE_ABOVE
 from backfill.tables import quote
 from framework.jobtype import SubtaskContext
 
@@ -199,6 +200,8 @@ class Compared:
 
 class ChecksumPipeline(RangePipeline):
     """One ``checksum`` subtask."""
+
+    range_above = READ_ONLY_RANGE_ABOVE  # writes nothing a crash would redo
 
     def __init__(self, ctx: SubtaskContext, engine: Engine, spec: ChecksumSpec) -> None:
         super().__init__(ctx, engine, table=spec.source, key=spec.key, key_name=spec.key_name,

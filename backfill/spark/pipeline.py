@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
-from backfill.spark import failures, session
+from backfill.spark import failures, session, sizing
 from backfill.spark.failures import SparkBatchError
 from backfill.spark.jdbc import JdbcTarget, jdbc_target
 from backfill.spark.sizing import BatchSizer
@@ -93,6 +93,7 @@ class RangePipeline(ABC):
     lands (``apply``, inside the fenced batch transaction)."""
 
     uses_spark = True  # False: compute() runs no Spark job (no session is started)
+    range_above = sizing.RANGE_ABOVE  # batches up to batch_rows times this (sizing)
 
     def __init__(self, ctx: SubtaskContext, engine: Engine, *, table: str, key: str,
                  key_name: str, target_seconds: float = 1.0,
@@ -111,7 +112,7 @@ class RangePipeline(ABC):
         self.learned = learned
         self._spark: SparkSession | None = None
         batch_rows = ctx.job.batch_rows
-        self.sizer = BatchSizer(batch_rows, target_seconds)
+        self.sizer = BatchSizer(batch_rows, target_seconds, range_above=self.range_above)
         meta = ctx.meta or {}
         # Start from what this job learnt: this subtask's last run (meta), or
         # another subtask in this process; `reorg alter --batch-rows` resets it.

@@ -124,7 +124,7 @@ class BackfillJobType:
     def _check_with_spark(conn: Connection, table: TableInfo, column: str, expr: str,
                           column_type: str, where: str | None, udf: str | None,
                           *, adding: bool, role: str | None) -> None:
-        """Analyse EXPR on an empty DataFrame of the table's schema, check its
+        """Analyse EXPR on the table's schema (no rows read for it), check its
         type against the column, then dry-run it on a few rows and land them in
         a temporary table inside a savepoint that is rolled back."""
         from backfill.spark import compat, landing
@@ -134,19 +134,20 @@ class BackfillJobType:
 
         spark = get_validation_spark()
         jdbc = jdbc_target(conn.engine.url, role)  # the sample is read as the submitter
-        empty = schema_probe(spark, jdbc, f"SELECT * FROM {table.qualified}")
         sample = spark.read.jdbc(jdbc.url, read_query(table.qualified, where, limit=DRY_RUN_ROWS),
                                  properties=jdbc.read_props())
+        # The expression is analysed on the sample's schema (the table's
+        # columns as the subtasks read them): no JDBC schema query of its own
+        # (a connection and a catalogue round trip a submit waits for).
         if adding:
             from pyspark.sql import functions as F
 
             # The subtasks will see the added column (all NULL); so does the check.
             target = schema_probe(spark, jdbc, f"SELECT CAST(NULL AS {column_type}) AS v"
                                   ).schema["v"].dataType
-            empty = empty.withColumn(column, F.lit(None).cast(target))
             sample = sample.withColumn(column, F.lit(None).cast(target))
         else:
-            target = empty.schema[column].dataType
+            target = sample.schema[column].dataType
         shown = f"--set {column}={expr}"
         if not compat.landable(target):
             raise InvalidParams(
@@ -156,7 +157,7 @@ class BackfillJobType:
         check_spark_expression(spark, expr, "--set")
         try:
             transform.register(spark, target)
-            result = empty.selectExpr(expr).schema[0].dataType
+            result = sample.selectExpr(expr).schema[0].dataType
         except Exception as exc:
             raise InvalidParams(
                 f"{shown} is not a Spark SQL expression over {table.display}: "

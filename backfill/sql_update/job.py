@@ -4,8 +4,10 @@
 
 Each batch is one ``UPDATE t SET col = (expr) WHERE key in [lo, hi) AND pred``
 committed with its fenced checkpoint (DESIGN 3). PostgreSQL evaluates EXPR on
-the row version it locks, so a concurrent application write is never
-overwritten by a value computed from an older read (DESIGN 9).
+the row version it writes, so a concurrent application write is never
+overwritten by a value computed from an older read (DESIGN 9). Overwriting an
+existing column keeps before-images in the same statement, without row locks
+(``statements.UpdateSql.update``); a column the job adds needs none.
 
 Submit EXPLAINs (never runs) that very statement, built by the same function
 (``backfill.ranged_update``), against a temporary clone of the table: the
@@ -103,7 +105,11 @@ class SqlUpdate:
             bounds = {"lo": curr, "hi": upper}
             # The user's --set and --where, with the submitter's privileges only.
             with as_role(conn, run_as(ctx.job)):
-                conn.execute(text(sql.update()), bounds)
+                result = conn.execute(text(sql.update()), bounds)
+                if sql.images is not None:
+                    seen, written = result.one()
+                    if written < seen:  # rows changed under the batch
+                        conn.execute(text(sql.update_locked()), bounds)
             if sql.batches:
                 conn.execute(text(sql.record_batch()), {**bounds, "subtask": ctx.subtask_id})
             ctx.checkpoint(conn, upper, scanned)

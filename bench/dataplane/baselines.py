@@ -23,13 +23,29 @@ def run_single_update(url: str) -> float:
     return lap.seconds
 
 
-def run_chunked_sql(url: str) -> float:
+# (3) with before-images, as ``sql-update`` overwriting a column writes them
+# (``backfill.sql_update.statements.UpdateSql.update``), into a table like its
+# images table, from the same chunks and connections: what PostgreSQL alone
+# needs for those writes.
+IMAGES = "bench.chunk_images"
+IMAGES_CHUNK = f"""
+    WITH r AS (SELECT id AS k, c AS old, ctid AS tid FROM {TABLE} WHERE id >= %s AND id < %s),
+    u AS (UPDATE {TABLE} t SET c = md5(b) FROM r WHERE t.ctid = r.tid AND t.id >= %s AND t.id < %s
+          RETURNING r.k, r.old)
+    INSERT INTO {IMAGES} (k, old, xid) SELECT k, old, pg_current_xact_id() FROM u
+    WHERE num_nulls(old) = 0"""
+
+
+def run_chunked_sql(url: str, *, images: bool = False) -> float:
     """(3) ``UPDATE`` in key chunks handed out in order to parallel autocommit
-    connections."""
+    connections; ``images``: each chunk keeps before-images as sql-update does."""
     low, high = query_one(url, f"SELECT min(id), max(id) FROM {TABLE}")
     starts = iter(range(int(low), int(high) + 1, CHUNK_ROWS))
     lock = threading.Lock()
     errors: list[BaseException] = []
+    if images:
+        execute(url, f"DROP TABLE IF EXISTS {IMAGES}",
+                f"CREATE TABLE {IMAGES} (k bigint NOT NULL, old text, xid xid8 NOT NULL)")
 
     def updater() -> None:
         try:
@@ -39,17 +55,24 @@ def run_chunked_sql(url: str) -> float:
                         lo = next(starts, None)
                     if lo is None:
                         return
-                    conn.execute(f"UPDATE {TABLE} SET c = md5(b) WHERE id >= %s AND id < %s",
-                                 (lo, lo + CHUNK_ROWS))
+                    hi = lo + CHUNK_ROWS
+                    if images:
+                        conn.execute(IMAGES_CHUNK, (lo, hi, lo, hi))
+                    else:
+                        conn.execute(f"UPDATE {TABLE} SET c = md5(b) WHERE id >= %s AND id < %s",
+                                     (lo, hi))
         except BaseException as exc:  # reported by the main thread
             errors.append(exc)
 
-    with timed(f"chunked SQL ({SQL_CONNECTIONS} connections)") as lap:
+    label = " with before-images" if images else ""
+    with timed(f"chunked SQL{label} ({SQL_CONNECTIONS} connections)") as lap:
         threads = [threading.Thread(target=updater) for _ in range(SQL_CONNECTIONS)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
+    if images:
+        execute(url, f"DROP TABLE IF EXISTS {IMAGES}")
     if errors:
         raise BenchError(f"chunked SQL failed: {errors[0]}")
     return lap.seconds

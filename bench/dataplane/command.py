@@ -24,6 +24,7 @@ from bench.dataplane.reorg_cli import REPO, build_spark_archive, reorg
 from bench.dataplane.reorg_runs import run_reorg_contender
 from bench.dataplane.report import machine, summary_lines, write_doc
 from bench.dataplane.server import build_table, database, query_one, verify
+from bench.dataplane.submit_times import run_submit_times
 from bench.dataplane.timing import contend, timed
 
 DEFAULT_DOC = REPO / "docs" / "benchmarks.md"
@@ -50,6 +51,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--job-type", choices=["backfill", "sql-update", "both"],
                         default="backfill", help="reorg job type(s) for contender (1)")
     parser.add_argument("--no-kill", action="store_true", help="skip the kill -9 run")
+    parser.add_argument("--no-submit-times", action="store_true",
+                        help="skip `reorg submit` of every job type (run with backfill)")
     parser.add_argument("--spark-partitions", type=int, default=SPARK_PARTITIONS,
                         help="JDBC read partitions of the plain Spark job")
     parser.add_argument("--quiet-wait", type=float, default=120.0, metavar="SECONDS",
@@ -91,20 +94,30 @@ def main(argv: Sequence[str] | None = None) -> None:
                                 args.quiet_wait)
         others_cpu: dict[str, float | None] = {}
 
-        def baseline(name: str, run: Callable[[], T]) -> T:
+        def baseline(name: str, run: Callable[[], T], old_values: bool = False) -> T:
             print(name, flush=True)
-            result, others_cpu[name] = contend(url, neighbours, args.retries, run)
+            result, others_cpu[name] = contend(url, neighbours, args.retries, run,
+                                               old_values=old_values)
             verify(url, args.rows, name)
             return result
 
         single = baseline("one UPDATE", lambda: run_single_update(url))
         chunked = baseline("chunked SQL", lambda: run_chunked_sql(url))
+        chunked_old = chunked_images = None
+        if "sql-update" in job_types:
+            # What sql-update overwriting old values is judged against, and
+            # PostgreSQL alone writing the same before-images.
+            chunked_old = baseline("chunked SQL, old values", lambda: run_chunked_sql(url),
+                                   old_values=True)
+            chunked_images = baseline("chunked SQL with before-images, old values",
+                                      lambda: run_chunked_sql(url, images=True), old_values=True)
         plain = baseline("plain Spark", lambda: run_plain_spark(url, args.spark_partitions))
         (pg_version,) = query_one(url, "SELECT version()")
         res = Results(shown_command(sys.argv[1:] if argv is None else argv), args.rows,
                       machine(pg_version), stamp,
                       "`--db` server" if args.db else "throwaway local cluster, durability off",
-                      build.seconds, single, chunked, plain, others_cpu=others_cpu)
+                      build.seconds, single, chunked, plain, others_cpu=others_cpu,
+                      chunked_sql_old=chunked_old, chunked_sql_images=chunked_images)
         if job_types:
             res.machine["Spark class-data archive"] = build_spark_archive()
             print("(1) reorg", flush=True)
@@ -114,6 +127,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                                                     args.retries)
                 res.worker_startup[job_type] = startup
                 res.reorg_runs += runs
+            if "backfill" in job_types and not args.no_submit_times:
+                res.submit_times = run_submit_times(url, log_dir)
             if not args.no_kill:
                 res.kill = run_reorg_killed(server, args.rows, job_types[0], log_dir)
         res.wall = time.perf_counter() - started

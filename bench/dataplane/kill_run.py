@@ -31,8 +31,9 @@ def run_reorg_killed(server: Server, rows: int, job_type: str, log_dir: Path) ->
     print(f"  kill -9 run ({job_type}): worker A runs the job until {KILL_AT:.0%} is committed",
           flush=True)
     with system_tables(url) as db, statement_log(server) as log_start:
-        with running_worker(url, "bench-kill-a", log_dir) as first:
-            if job_type in SPARK_JOB_TYPES:
+        spark = job_type in SPARK_JOB_TYPES
+        with running_worker(url, "bench-kill-a", log_dir, spark_warmup=spark) as first:
+            if spark:
                 wait_spark_ready(first)
             began = time.perf_counter()
             job_id, _ = submit(url, job_type)

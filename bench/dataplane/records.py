@@ -14,6 +14,11 @@ PROGRESS_SECONDS = 0.1  # committed-rows polling period
 KILL_AT = 0.4  # fraction of rows committed when the worker is SIGKILLed
 TARGETS = {"(2) plain Spark": 1.0, "(3) chunked SQL": 1.5}  # max. reorg / contender (issue 3)
 JUDGED = "second"  # the reorg run the targets are judged on: a worker's second job
+# Issue 9's targets, each a maximum.
+BACKFILL_TO_SPARK_JOB = 0.8  # backfill (second job) / (2) without its SparkSession start
+OVERWRITE_TO_CHUNKED = 1.5  # sql-update overwriting old values / (3) on the same old values
+ADD_COLUMN_TO_CHUNKED = 1.2  # sql-update --add-column / (3)
+SUBMIT_SECONDS = 1.5  # `reorg submit`, every job type
 
 
 # --- result records ---------------------------------------------------------------
@@ -135,6 +140,11 @@ class Results:
     others_cpu: dict[str, float | None] = field(default_factory=dict)  # baseline -> CPU s of others
     kill: KillRun | None = None
     wall: float = 0.0
+    # (3) on the table with c holding old values, and the same chunks writing
+    # sql-update's before-images too (PostgreSQL alone, the same writes).
+    chunked_sql_old: float | None = None
+    chunked_sql_images: float | None = None
+    submit_times: dict[str, list[float]] = field(default_factory=dict)  # job type -> seconds
 
     def baselines(self) -> dict[str, float]:
         """What reorg's time is divided by, keyed as in TARGETS."""

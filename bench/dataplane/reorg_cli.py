@@ -37,11 +37,15 @@ def reorg(url: str, *args: str, check: bool = True) -> subprocess.CompletedProce
     return done
 
 
-def submit(url: str, job_type: str) -> tuple[int, float]:
-    """`reorg submit JOB_TYPE --table bench.items --set c=md5(b)`: the job id and
-    how long the command took."""
+SET_C = ("--set", "c=md5(b)")
+ADD_D = ("--set", "d=md5(b)", "--add-column", "d:text")
+
+
+def submit(url: str, job_type: str, args: tuple[str, ...] = SET_C) -> tuple[int, float]:
+    """`reorg submit JOB_TYPE --table bench.items ARGS` (default `--set
+    c=md5(b)`): the job id and how long the command took."""
     with timed(f"reorg submit {job_type}") as lap:
-        done = reorg(url, "submit", job_type, "--table", TABLE, "--set", "c=md5(b)", "--json")
+        done = reorg(url, "submit", job_type, "--table", TABLE, *args, "--json")
     return int(json.loads(done.stdout)["id"]), lap.seconds
 
 

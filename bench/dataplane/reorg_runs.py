@@ -10,7 +10,7 @@ from pathlib import Path
 from bench.dataplane import workerlog
 from bench.dataplane.proctree import Neighbours
 from bench.dataplane.records import WORKER_SLOTS, ReorgRun, WorkerStartup
-from bench.dataplane.reorg_cli import submit, wait_job
+from bench.dataplane.reorg_cli import ADD_D, SET_C, submit, wait_job
 from bench.dataplane.server import verify
 from bench.dataplane.timing import contend
 from bench.dataplane.tracking import ProgressSampler, job_timeline, system_tables
@@ -19,11 +19,14 @@ from bench.dataplane.workers import Worker, running_worker, wait_spark_ready
 SPARK_JOB_TYPES = {"backfill", "copy", "checksum"}
 
 
-def run_reorg(url: str, rows: int, job_type: str, worker: Worker, label: str) -> ReorgRun:
+def run_reorg(url: str, rows: int, job_type: str, worker: Worker, label: str,
+              args: tuple[str, ...] = SET_C, column: str = "c") -> ReorgRun:
+    """One job on ``worker``: `reorg submit JOB_TYPE --table bench.items ARGS`
+    (which set ``column``), timed to `reorg wait` exit 0."""
     with system_tables(url) as db:
         began = time.time()
         clock = time.perf_counter()
-        job_id, submit_seconds = submit(url, job_type)
+        job_id, submit_seconds = submit(url, job_type, args)
         progress = ProgressSampler(db, job_id)
         progress.start()
         try:
@@ -33,7 +36,7 @@ def run_reorg(url: str, rows: int, job_type: str, worker: Worker, label: str) ->
         total = time.perf_counter() - clock
         ended = time.time()
         print(f"    reorg {job_type} ({label}): submit -> wait exit 0 in {total:.2f} s", flush=True)
-        verify(url, rows, f"reorg {job_type}")
+        verify(url, rows, f"reorg {job_type}", column)
         timeline = job_timeline(db, job_id)
     subtasks = timeline.subtasks
     first_start = min(s.started for s in subtasks)
@@ -54,20 +57,35 @@ def run_reorg(url: str, rows: int, job_type: str, worker: Worker, label: str) ->
         spark_start=spark[0] if spark else None)
 
 
+# sql-update's further runs on the same worker, after its first and second
+# job (c NULL before, so no image rows): label, submit arguments, the column
+# they set, whether c holds a value in every row before (images kept).
+SQL_UPDATE_VARIANTS = [("overwrite", SET_C, "c", True), ("add-column", ADD_D, "d", False)]
+
+
 def run_reorg_contender(url: str, rows: int, job_type: str, log_dir: Path,
                         neighbours: Neighbours, retries: int) -> tuple[WorkerStartup, list[ReorgRun]]:
     """A fresh worker, registered and (for Spark job types) with Spark started
     before the clock; its first job, then a second one on the same worker, as
-    a long-running worker sees jobs. Only the second is repeated when
-    disturbed: a repeat of the first would not be a first job."""
+    a long-running worker sees jobs. Only the later ones are repeated when
+    disturbed: a repeat of the first would not be a first job. `sql-update`
+    then overwrites c holding old values (a before-image per row) and adds a
+    column d (no images)."""
     print(f"  `reorg worker --slots {WORKER_SLOTS}` for {job_type}", flush=True)
-    with running_worker(url, f"bench-{job_type}", log_dir) as worker:
-        if job_type in SPARK_JOB_TYPES:
+    spark = job_type in SPARK_JOB_TYPES
+    with running_worker(url, f"bench-{job_type}", log_dir, spark_warmup=spark) as worker:
+        if spark:
             wait_spark_ready(worker)
         runs = []
-        for label, tries in (("first", 0), ("second", retries)):
-            run, others_cpu = contend(url, neighbours, tries,
-                                      partial(run_reorg, url, rows, job_type, worker, label))
+        plan: list[tuple[str, tuple[str, ...], str, bool]] = [
+            ("first", SET_C, "c", False), ("second", SET_C, "c", False)]
+        if job_type == "sql-update":
+            plan += SQL_UPDATE_VARIANTS
+        for label, args, column, old_values in plan:
+            run, others_cpu = contend(
+                url, neighbours, 0 if label == "first" else retries,
+                partial(run_reorg, url, rows, job_type, worker, label, args, column),
+                old_values=old_values)
             run.others_cpu = others_cpu
             runs.append(run)
     startup = WorkerStartup(worker.registered_after, worker.spark_ready_after, worker.spark_seconds)

@@ -67,26 +67,36 @@ def build_table(url: str, rows: int) -> None:
             f"FROM generate_series(1, {int(rows)}) g")
 
 
-def reset_table(url: str) -> None:
+# What the table's c holds before an "overwrite" contender: a value every row
+# has (so a job keeping before-images keeps one per row), as long as md5(b).
+OLD_VALUE_SQL = "'old ' || md5(a::text)"
+
+
+def reset_table(url: str, *, old_values: bool = False) -> None:
     """Put the table into the state it had right after loading, whatever the
-    previous contender did: c all NULL, the heap rewritten compactly with a
-    fresh primary-key index (VACUUM FULL, so no contender inherits the dead
-    tuples and free space of the one before), the visibility map set (VACUUM)
-    and fresh statistics (ANALYZE). CHECKPOINT writes out the dirty buffers,
-    so nobody pays for the previous contender's writes. The table stays in
-    the OS page cache for all of them alike."""
-    execute(url, f"UPDATE {TABLE} SET c = NULL WHERE c IS NOT NULL",
+    previous contender did: c all NULL (``old_values``: ``OLD_VALUE_SQL`` in
+    every row), no column d (an ``--add-column`` contender adds it), the heap
+    rewritten compactly with a fresh primary-key index (VACUUM FULL, so no
+    contender inherits the dead tuples and free space of the one before), the
+    visibility map set (VACUUM) and fresh statistics (ANALYZE). CHECKPOINT
+    writes out the dirty buffers, so nobody pays for the previous contender's
+    writes. The table stays in the OS page cache for all of them alike."""
+    fill = (f"UPDATE {TABLE} SET c = {OLD_VALUE_SQL}" if old_values
+            else f"UPDATE {TABLE} SET c = NULL WHERE c IS NOT NULL")
+    execute(url, f"ALTER TABLE {TABLE} DROP COLUMN IF EXISTS d", fill,
             f"VACUUM FULL {TABLE}", f"VACUUM (ANALYZE) {TABLE}")
     with contextlib.suppress(psycopg.errors.InsufficientPrivilege):
         execute(url, "CHECKPOINT")
 
 
-def verify(url: str, rows: int, who: str) -> None:
+def verify(url: str, rows: int, who: str, column: str = "c") -> None:
     total, wrong = query_one(
-        url, f"SELECT count(*), count(*) FILTER (WHERE c IS DISTINCT FROM md5(b)) FROM {TABLE}")
+        url, f"SELECT count(*), count(*) FILTER (WHERE {column} IS DISTINCT FROM md5(b)) "
+             f"FROM {TABLE}")
     if total != rows or wrong:
-        raise BenchError(f"{who}: {wrong} of {total} rows differ from md5(b) (expected {rows} rows)")
-    print(f"    verified: all {total:,} rows have c = md5(b)", flush=True)
+        raise BenchError(f"{who}: {wrong} of {total} rows have {column} other than md5(b) "
+                         f"(expected {rows} rows)")
+    print(f"    verified: all {total:,} rows have {column} = md5(b)", flush=True)
 
 
 def rows_updated(url: str) -> int:

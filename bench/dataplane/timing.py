@@ -29,15 +29,16 @@ def timed(label: str) -> Iterator[Lap]:
     print(f"    {label}: {lap.seconds:.2f} s", flush=True)
 
 
-def contend(url: str, neighbours: Neighbours, retries: int, run: Callable[[], T]
-            ) -> tuple[T, float | None]:
+def contend(url: str, neighbours: Neighbours, retries: int, run: Callable[[], T],
+            *, old_values: bool = False) -> tuple[T, float | None]:
     """Reset the table, wait for a quiet machine and run one contender; run it
     again (up to ``retries`` times) when other processes took a sizeable share
     of the CPUs meanwhile. Returns the last result and the CPU seconds other
-    processes used during it."""
+    processes used during it. ``old_values``: the table is reset with c
+    holding a value in every row (``server.reset_table``)."""
     attempt = 0
     while True:
-        reset_table(url)
+        reset_table(url, old_values=old_values)
         neighbours.settle()
         with neighbours.measured() as others:
             result = run()

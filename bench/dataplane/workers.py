@@ -47,13 +47,17 @@ class Worker:
         return max(ready_at - launched[-1], 0.0) if launched else None
 
 
-def start_worker(url: str, node_id: str, log_dir: Path) -> Worker:
+def start_worker(url: str, node_id: str, log_dir: Path, *, spark_warmup: bool = False) -> Worker:
+    """``spark_warmup``: the worker starts its SparkSession at start-up
+    (``--spark-warmup``), as a service running Spark jobs would, so the
+    benchmark's clock starts with Spark up; else it starts Spark lazily."""
     log_path = log_dir / f"{node_id}.log"
+    warmup = ["--spark-warmup"] if spark_warmup else []
     with open(log_path, "wb") as log:
         launched = time.time()
         proc = subprocess.Popen(
             [sys.executable, "-c", WORKER_BOOT, "worker", "--slots", str(WORKER_SLOTS),
-             "--node-id", node_id],
+             "--node-id", node_id, *warmup],
             cwd=REPO, env=clean_env(REORG_DATABASE_URL=url), stdin=subprocess.DEVNULL,
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     sampler = RssSampler(proc.pid)
@@ -70,8 +74,9 @@ def start_worker(url: str, node_id: str, log_dir: Path) -> Worker:
 
 
 @contextlib.contextmanager
-def running_worker(url: str, node_id: str, log_dir: Path) -> Iterator[Worker]:
-    worker = start_worker(url, node_id, log_dir)
+def running_worker(url: str, node_id: str, log_dir: Path, *,
+                   spark_warmup: bool = False) -> Iterator[Worker]:
+    worker = start_worker(url, node_id, log_dir, spark_warmup=spark_warmup)
     try:
         yield worker
     finally:

@@ -247,6 +247,19 @@ def checkpoint_many(db: Database, conn: Connection, done: list[BatchDone]) -> di
     return {r[0]: r[1] for r in rows}
 
 
+def none_left_beside(db: Database, conn: Connection, claim: Claim) -> bool:
+    """No subtask of the claim's job (at its current step) but this one is
+    pending or running: this one was the last (one index probe, once per
+    subtask)."""
+    return not conn.execute(
+        db.sql("""
+            SELECT EXISTS (SELECT 1 FROM {s}.background_subtask
+                           WHERE job_id = :job_id AND step = :step AND id <> :id
+                             AND state IN ('pending', 'running'))"""),
+        {"job_id": claim.job_id, "step": claim.job.step, "id": claim.id},
+    ).scalar()
+
+
 def finish_if_held(db: Database, conn: Connection, claim: Claim) -> bool:
     """Mark the subtask succeeded; only a fully covered range can succeed."""
     return conn.execute(

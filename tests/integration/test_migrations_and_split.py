@@ -92,15 +92,29 @@ def test_two_installations_in_two_schemas_share_a_database(migrated_db):
     other.dispose()
 
 
-@pytest.mark.parametrize("step,per", [(1, 100), (13, 7), (1, 5000)])
-def test_sql_split_matches_the_pure_oracle_and_is_deterministic(db, step, per):
-    make_items(db, 1_000, step=step)
+# per >= splitting.WALK_MIN_ROWS_PER_RANGE walks the index; below, numbered keys.
+@pytest.mark.parametrize("rows,step,per", [(1_000, 1, 100), (1_000, 13, 7), (1_000, 1, 5000),
+                                           (5_500, 3, 1_000), (4_000, 1, 1_000)])
+def test_sql_split_matches_the_pure_oracle_and_is_deterministic(db, rows, step, per):
+    make_items(db, rows, step=step)
     with db.begin() as conn:
         keys = list(conn.execute(sa.text("SELECT id FROM items ORDER BY id")).scalars())
         plan = plan_split(conn, '"public"."items"', '"id"', per)
         again = plan_split(conn, '"public"."items"', '"id"', per)
-    assert plan == again and plan.row_count == 1_000
+    assert plan == again and plan.row_count == rows
     assert plan.ranges == ranges_from_boundaries(boundaries_of(keys, per), keys[-1])
+
+
+@pytest.mark.parametrize("per", [7, 1_000])
+def test_split_of_a_tail_starts_at_its_from_key(db, per):
+    make_items(db, 3_000, step=2)
+    with db.begin() as conn:
+        keys = list(conn.execute(sa.text("SELECT id FROM items WHERE id >= 1001 "
+                                         "ORDER BY id")).scalars())
+        plan = plan_split(conn, '"public"."items"', '"id"', per, from_key=1000)
+    assert plan.row_count == len(keys)
+    expected = ranges_from_boundaries([1000, *boundaries_of(keys, per)[1:]], keys[-1])
+    assert plan.ranges == expected
 
 
 def test_split_of_an_empty_table_has_no_ranges(db):

@@ -109,18 +109,24 @@ def test_jdbc_urls():
 
 
 def test_batch_sizer_steers_toward_the_target_within_bounds():
+    """Batches never exceed batch_rows (a kill -9 redoes at most the batches in
+    flight); slow ones shrink them, fast ones grow them back."""
     sizer = BatchSizer(10_000, target_seconds=1.0)
     assert sizer.next_rows() == 10_000
-    sizer.observe(10_000, 0.1)  # far too fast: grow, but at most x3 per batch
-    assert sizer.next_rows() == 30_000
+    sizer.observe(10_000, 0.1)  # far too fast: still capped at batch_rows
+    assert sizer.next_rows() == 10_000
+    sizer.observe(10_000, 4.0)  # a slow batch: shrink, at most by half
+    assert sizer.next_rows() == 5_000
+    sizer.observe(5_000, 2.0)
+    assert sizer.next_rows() == 2_500
     for _ in range(10):
-        sizer.observe(sizer.rows, sizer.rows / 200_000)  # 200k rows/s
-    assert sizer.next_rows() == 200_000
-    sizer.observe(200_000, 10.0)  # a slow batch: shrink, at most by half
-    assert sizer.next_rows() == 100_000
-    for _ in range(20):
+        sizer.observe(sizer.rows, sizer.rows / 100)  # very slow: down to the lower bound
+    assert sizer.next_rows() == 10_000 // 8
+    sizer.observe(1_250, 1.25 / 6)  # fast again: grow, at most x3 per batch
+    assert sizer.next_rows() == 3_750
+    for _ in range(5):
         sizer.observe(sizer.rows, sizer.rows / 10_000_000)
-    assert sizer.next_rows() == 10_000 * 32  # upper bound
+    assert sizer.next_rows() == 10_000  # upper bound
     assert sizer.next_rows(rate_limit_per_subtask=500) == 500  # one target period of the limit
     sizer.retarget(2_000)  # `reorg alter --batch-rows`
     assert sizer.next_rows() == 2_000

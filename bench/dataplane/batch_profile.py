@@ -1,0 +1,166 @@
+"""Where an ``sql-update`` batch's time goes: ``python -m bench.dataplane.batch_profile``.
+
+Runs sql-update jobs on ``bench.items`` with one in-process node (2 slots),
+the statements reorg issues timed as they run: every statement a worker slot
+sends (SQLAlchemy's cursor events, on the slot threads only, so the owner's
+and the heartbeat's are not counted) and every commit, classified by what it
+is for. Printed as milliseconds per batch, for a job overwriting a column
+that holds old values (a before-image per row) and one adding the column (no
+images), so the image write is the difference between their update
+statements. The figures are wall times on a shared machine: read them as
+shares of a batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from bench.dataplane.records import TABLE
+from bench.dataplane.reorg_cli import reorg
+from bench.dataplane.server import build_table, database, reset_table
+
+# What a statement is for, by its text; the first match wins.
+KINDS = [
+    ("claim", re.compile(r"^\s*WITH job AS", re.S)),
+    ("lease renewal", re.compile(r"SET exec_expired", re.S)),
+    ("next-batch key scan", re.compile(r"SELECT max\(k\), count\(\*\)", re.S)),
+    ("update + before-images", re.compile(r"reorg_read", re.S)),
+    ("locked fallback", re.compile(r"reorg_locked", re.S)),
+    ("update", re.compile(rf"UPDATE {re.escape(TABLE)}|UPDATE \"bench\".\"items\"", re.S)),
+    ("batch record", re.compile(r"_batches\" \(subtask_id", re.S)),
+    ("checkpoint", re.compile(r"SET\s+curr_key", re.S)),
+    ("last-subtask check", re.compile(r"state IN \('pending', 'running'\)", re.S)),
+    ("session settings", re.compile(r"^\s*SET ", re.S)),
+]
+COMMIT = "commit"
+
+
+class StatementClock:
+    """Seconds and counts per kind of statement, from worker slot threads."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.count: dict[str, int] = defaultdict(int)
+        self._local = threading.local()
+        self._lock = threading.Lock()
+
+    def kind(self, statement: str) -> str:
+        return next((name for name, pattern in KINDS if pattern.search(statement)), "other")
+
+    def add(self, kind: str, seconds: float) -> None:
+        with self._lock:
+            self.seconds[kind] += seconds
+            self.count[kind] += 1
+
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        from sqlalchemy import event
+        from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
+        from sqlalchemy.engine import Engine
+
+        def on_slot() -> bool:
+            return threading.current_thread().name.startswith("slot-")
+
+        def before(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+            self._local.began = time.perf_counter()
+
+        def after(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+            if on_slot():
+                self.add(self.kind(statement), time.perf_counter() - self._local.began)
+
+        original = PGDialect_psycopg.do_commit
+
+        def do_commit(dialect: Any, dbapi_connection: Any) -> None:
+            began = time.perf_counter()
+            original(dialect, dbapi_connection)
+            if on_slot():
+                self.add(COMMIT, time.perf_counter() - began)
+
+        event.listen(Engine, "before_cursor_execute", before)
+        event.listen(Engine, "after_cursor_execute", after)
+        PGDialect_psycopg.do_commit = do_commit  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            PGDialect_psycopg.do_commit = original  # type: ignore[method-assign]
+            event.remove(Engine, "before_cursor_execute", before)
+            event.remove(Engine, "after_cursor_execute", after)
+
+
+def run_job(url: str, params: dict[str, str], batch_rows: int) -> tuple[StatementClock, float, int]:
+    """One sql-update job on a fresh in-process node; its statement clock, its
+    wall time from submit to succeeded, and its batches (one key scan each)."""
+    from framework.config import Settings
+    from framework.db import Database
+    from framework.node import Node
+    from framework.submit import SubmitRequest, submit
+
+    settings = Settings(database_url=url)
+    db = Database(settings)
+    clock = StatementClock()
+    node = Node(settings, node_id="profile", slots=2)
+    with clock.installed():
+        node.start()
+        try:
+            began = time.perf_counter()
+            job_id = submit(db, SubmitRequest("sql-update", {"table": TABLE, **params},
+                                              batch_rows=batch_rows)).job_id
+            while True:
+                with db.begin() as conn:
+                    state = conn.execute(db.sql("SELECT state FROM {s}.jobs WHERE id = :id"),
+                                         {"id": job_id}).scalar()
+                if state in ("succeeded", "failed", "reverted", "cancelled"):
+                    break
+                time.sleep(0.05)
+            wall = time.perf_counter() - began
+        finally:
+            node.drain(timeout=30)
+    if state != "succeeded":
+        raise SystemExit(f"error: the profiled job ended {state}")
+    db.dispose()
+    return clock, wall, clock.count["next-batch key scan"]
+
+
+def report(name: str, clock: StatementClock, wall: float, batches: int) -> list[str]:
+    total = sum(clock.seconds.values())
+    lines = [f"{name}: {batches} batches, job {wall:.2f} s (submit to succeeded), "
+             f"{total / batches * 1000:.1f} ms of statements and commits per batch "
+             "(2 slots at once)"]
+    for kind, seconds in sorted(clock.seconds.items(), key=lambda kv: -kv[1]):
+        lines.append(f"  {kind:<24} {seconds / batches * 1000:7.2f} ms/batch  "
+                     f"{seconds / total:6.1%}  ({clock.count[kind]} calls)")
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.dataplane.batch_profile",
+                                     description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--rows", type=int, default=400_000)
+    parser.add_argument("--batch-rows", type=int, default=10_000)
+    parser.add_argument("--db", help="postgresql:// URL of an existing server; default: a "
+                        "throwaway local cluster")
+    args = parser.parse_args(argv)
+    with database(args.db) as server:
+        build_table(server.url, args.rows)
+        reorg(server.url, "db", "upgrade")
+        out = []
+        for name, params, old_values in [
+                ("overwrite (c holds old values: a before-image per row)",
+                 {"set": "c=md5(b)"}, True),
+                ("--add-column d:text (no images)",
+                 {"set": "d=md5(b)", "add_column": "d:text"}, False)]:
+            reset_table(server.url, old_values=old_values)
+            clock, wall, batches = run_job(server.url, params, args.batch_rows)
+            out += report(name, clock, wall, batches)
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    main()
