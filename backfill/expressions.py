@@ -9,12 +9,20 @@ fragment is parsed on its own by PostgreSQL's parser (libpg_query, through
 an unbalanced parenthesis, an unterminated comment or dollar quote, an alias,
 a FROM or set operation all fail that. ``embed`` then pastes it inside
 parentheses with the closing one on a line of its own, so a trailing ``--``
-comment cannot swallow it.
+comment cannot swallow it, and checks it again: a job row written by other
+means than submit (or by an older version) cannot bring a second statement
+to a worker either.
+
+A job's SQL runs with its submitter's privileges (``SET LOCAL ROLE``,
+framework.privileges). PostgreSQL lets the session's own role back in with
+``set_config('role', ...)``, so an expression may not call the built-ins that
+change settings or run SQL text (whose text no check here could see).
 """
 
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from pglast import ast, parse_sql
 from pglast.parser import ParseError
@@ -27,6 +35,15 @@ _MUST_BE_EMPTY = (
     "havingClause", "windowClause", "valuesLists", "sortClause", "limitOffset",
     "limitCount", "lockingClause", "withClause", "larg", "rarg",
 )
+
+
+# Built-ins that change a setting (the role among them) or run SQL given as
+# text: refused by name, schema-qualified or not.
+FORBIDDEN_CALLS = frozenset({
+    "set_config", "query_to_xml", "query_to_xmlschema", "query_to_xml_and_xmlschema",
+    "cursor_to_xml", "cursor_to_xmlschema", "dblink", "dblink_exec", "dblink_open",
+    "dblink_send_query", "dblink_fetch",
+})
 
 
 def one_expression(text: str, option: str) -> str:
@@ -43,10 +60,17 @@ def one_expression(text: str, option: str) -> str:
         raise InvalidParams(
             f"{option} {stripped!r} is not one SQL expression ({reason}); "
             "balance its parentheses and quotes") from None
-    if len(statements) != 1 or not _bare_select(statements[0].stmt):
+    if len(statements) != 1 or not _bare_select(statements[0].stmt) or not _parses_embedded(
+            stripped):
         raise InvalidParams(
             f"{option} {stripped!r} is not one SQL expression; give a single expression "
             "(no ';', FROM, AS alias or set operation)")
+    called = sorted(_forbidden_calls(statements[0].stmt))
+    if called:
+        raise InvalidParams(
+            f"{option} {stripped!r} calls {called[0]}(), which reorg refuses: a job's SQL "
+            "runs with its submitter's privileges and may not change settings or run SQL "
+            "text; compute the value without it")
     return stripped
 
 
@@ -57,8 +81,44 @@ def optional_expression(text: str | None, option: str) -> str | None:
 
 
 def embed(expression: str) -> str:
-    """A checked expression, parenthesised, safe to paste into a statement."""
-    return f"({expression}\n)"
+    """A checked expression, parenthesised, safe to paste into a statement
+    (checked again here; InvalidParams if it is not one expression)."""
+    return _embedded(expression)
+
+
+@lru_cache(maxsize=256)
+def _embedded(expression: str) -> str:
+    return f"({one_expression(expression, 'expression')}\n)"
+
+
+def _parses_embedded(expression: str) -> bool:
+    """Whether the fragment, as ``embed`` pastes it, is one expression still
+    (a trailing ``;`` passes the bare parse, and breaks the pasted form)."""
+    try:
+        return len(parse_sql(f"SELECT ({expression}\n)")) == 1
+    except ParseError:
+        return False
+
+
+def _forbidden_calls(node: object) -> set[str]:
+    """Names of FORBIDDEN_CALLS called anywhere in the parse tree ``node``."""
+    found: set[str] = set()
+    if isinstance(node, ast.FuncCall):
+        name = getattr(node.funcname[-1], "sval", None) if node.funcname else None
+        if name and name.lower() in FORBIDDEN_CALLS:
+            found.add(name.lower())
+    if isinstance(node, ast.Node):
+        for attr in node:
+            found |= _forbidden_calls(getattr(node, attr))
+    elif isinstance(node, tuple | list):
+        for item in node:
+            found |= _forbidden_calls(item)
+    return found
+
+
+def on_one_line(statement: str) -> str:
+    """A statement as a dry run prints it: its whitespace runs made one space."""
+    return " ".join(statement.split())
 
 
 def _bare_select(stmt: ast.Node | None) -> bool:

@@ -83,7 +83,7 @@ class CliState:
 
 def upgrade_if_behind(db: Database) -> None:
     """Upgrade unless current (``migrate.upgrade`` serialises concurrent runs)."""
-    if db.schema_revision() != migrate.head_revision():
+    if db.check_schema_not_newer() != migrate.head_revision():
         migrate.upgrade(db)
 
 

@@ -40,6 +40,9 @@ def current(
     elif revision is None:
         print(f"schema {db.schema}: not installed; this version needs {head}: "
               "run `reorg db upgrade`")
+    elif revision not in migrate.known_revisions():
+        print(f"schema {db.schema} at revision {revision}, newer than this version's head "
+              f"{head}: a newer reorg upgraded it; install that version here")
     else:
         print(f"schema {db.schema} at revision {revision}, not the head {head}: "
               "run `reorg db upgrade`")
@@ -61,3 +64,54 @@ def stop(ctx: typer.Context) -> None:
         print(f"embedded PostgreSQL stopped; its data stays in {where}")
     else:
         print(f"embedded PostgreSQL is not running (data directory {where})")
+
+
+@app.command()
+def grants(
+    ctx: typer.Context,
+    worker_role: Annotated[str, typer.Option(
+        "--worker-role", envvar="REORG_WORKER_ROLE",
+        help="The role `reorg worker` connects as (create it LOGIN NOINHERIT).")],
+    user_role: Annotated[list[str] | None, typer.Option(
+        "--user-role", help="A role that runs reorg submit/status/cancel (repeatable).")] = None,
+    table: Annotated[list[str] | None, typer.Option(
+        "--table", help="A table jobs will run on, SCHEMA.TABLE (repeatable).")] = None,
+    apply: Annotated[bool, typer.Option(
+        "--apply", help="Run the statements (as a role allowed to run them all, e.g. a "
+                        "superuser) instead of printing them.")] = False,
+) -> None:
+    """Print (or --apply) the GRANT statements of a least-privilege setup: the
+    workers' role, the users' roles, the target tables (docs/security.md)."""
+    from sqlalchemy import text
+
+    from framework.grants import GrantPlan, grant_script, statements
+
+    db = cli_state(ctx).unchecked_database()
+    with db.begin() as conn:
+        admin = conn.execute(text(
+            "SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = :s"),
+            {"s": db.schema}).scalar()
+        if admin is None:
+            raise CliFailure(f"schema {db.schema} does not exist: run `reorg db upgrade` "
+                             "as the role that is to own reorg's system tables first", BAD_INPUT)
+        roles = [worker_role, *(user_role or [])]
+        known = set(conn.execute(text("SELECT rolname FROM pg_roles WHERE rolname = ANY(:r)"),
+                                 {"r": roles}).scalars())
+        for role in roles:
+            if role not in known:
+                raise CliFailure(f"role {role!r} does not exist; create it first "
+                                 f"(CREATE ROLE {role} LOGIN NOINHERIT for the workers)",
+                                 BAD_INPUT)
+        for name in table or []:
+            if conn.execute(text("SELECT to_regclass(:t)"), {"t": name}).scalar() is None:
+                raise CliFailure(f"table {name!r} does not exist; give SCHEMA.TABLE, "
+                                 "e.g. --table public.items", BAD_INPUT)
+    script = grant_script(GrantPlan(db.schema, admin, worker_role, tuple(user_role or ()),
+                                    tuple(table or ())))
+    if not apply:
+        print(script, end="")
+        return
+    with db.begin() as conn:
+        for statement in statements(script):
+            conn.execute(text(statement))
+    print(f"applied {len(statements(script))} statements")

@@ -9,7 +9,7 @@ codes are the same for every command (README, "Exit codes"):
     2    BAD_INPUT: usage errors, invalid parameters or settings, a refused
          request (second active job on a table, cancel of a finished job)
     3    TIMEOUT: ``reorg wait --timeout`` passed first
-         (``reorg checksum-report`` keeps its own 3 and 4: see cli/checksum.py)
+         (``reorg checksum-report`` keeps its own 3 and 4: see backfill/checksum/cli.py)
     5    OPERATIONAL: database unreachable or behind, no PostgreSQL binaries,
          Spark cannot start, database errors, and anything unexpected
     130  interrupted (Ctrl-C)
@@ -32,6 +32,7 @@ from framework.db import DatabaseUnreachable, SchemaBehind
 from framework.errors import one_line
 from framework.jobtype import InvalidParams
 from framework.localpg.cluster import PostgresError, PostgresNotFound
+from framework.redact import redact
 from framework.store.jobs import ActiveJobExists
 
 JOB_DID_NOT_SUCCEED = 1
@@ -62,7 +63,7 @@ def handle(exc: BaseException, *, debug: bool) -> int:
     return the exit code."""
     message, code, hint = classify(exc)
     if debug and code != 0 and not isinstance(exc, typer.TyperException):
-        traceback.print_exception(exc, file=sys.stderr)
+        print(redact("".join(traceback.format_exception(exc))), end="", file=sys.stderr)
     if message:
         line = f"error: {message}" + (f" ({hint})" if hint and not debug else "")
         if logs.json_active():  # `reorg worker --log-format json`: one JSON object a line

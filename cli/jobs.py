@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from cli import checksum, progress
+from cli import plugin, progress
 from cli.context import cli_state
 from cli.errors import JOB_DID_NOT_SUCCEED, TIMEOUT, CliFailure
 from cli.output import console, count, duration, print_json
@@ -42,7 +42,10 @@ def status(
         console.print("no jobs; submit one with `reorg submit`")
     else:
         console.print(progress.status_table(jobs))
-        found = checksum.status_line(db, jobs[0]) if job_id is not None else None
+        for job in jobs:
+            for line in progress.throttle_lines(job):
+                console.print(line, markup=False)
+        found = plugin.status_line(db, jobs[0]) if job_id is not None else None
         if found:
             console.print(found, markup=False)
 
@@ -86,21 +89,35 @@ def resume(ctx: typer.Context, job_id: JobArg) -> None:
 
 
 @app.command()
+def retry(ctx: typer.Context, job_id: JobArg) -> None:
+    """Re-queue a paused job's failed subtasks (attempts reset) and resume it."""
+    requeued = control.retry(cli_state(ctx).database(), job_id, actor=control.local_actor())
+    print(f"job {job_id}: {requeued} failed subtasks re-queued; resuming")
+
+
+@app.command()
 def alter(
     ctx: typer.Context,
     job_id: JobArg,
     batch_rows: Annotated[int | None, typer.Option(help="Rows per batch.")] = None,
     max_rows_per_sec: Annotated[int | None, typer.Option(help="Rows/s limit; 0 removes it.")] = None,
     concurrency: Annotated[int | None, typer.Option(help="Subtasks running at once.")] = None,
+    max_replica_lag: Annotated[float | None, typer.Option(
+        metavar="SECONDS", help="Standby replay lag limit; 0 removes it.")] = None,
+    max_active_sessions: Annotated[int | None, typer.Option(
+        metavar="N", help="Active sessions limit; 0 removes it.")] = None,
 ) -> None:
     """Change a live job's knobs; workers pick them up at their next batch."""
     control.alter(cli_state(ctx).database(), job_id, batch_rows=batch_rows,
                   max_rows_per_sec=max_rows_per_sec, concurrency=concurrency,
+                  max_replica_lag=max_replica_lag, max_active_sessions=max_active_sessions,
                   actor=control.local_actor())
     changed = {"batch_rows": batch_rows, "max_rows_per_sec": max_rows_per_sec,
-               "concurrency": concurrency}
+               "concurrency": concurrency, "max_replica_lag": max_replica_lag,
+               "max_active_sessions": max_active_sessions}
     print(f"job {job_id} altered: "
-          + ", ".join(f"{k}={v}" for k, v in changed.items() if v is not None))
+          + ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                      for k, v in changed.items() if v is not None))
 
 
 @app.command()

@@ -25,6 +25,8 @@ import threading
 from datetime import UTC, datetime
 from typing import IO, Any
 
+from framework.redact import redact
+
 FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # Fields a record may carry through ``extra=``; copied into the JSON object.
@@ -57,7 +59,15 @@ class JsonFormatter(logging.Formatter):
                 entry[name] = value
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
-        return json.dumps(entry, default=str)
+        # A library quoting its connection URL must not leak its password.
+        return redact(json.dumps(entry, default=str))
+
+
+class TextFormatter(logging.Formatter):
+    """The text format, with passwords masked like the JSON one's."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record))
 
 
 class _QuietSkips(logging.Filter):
@@ -85,7 +95,7 @@ def configure(*, debug: bool, fmt: str = "text", node_id: str | None = None) -> 
         stream = _wrap_raw_output()
     handler = logging.StreamHandler(stream)
     handler.setFormatter(JsonFormatter(node_id) if fmt == "json"
-                         else logging.Formatter(TEXT_FORMAT))
+                         else TextFormatter(TEXT_FORMAT))
     handler.addFilter(_QuietSkips(debug))
     root = logging.getLogger()
     for old in list(root.handlers):

@@ -2,7 +2,10 @@
 
 A run imports only the command groups its arguments name (``reorg status``
 loads neither the worker, Spark nor the demo): start-up is most of a short
-command's time. ``app`` (the module attribute) has every group.
+command's time. Besides cli/'s own groups, job types add commands through the
+``reorg.commands`` entry point (``cli.plugin``), imported the same way: only
+when a run names them, or for ``--help``. ``app`` (the module attribute) has
+every group.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
+from cli import plugin
 from cli.context import CliState, GlobalOptions
 from cli.errors import debug_requested, handle
 from framework.config import Settings
@@ -23,8 +27,7 @@ from framework.config import Settings
 # against the modules.
 GROUPS: dict[str, tuple[str | None, tuple[str, ...]]] = {
     "submit": ("submit", ("submit",)),
-    "jobs": (None, ("status", "wait", "cancel", "pause", "resume", "alter", "events")),
-    "checksum": (None, ("checksum-report",)),
+    "jobs": (None, ("status", "wait", "cancel", "pause", "resume", "retry", "alter", "events")),
     "history": (None, ("history",)),
     "nodes": (None, ("nodes",)),
     "worker": (None, ("worker",)),
@@ -32,6 +35,7 @@ GROUPS: dict[str, tuple[str | None, tuple[str, ...]]] = {
     "demo": (None, ("demo",)),
     "dashboard.command": (None, ("dashboard",)),
 }
+ALL_COMMANDS = frozenset(c for _, commands in GROUPS.values() for c in commands)
 
 
 def build_app(args: Sequence[str] | None = None) -> typer.Typer:
@@ -49,10 +53,18 @@ def build_app(args: Sequence[str] | None = None) -> typer.Typer:
     app.callback()(global_options)
     named = set(args or ())
     wanted = [m for m, (_, commands) in GROUPS.items() if named & set(commands)]
-    for module in wanted or GROUPS:
+    # The installed distributions are scanned for commands only when no command
+    # of cli/'s own is named (``--help``, or a job type's command).
+    contributed = {} if wanted else plugin.commands()
+    wanted_plugins = [c for c in contributed if c in named and c not in ALL_COMMANDS]
+    everything = not (wanted or wanted_plugins)
+    for module in GROUPS if everything else wanted:
         name = GROUPS[module][0]
         group = importlib.import_module(f"cli.{module}").app
         app.add_typer(group, name=name) if name else app.add_typer(group)
+    for command in contributed if everything else wanted_plugins:
+        if command not in ALL_COMMANDS:  # cli/'s own commands win a clash of names
+            app.add_typer(contributed[command].load())
     return app
 
 

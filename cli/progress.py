@@ -48,17 +48,47 @@ def _state(job: dict[str, Any]) -> Text:
     return Text(job["state"], style=_STATE_STYLE.get(job["state"], ""))
 
 
-def _step(job: dict[str, Any]) -> str:
-    """The step number; while a job reverts, the revert's own progress (its
-    forward figures stay as they were when it stopped)."""
-    if job["step"] != STEP_REVERT:
-        return str(job["step"])
-    return (f"revert {job['revert_done']}/{job['revert_total']} "
-            f"({job['revert_percent'] or 0.0:.1f}%)")
+def step_label(job: dict[str, Any]) -> str:
+    """The step: of a job type of several steps its name, place and percent
+    (``verify 2/3 (40.0%)``), of a type of one its number; while a job
+    reverts, the revert's own progress (its forward figures stay as they were
+    when it stopped). The schema state a job type reports follows."""
+    state = f" {job['schema_state']}" if job.get("schema_state") else ""
+    if job["step"] == STEP_REVERT:
+        return (f"revert {job['revert_done']}/{job['revert_total']} "
+                f"({job['revert_percent'] or 0.0:.1f}%){state}")
+    if (job.get("step_count") or 0) > 1 and job.get("step_name"):
+        return (f"{job['step_name']} {job['step']}/{job['step_count']} "
+                f"({job['step_percent'] or 0.0:.1f}%){state}")
+    return f"{job['step']}{state}"
+
+
+def _rows(job: dict[str, Any]) -> str:
+    """Rows done of the estimate; of a type of several steps, the step's."""
+    done = job.get("step_rows_done", job["rows_done"])
+    return f"{count(done)}/{count(job['rows_total'])}"
 
 
 def _subtasks(job: dict[str, Any]) -> str:
     return f"{job['pending']}/{job['running']}/{job['succeeded']}/{job['failed']}"
+
+
+def throttle_lines(job: dict[str, Any]) -> list[str]:
+    """What holds a job back now, and its limits, for ``status``: e.g.
+    ``job 3 throttled: replica lag 12s > 5s (standby1)``."""
+    limits = []
+    if job.get("max_rows_per_sec"):
+        limits.append(f"{count(job['max_rows_per_sec'])} rows/s")
+    if job.get("max_replica_lag"):
+        limits.append(f"replica lag {job['max_replica_lag']:g}s")
+    if job.get("max_active_sessions"):
+        limits.append(f"{job['max_active_sessions']} active sessions")
+    lines = []
+    if job.get("throttled"):
+        lines.append(f"job {job['id']} throttled: {job['throttled']}")
+    if limits and not is_terminal(job):
+        lines.append(f"job {job['id']} limits: " + ", ".join(limits))
+    return lines
 
 
 def status_table(jobs: list[dict[str, Any]]) -> Table:
@@ -70,8 +100,7 @@ def status_table(jobs: list[dict[str, Any]]) -> Table:
     for job in jobs:
         table.add_row(
             str(job["id"]), job["type"], table_name(job["target_table"]), _state(job),
-            _step(job), f"{job['percent']:.1f}",
-            f"{count(job['rows_done'])}/{count(job['rows_total'])}",
+            step_label(job), f"{job['percent']:.1f}", _rows(job),
             rate(job["rows_per_sec"]), duration(job["eta_seconds"]), _subtasks(job),
             ", ".join(job["nodes"]) or "-", job["error"] or "",
         )
@@ -93,14 +122,18 @@ def progress_view(jobs: list[dict[str, Any]]) -> RenderableType:
         )
         parts.append(head)
         parts.append(Text(
-            f"  rows {count(job['rows_done'])}/{count(job['rows_total'])}"
+            f"  rows {_rows(job)}"
             f"  {rate(job['rows_per_sec'])} rows/s  ETA {duration(job['eta_seconds'])}"
             f"  subtasks {job['pending']} pending, {job['running']} running, "
             f"{job['succeeded']} succeeded, {job['failed']} failed"
             f"  nodes {len(job['nodes'])}", style="dim"))
         if job["step"] == STEP_REVERT:
-            parts.append(Text(f"  {_step(job)} of the ranges to restore done",
+            parts.append(Text(f"  {step_label(job)} of the ranges to restore done",
                               style="yellow"))
+        elif (job.get("step_count") or 0) > 1 and job.get("step_name"):
+            parts.append(Text(f"  step {step_label(job)}"))
+        if job.get("throttled"):
+            parts.append(Text(f"  throttled: {job['throttled']}", style="yellow"))
         if job["error"]:
             parts.append(Text(f"  error: {job['error']}", style="red"))
     return Group(*parts)

@@ -17,7 +17,8 @@ from sqlalchemy.engine import Connection
 from framework.db import Database
 from framework.jobtype import InvalidParams
 from framework.states import JOB_CANCELLABLE, JOB_TERMINAL, JobState
-from framework.store import jobs, progress
+from framework.store import jobs, progress, steps
+from framework.throttle import HEALTH_INTERVAL_SECONDS
 
 J = JobState
 
@@ -96,41 +97,95 @@ def resume(db: Database, job_id: int, *, actor: str | None = None) -> JobState:
                                                                      actor=who)
         if state is not J.PAUSED:
             return f"job {job_id} is {state}; only a paused job can be resumed"
-        return lambda db, conn, job_id: jobs.request_resume(db, conn, job_id, actor=who)
+        return resume_unless_failed
+
+    def resume_unless_failed(db: Database, conn: Connection, job_id: int) -> JobState | None:
+        # Resumed as it is, it would pause on the same failure at once.
+        if steps.has_failed(db, conn, job_id):
+            raise InvalidParams(f"job {job_id} has failed subtasks; fix the cause, then "
+                                f"`reorg retry {job_id}` re-queues them and resumes "
+                                f"(or `reorg cancel {job_id}` rolls the job back)")
+        return jobs.request_resume(db, conn, job_id, actor=who)
 
     return _request(db, job_id, decide)
 
 
+def retry(db: Database, job_id: int, *, actor: str | None = None) -> int:
+    """Re-queue a paused job's failed subtasks (attempts reset, each from its
+    checkpoint) and resume it; returns how many were re-queued. For a job
+    submitted with ``--on-failure pause`` once the cause is fixed."""
+    who = actor or local_actor()
+    with db.begin() as conn:
+        state = _state_or_fail(db, conn, job_id)
+        if state is not J.PAUSED:
+            hint = "; wait until it is paused" if state is J.PAUSING else ""
+            raise InvalidParams(
+                f"job {job_id} is {state}; only a paused job can be retried{hint}")
+        requeued = steps.requeue_failed(db, conn, job_id)
+        if not requeued:
+            raise InvalidParams(f"job {job_id} has no failed subtasks to retry; "
+                                f"`reorg resume {job_id}` resumes it")
+        if jobs.request_retry(db, conn, job_id, actor=who,
+                              detail=f"retry requested: {requeued} failed subtasks "
+                                     "re-queued") is None:
+            raise InvalidParams(f"job {job_id} changed state meanwhile; try again")
+    return requeued
+
+
 def alter(db: Database, job_id: int, *, batch_rows: int | None = None,
           max_rows_per_sec: int | None = None, concurrency: int | None = None,
+          max_replica_lag: float | None = None, max_active_sessions: int | None = None,
           actor: str | None = None) -> None:
-    """Change a live job's knobs. ``max_rows_per_sec=0`` removes the limit.
-    The change and its job event (state unchanged, detail names the knobs)
-    are one statement."""
-    if batch_rows is None and max_rows_per_sec is None and concurrency is None:
+    """Change a live job's knobs. A limit of 0 (``max_rows_per_sec``,
+    ``max_replica_lag``, ``max_active_sessions``) removes it. The change and
+    its job event (state unchanged, detail names the knobs) are one statement."""
+    if all(v is None for v in (batch_rows, max_rows_per_sec, concurrency, max_replica_lag,
+                               max_active_sessions)):
         raise InvalidParams(
-            "nothing to change; pass --batch-rows, --max-rows-per-sec or --concurrency"
+            "nothing to change; pass --batch-rows, --max-rows-per-sec, --concurrency, "
+            "--max-replica-lag or --max-active-sessions"
         )
     for name, value in (("--batch-rows", batch_rows), ("--concurrency", concurrency)):
         if value is not None and value < 1:
             raise InvalidParams(f"{name} must be at least 1, got {value}")
-    if max_rows_per_sec is not None and max_rows_per_sec < 0:
-        raise InvalidParams("--max-rows-per-sec must be at least 0 (0 removes the limit)")
+    for name, limit in (("--max-rows-per-sec", max_rows_per_sec),
+                        ("--max-replica-lag", max_replica_lag),
+                        ("--max-active-sessions", max_active_sessions)):
+        if limit is not None and limit < 0:
+            raise InvalidParams(f"{name} must be at least 0 (0 removes the limit), got {limit:g}")
     with db.begin() as conn:
         state = _state_or_fail(db, conn, job_id)
         if state in JOB_TERMINAL or not jobs.alter(
             db, conn, job_id, batch_rows=batch_rows, max_rows_per_sec=max_rows_per_sec,
-            concurrency=concurrency, actor=actor or local_actor(),
+            concurrency=concurrency, max_replica_lag=max_replica_lag,
+            max_active_sessions=max_active_sessions, actor=actor or local_actor(),
         ):
             raise InvalidParams(f"job {job_id} already {state}; only a live job can be altered")
         jobs.notify(db, conn)
+
+
+# A "throttled" note no worker has refreshed for this long is stale (its
+# worker stopped or moved on): status shows it no more.
+THROTTLED_NOTE_FRESH_SECONDS = 10 * HEALTH_INTERVAL_SECONDS
+
+
+def throttled_now(job: dict[str, Any]) -> str | None:
+    """What holds a running job's batches now, as a worker last noted it."""
+    age = job.get("throttled_age")
+    if job["state"] != J.RUNNING or not job.get("throttled") or age is None:
+        return None
+    return job["throttled"] if float(age) <= THROTTLED_NOTE_FRESH_SECONDS else None
 
 
 def status(db: Database, job_id: int | None = None, limit: int = 20) -> list[dict[str, Any]]:
     with db.begin() as conn:
         if job_id is not None:
             _state_or_fail(db, conn, job_id)
-        return progress.jobs_progress(db, conn, job_id, limit)
+        found = progress.jobs_progress(db, conn, job_id, limit)
+    for job in found:
+        job["throttled"] = throttled_now(job)
+        job.pop("throttled_age", None)
+    return found
 
 
 def events(db: Database, job_id: int) -> list[dict[str, Any]]:

@@ -42,7 +42,11 @@ def sqlalchemy_url(url: str) -> str:
 def describe_url(url: str) -> str:
     """host:port/db of a URL, without credentials, for error messages."""
     parts = urlsplit(url)
-    return f"{parts.hostname or 'localhost'}:{parts.port or 5432}{parts.path}"
+    try:
+        port = parts.port or 5432
+    except ValueError:  # not a number: shown as written, still without credentials
+        return parts.netloc.rpartition("@")[2] + parts.path
+    return f"{parts.hostname or 'localhost'}:{port}{parts.path}"
 
 
 def session_options(settings: Settings, role: str) -> str:
@@ -135,13 +139,28 @@ class Database:
     def check_schema_current(self) -> None:
         from framework.migrate import head_revision
 
-        current, head = self.schema_revision(), head_revision()
+        current, head = self.check_schema_not_newer(), head_revision()
         if current != head:
             where = f"at revision {current}" if current else "not installed"
             raise SchemaBehind(
                 f"reorg's system tables in schema {self.schema!r} are {where}, this version "
                 f"needs {head}: run `reorg db upgrade`"
             )
+
+    def check_schema_not_newer(self) -> str | None:
+        """The schema's revision, unless a newer reorg upgraded it past what
+        this version knows (its workers still running an older version keep
+        working: migrations only add; a command of this version refuses)."""
+        from framework.migrate import head_revision, known_revisions
+
+        current = self.schema_revision()
+        if current is not None and current not in known_revisions():
+            raise SchemaBehind(
+                f"reorg's system tables in schema {self.schema!r} are at revision {current}, "
+                f"newer than this version of reorg knows (its newest is {head_revision()}): "
+                "install the version that ran `reorg db upgrade` on this host"
+            )
+        return current
 
     def dispose(self) -> None:
         self.engine.dispose()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from framework.jobtype import RetryableError
+from framework.redact import redact
 
 # SQLSTATEs of transient conditions: serialization failure, deadlock, lock or
 # statement timeout, admin shutdown / crash recovery, too many connections.
@@ -29,12 +30,13 @@ def one_line(error: BaseException | str | None, *, limit: int | None = 500,
     multi-line driver error or stack trace is reported as one line. Of a DB-API
     error, the driver's message (``orig``), not SQLAlchemy's wrapper with the
     statement. No text gives ``empty``: by default the exception's class name,
-    or "no details" for a message passed as text."""
+    or "no details" for a message passed as text. A password in it (a URL's,
+    a DSN's) is masked: this line is what events, status and logs show."""
     is_exc = isinstance(error, BaseException)
     text = str(getattr(error, "orig", None) or error) if is_exc else str(error or "")
     for line in text.splitlines():
         if line.strip():
-            return line.strip()[:limit]
+            return redact(line.strip())[:limit]
     if empty is not None:
         return empty
     return type(error).__name__ if is_exc else "no details"

@@ -56,6 +56,8 @@ POINTS: tuple[str, ...] = (
     "owner.before_split",         # owner: job prepared, the key space not yet split
     "owner.after_prepare",        # owner: prepare ran, its fenced transaction still open
     "owner.after_advance_step",   # owner: a step advanced, transaction still open
+    "owner.after_next_step",      # owner: next step's DDL and subtasks done, transaction open
+    "owner.before_cutover",       # owner: last step complete, the type's advance not yet run
     "owner.before_revert_plan",   # owner: about to plan a revert step (fenced transaction)
     "owner.after_revert_plan",    # owner: revert subtasks inserted, transaction still open
     "owner.before_rollback",      # owner: about to run the job type's final revert DDL
@@ -67,6 +69,10 @@ POINTS: tuple[str, ...] = (
     "worker.after_batch",         # subtask: a batch and its checkpoint committed
     "worker.in_restore_batch",    # revert subtask: a restore batch ran, not yet committed
     "subtask.stop",               # subtask: asked to stop (pause, drain, cancel, lease lost)
+    "alter_type.before_verify",   # alter-type: a verify subtask about to check its first batch
+    "alter_type.before_build",    # alter-type: a build-indexes subtask about to build or validate
+    "alter_type.in_cutover",      # alter-type: columns swapped, the cut-over's transaction open
+    "throttle.held",              # health gate: a slot holds a job's next batch (unhealthy)
     "spark.before_apply",         # Spark pipeline: batch read and computed, not yet applied
     "spark.after_stage",          # Spark backfill: batch staged in PostgreSQL, merge not run
 )

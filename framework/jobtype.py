@@ -1,100 +1,71 @@
 """The job-type extension point, and the registry job types join from outside.
 
-A job type plugs in through two small interfaces, after TiDB's scheduler /
-task executor split: a ``Planner`` the owner calls (validate, prepare, the
-final forward step, the revert plan and the final revert DDL) and an
-``Executor`` every worker calls (run one subtask of a step, batch by batch).
-One object may be both (every built-in type is). In the order they run::
-
-    validate(conn, params)          CLI, at submit: check and normalise params,
-                                    name the target table and its key column.
-                                    Raise InvalidParams; change nothing.
-    prepare(conn, job)              owner, before the split: schema step (e.g.
-                                    ADD COLUMN). Runs inside the owner's fenced
-                                    transaction together with the subtask insert.
-    [split]                         owner, done by the framework: the key space
-                                    of (table, key) into equal-row ranges, the
-                                    subtasks of step STEP_PREPARED.
-    run_subtask(ctx, engine)        worker: batch by batch from ctx.curr_key;
-                                    each batch's write and ctx.checkpoint(...)
-                                    commit in one transaction (exactly once).
-    [run_batch(ctx, conn)]          optional (``BatchExecutor``), worker: one
-                                    batch of a forward step on the pool's
-                                    connection, so quick subtasks claimed
-                                    together share a transaction.
-    advance(conn, job)              owner, when every subtask of the step
-                                    succeeded: final schema step, in the fenced
-                                    transaction that marks the job succeeded.
-
-Rollback (after failure or cancel) is a step like any other (DESIGN 13)::
-
-    plan_revert(conn, job) -> bool  owner, once, in the short fenced transaction
-                                    that starts the revert step: True when data
-                                    must be restored range by range (the
-                                    framework then inserts one STEP_REVERT
-                                    subtask per forward range that made
-                                    progress: [start_key, curr_key)); it may
-                                    create what the restore needs (an index).
-    revert_subtask(ctx, engine)     worker: restore ctx's range batch by batch,
-                                    each batch with its fenced checkpoint, like
-                                    run_subtask.
-    revert(conn, job)               owner, once every revert subtask succeeded
-                                    (or none was needed): the final revert DDL
-                                    (drop an added column, a created target,
-                                    the work tables), in the fenced transaction
-                                    that marks the job cancelled or reverted.
-
-Step numbers are stored in job and subtask rows: once shipped they never
-change meaning. A job type numbers its forward steps from STEP_PREPARED;
-STEP_REVERT is negative so it never meets one of them.
-
-Two optional duties, for checks and start-ups too slow for every process::
-
-    analyse(conn, job) -> params    the checks too costly for ``reorg submit``
-                                    (e.g. analysing a Spark expression): run by
-                                    the owner before the split and prepare,
-                                    outside the fenced transaction, in a
-                                    transaction it rolls back; raise
-                                    InvalidParams to reject the job (its submit
-                                    then leaves no trace: framework.submit).
-                                    Returns the params to store (the input, or
-                                    with what the analysis found). Where no
-                                    owner runs, ``reorg submit`` runs it itself.
-    warm_up(job)                    per process, before the first ``analyse``
-                                    or forward ``run_subtask`` of the type there
-                                    (and with job None at ``reorg worker
-                                    --spark-warmup``): start what the type
-                                    needs, e.g. Spark; idempotent. A worker
-                                    that runs no Spark type starts no JVM.
-
-Job types register from outside ``framework`` through the ``reorg.job_types``
-entry point (a callable that calls ``register``), by calling ``register``, or
-through ``REORG_JOB_TYPES``: a comma-separated list of ``module:callable``
-(the entry point's own form), imported and called once, like an entry point,
-by every process that looks a job type up. It lets a process the tests start
-run a job type that is not installed (tests/support/fill.py).
+The protocol (planner and executor, steps, rollback, the optional duties, CLI
+options and registration) is documented in one place: docs/design.md,
+"Job-type protocol". This module holds its types: ``Planner`` (the owner's
+side), ``Executor`` (every worker's side), ``Step`` (one forward step a
+planner declares), ``SubtaskContext`` and the registry. tests/support/fill.py
+is the worked example (``test-fill``, and ``test-fill-verify`` with steps).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
+import logging
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoints, entry_points
 from typing import Any, Protocol
 
 from sqlalchemy.engine import Connection
 
 from framework import faults
 
+log = logging.getLogger("reorg.worker")
+
 # Job and subtask steps. Once shipped, never renumber: they are stored.
 STEP_QUEUED = 0  # nothing done to the table yet
 STEP_PREPARED = 1  # schema step done; the first forward step's subtasks inserted
-STEP_DONE = 2  # final schema step done
+# Forward step n (1-based) of a job type's ``steps`` is stored as n; a job
+# that succeeded is at ``done_step`` = its last forward step + 1, which for a
+# type of one step is STEP_DONE.
+STEP_DONE = 2  # final schema step done (a job type of one step)
 STEP_REVERT = -1  # rolling back: the revert subtasks restore ranges, then revert DDL
+
+# A subtask of a fixed step covers [0, FIXED_SUBTASK_UNITS): not keys of the
+# table but its own progress, which it may checkpoint as it goes (percent).
+FIXED_SUBTASK_UNITS = 100
+
+
+@dataclass(frozen=True)
+class Step:
+    """One forward step of a job type, as its planner declares it.
+
+    ``ranges``: split into key ranges of the table (a fresh split when the job
+    enters the step); False: a small fixed set of subtasks the planner names
+    (``fixed_subtasks``), e.g. one that runs CREATE INDEX CONCURRENTLY.
+    ``restore``: on rollback, the ranges this step made progress on get revert
+    subtasks (it wrote to the table); a fixed step never has ranges to restore.
+    ``schema_state``: shown by ``reorg status`` while the job is in the step
+    (TiDB's schema states: "write-only", "write-reorg", ...)."""
+
+    name: str
+    ranges: bool = True
+    restore: bool = True
+    schema_state: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.ranges and self.restore:
+            raise ValueError(f"step {self.name!r}: a fixed step has no ranges to restore; "
+                             "declare it with restore=False")
+
+
+# What a job type declares when it declares no steps: one range step.
+ONE_STEP = (Step("run"),)
 
 
 class InvalidParams(ValueError):
@@ -135,14 +106,23 @@ class Job:
     max_rows_per_sec: int | None
     row_estimate: int | None
     concurrency: int = 1
+    # Health throttles (framework.throttle): hold batches while any standby's
+    # replay lag exceeds this many seconds / while more sessions than this are
+    # active in the database; None: no such limit.
+    max_replica_lag: float | None = None
+    max_active_sessions: int | None = None
+    # What a subtask failing for good does to the job: "rollback" or "pause".
+    on_failure: str = "rollback"
     # Subtasks of the job holding a live lease, as last seen by this worker
     # (at the claim, then at each lease renewal); None: not known yet.
     running: int | None = None
 
     def rate_share(self) -> float | None:
         """This subtask's share of ``max_rows_per_sec``: the job's budget split
-        among the subtasks running it now, on every node, so the job as a
-        whole delivers the limit whatever the number of workers and slots."""
+        among the subtasks running it now, on every node. An estimate (the
+        count is as last seen): Spark sizes its batches by it, and a context
+        without a ``rate_gate`` paces by it; a worker paces by the job's
+        shared schedule instead (``SubtaskContext.rate_gate``)."""
         if not self.max_rows_per_sec:
             return None
         return self.max_rows_per_sec / max(self.running or self.concurrency, 1)
@@ -177,6 +157,17 @@ class SubtaskContext:
     _hard: bool = False
     # Set by the checkpoint that reached end_key: it finished the subtask too.
     finished: bool = False
+    # The node's health gate (framework.throttle.HealthMonitor.hold): waits
+    # while the job's health limits say no batch may run; None: no gate.
+    health_gate: Callable[[SubtaskContext], None] | None = None
+    # The job's shared rate schedule (a worker's: ``framework.store.jobs.
+    # reserve_rate``): given a committed batch's rows and how long it took,
+    # books them against the job's ``max_rows_per_sec`` and returns the seconds
+    # to wait before the next batch (None: the job has no limit any more).
+    # Every batch of the job, on every node, books on the same schedule, so
+    # the job delivers its limit whatever the number of workers and slots.
+    # None: pace by this subtask's share of the limit (``Job.rate_share``).
+    rate_gate: Callable[[int, float], float | None] | None = None
 
     def should_stop(self) -> bool:
         return self.stop_event.is_set()
@@ -187,18 +178,34 @@ class SubtaskContext:
             raise LeaseLost(reason) if reason == LEASE_LOST else Stopped(reason)
 
     def throttle(self, rows: int, took_seconds: float) -> None:
-        """Pace batches so the job delivers ``max_rows_per_sec`` in all: each
-        running subtask takes an equal share (``Job.rate_share``). Wakes early
-        when the subtask must stop.
+        """Pace batches so the job delivers ``max_rows_per_sec`` in all
+        (``rate_gate``); then wait while the job's health limits hold it.
+        Wakes early when the subtask must stop.
 
         Job types call it after every committed batch, which makes it the
         ``worker.after_batch`` fault point too."""
         faults.hit("worker.after_batch")
-        share = self.job.rate_share()
-        if share and rows:
-            wait = rows / share - took_seconds
+        if self.job.max_rows_per_sec and rows:
+            wait = self._rate_wait(rows, took_seconds)
             if wait > 0:
                 self.stop_event.wait(wait)
+        self.wait_for_health()
+
+    def _rate_wait(self, rows: int, took_seconds: float) -> float:
+        if self.rate_gate is not None:
+            try:
+                return self.rate_gate(rows, took_seconds) or 0.0
+            except Exception as exc:  # the database is away: the next batch will say so
+                log.warning("could not book job %s's rate budget, pacing alone: %s",
+                            self.job.id, exc)
+        share = self.job.rate_share()
+        return rows / share - took_seconds if share else 0.0
+
+    def wait_for_health(self) -> None:
+        """Before a batch: wait while the database is unhealthy by the job's
+        limits (replica lag, active sessions; ``framework.throttle``)."""
+        if self.health_gate is not None:
+            self.health_gate(self)
 
     def on_stop(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Run ``callback`` (from another thread) the moment the subtask must stop
@@ -281,7 +288,9 @@ def _run_all(callbacks: list[Callable[[], None]]) -> None:
 
 
 class Planner(Protocol):
-    """The owner's side of a job type (see the module docstring)."""
+    """The owner's side of a job type (docs/design.md, "Job-type protocol").
+    Optional: ``steps``, ``enter_step``, ``fixed_subtasks``, ``analyse``,
+    ``done_schema_state``, ``submit_options``."""
 
     name: str
 
@@ -291,7 +300,7 @@ class Planner(Protocol):
 
     def advance(self, conn: Connection, job: Job) -> None: ...
 
-    def plan_revert(self, conn: Connection, job: Job) -> bool: ...
+    def plan_revert(self, conn: Connection, job: Job) -> bool | Collection[int]: ...
 
     def revert(self, conn: Connection, job: Job) -> None: ...
 
@@ -333,9 +342,72 @@ class BatchExecutor(Executor, Protocol):
     def run_batch(self, ctx: SubtaskContext, conn: Connection) -> None: ...
 
 
-def batch_runner(job_type: Executor) -> Callable[[SubtaskContext, Connection], None] | None:
-    """The executor's ``run_batch``, if it has one (``BatchExecutor``)."""
+def batch_runner(job_type: Executor,
+                 step: int = STEP_PREPARED) -> Callable[[SubtaskContext, Connection], None] | None:
+    """The executor's ``run_batch``, if it has one (``BatchExecutor``) for
+    forward step ``step``: the steps in its ``batch_steps`` (by default the
+    first, the only step of a type of one)."""
+    if step not in getattr(job_type, "batch_steps", (STEP_PREPARED,)):
+        return None
     return getattr(job_type, "run_batch", None)
+
+
+def restores_into(kind: Planner, job: Job) -> str:
+    """The table ``kind``'s revert writes (optional duty; default the job's)."""
+    into = getattr(kind, "restores_into", None)
+    return into(job) if callable(into) else job.target_table
+
+
+def steps_of(kind: object) -> tuple[Step, ...]:
+    """The forward steps a type declares (``steps``), or the one range step."""
+    declared = getattr(kind, "steps", None)
+    return tuple(declared) if declared else ONE_STEP
+
+
+def done_step(kind: object) -> int:
+    """The step a succeeded job of the type is at: past its last forward step."""
+    return len(steps_of(kind)) + 1
+
+
+def step_named(kind: object, number: int) -> Step:
+    """Forward step ``number`` (1-based, as stored) of the type."""
+    declared = steps_of(kind)
+    if not 1 <= number <= len(declared):
+        raise ValueError(f"job type {getattr(kind, 'name', kind)!r} has no forward step {number}")
+    return declared[number - 1]
+
+
+def enter_step(kind: object, conn: Connection, job: Job, number: int) -> None:
+    """The type's owner-side DDL between steps (optional ``enter_step``), run
+    in the fenced transaction that moves the job to step ``number`` (2 and on;
+    step 1's is ``prepare``)."""
+    hook = getattr(kind, "enter_step", None)
+    if callable(hook):
+        hook(conn, job, number)
+
+
+def fixed_subtasks(kind: object, conn: Connection, job: Job, number: int) -> list[dict[str, Any]]:
+    """The subtasks of a fixed step: one meta dict each (optional
+    ``fixed_subtasks``; by default one subtask with empty meta). None at all
+    is allowed: the step then ends at the owner's next look."""
+    hook = getattr(kind, "fixed_subtasks", None)
+    return [dict(m) for m in hook(conn, job, number)] if callable(hook) else [{}]
+
+
+def steps_to_restore(kind: object, job: Job, planned: bool | Collection[int]) -> list[int]:
+    """The forward steps whose progressed ranges the revert step restores, from
+    what ``plan_revert`` returned: True, every step up to the job's that
+    declares ``restore``; False, none; or the step numbers themselves."""
+    if planned is True:
+        return [n for n, step in enumerate(steps_of(kind), start=1)
+                if n <= job.step and step.restore]
+    if not planned:
+        return []
+    chosen = sorted(set(planned))  # type: ignore[arg-type]
+    for number in chosen:
+        if not step_named(kind, number).ranges:
+            raise ValueError(f"plan_revert named step {number}, which has no ranges to restore")
+    return chosen
 
 
 def analyses_on_owner(kind: JobType) -> bool:
@@ -348,6 +420,14 @@ def analyse(kind: JobType, conn: Connection, job: Job) -> dict[str, Any]:
     return dict(kind.analyse(conn, job))  # type: ignore[attr-defined]
 
 
+def describe(kind: object, conn: Connection, job: Job) -> list[str]:
+    """What ``--dry-run`` prints beside the ranges (optional ``describe``),
+    e.g. the DDL of each schema state; run in the rolled-back validation
+    transaction, with ``job.id`` 0."""
+    hook = getattr(kind, "describe", None)
+    return [str(line) for line in hook(conn, job)] if callable(hook) else []
+
+
 def warm_up(kind: object, job: Job | None) -> None:
     """The type's per-process start-up (optional duty), e.g. Spark's."""
     start = getattr(kind, "warm_up", None)
@@ -356,7 +436,8 @@ def warm_up(kind: object, job: Job | None) -> None:
 
 
 _registry: dict[str, JobType] = {}
-_entry_points_loaded = False
+_loaded: set[str] = set()  # entry points loaded, by name; "*": all of them
+GROUP = "reorg.job_types"
 
 
 def register(job_type: JobType) -> None:
@@ -364,7 +445,13 @@ def register(job_type: JobType) -> None:
 
 
 def get(name: str) -> JobType:
-    _load_entry_points()
+    """The job type ``name``. Only its own entry point is imported (``reorg
+    submit sql-update`` loads no Spark type), unless it registers under
+    another name: then every one is."""
+    if name not in _registry:
+        _load_entry_points(name)
+    if name not in _registry:
+        _load_entry_points()
     try:
         return _registry[name]
     except KeyError:
@@ -377,13 +464,33 @@ def names() -> list[str]:
     return sorted(_registry)
 
 
-def _load_entry_points() -> None:
-    global _entry_points_loaded
-    if _entry_points_loaded:
+@functools.cache
+def _all_entry_points() -> Any:
+    # EntryPoints, or on Python 3.11 SelectableGroups: both ``select`` alike.
+    return entry_points()
+
+
+def installed_entry_points(group: str) -> EntryPoints:
+    """The installed entry points of ``group``. Every group is read in one scan
+    of the installed distributions, once per process (tens of milliseconds
+    each: most of a short command's start-up beside its imports)."""
+    return _all_entry_points().select(group=group)  # type: ignore[no-any-return]
+
+
+def _load_entry_points(name: str | None = None) -> None:
+    """Import and call the ``reorg.job_types`` entry points (the one named
+    ``name``, or all), and the ``REORG_JOB_TYPES`` specs (always all: they
+    carry no names); each once per process."""
+    if "*" in _loaded:
         return
-    _entry_points_loaded = True
-    for ep in entry_points(group="reorg.job_types"):
-        ep.load()()
-    for spec in filter(None, os.environ.get("REORG_JOB_TYPES", "").split(",")):
-        module, _, name = spec.strip().partition(":")
-        getattr(importlib.import_module(module), name or "register")()
+    for ep in installed_entry_points(GROUP):
+        if (name is None or ep.name == name) and ep.name not in _loaded:
+            _loaded.add(ep.name)
+            ep.load()()
+    if "env" not in _loaded:
+        _loaded.add("env")
+        for spec in filter(None, os.environ.get("REORG_JOB_TYPES", "").split(",")):
+            module, _, function = spec.strip().partition(":")
+            getattr(importlib.import_module(module), function or "register")()
+    if name is None:
+        _loaded.add("*")

@@ -24,7 +24,10 @@ class Listener(threading.Thread):
     def run(self) -> None:
         while not self._stopping.is_set():
             try:
-                with psycopg.connect(self.url, autocommit=True, connect_timeout=5) as conn:
+                # Named like reorg's other sessions (framework.db), so operators
+                # see it as reorg's and the load signal leaves it out.
+                with psycopg.connect(self.url, autocommit=True, connect_timeout=5,
+                                     application_name="reorg-listener") as conn:
                     conn.execute(f'LISTEN "{self.channel}"')
                     while not self._stopping.is_set():
                         for _ in conn.notifies(timeout=1.0, stop_after=1):

@@ -25,8 +25,8 @@ _DOWN_REVISION = re.compile(r'^down_revision = (?:"([^"]+)"|None)$', re.M)
 
 
 @lru_cache(maxsize=1)
-def head_revision() -> str:
-    """The one revision no other migration revises (alembic's head)."""
+def _revision_graph() -> tuple[frozenset[str], frozenset[str]]:
+    """(every revision id, every id some migration revises), off the files."""
     revisions, revised = set(), set()
     for path in (MIGRATIONS_DIR / "versions").glob("*.py"):
         source = path.read_text()
@@ -36,9 +36,21 @@ def head_revision() -> str:
             down = _DOWN_REVISION.search(source)
             if down and down.group(1):
                 revised.add(down.group(1))
+    return frozenset(revisions), frozenset(revised)
+
+
+def head_revision() -> str:
+    """The one revision no other migration revises (alembic's head)."""
+    revisions, revised = _revision_graph()
     heads = revisions - revised
     assert len(heads) == 1, f"migrations must have a single head, found {sorted(heads)}"
-    return heads.pop()
+    return next(iter(heads))
+
+
+def known_revisions() -> frozenset[str]:
+    """Every revision this version's migrations know: a schema at any other
+    was upgraded by a newer version of reorg."""
+    return _revision_graph()[0]
 
 
 def alembic_config(schema: str) -> Config:

@@ -17,14 +17,15 @@ from dataclasses import dataclass, field, replace
 
 import sqlalchemy as sa
 
-from framework import catch_up, faults, jobtype, leases
+from framework import catch_up, faults, jobtype, leases, privileges
 from framework.db import Database
 from framework.errors import is_retryable, one_line
-from framework.jobtype import STEP_DONE, STEP_PREPARED, STEP_REVERT, InvalidParams, Job
-from framework.splitting import plan_split
+from framework.jobtype import STEP_PREPARED, STEP_REVERT, InvalidParams, Job, Step
+from framework.splitting import SplitPlan, plan_split
 from framework.states import JobState
 from framework.store import history, jobs, nodes, owner_lease, steps
 from framework.store.owner_lease import OwnerTerm
+from framework.warming import Warming
 
 log = logging.getLogger("reorg.owner")
 J = JobState
@@ -40,6 +41,11 @@ HISTORY_SECONDS_PER_TICK = 0.3
 HISTORY_SECONDS_WHILE_RUNNING = 0.1
 LIVE_SUCCEEDED_KEPT = 5_000
 JOB_BACKOFF_CAP_SECONDS = 60.0
+# Ranges inserted per tick: a split of 100,000 ranges in one statement took
+# ~1.3 s of one tick; 10,000 take ~0.13 s, the rest follow a chunk a tick
+# (``steps.insert_split_chunk``) while workers already claim the first ones.
+# The revert step's ranges likewise.
+SPLIT_CHUNK = 10_000
 
 
 class TermLost(RuntimeError):
@@ -65,6 +71,7 @@ class Owner:
         # job id -> (consecutive failures, monotonic time to look again)
         self._backoff: dict[int, tuple[int, float]] = {}
         self._history_budget_ends = 0.0
+        self._warming = Warming()
 
     # --- election -------------------------------------------------------
 
@@ -205,32 +212,36 @@ class Owner:
             return self._start_revert(term, job, target)
         return None
 
-    def _start(self, term: OwnerTerm, job: Job) -> str:
+    def _start(self, term: OwnerTerm, job: Job) -> str | None:
         try:
             kind = jobtype.get(job.type)
+            if not self._may_run_as_submitter(term, job):
+                return "input rejected"
             if jobtype.analyses_on_owner(kind) and job.params.get(jobs.VERDICT) != jobs.ACCEPTED:
+                if not self._warming.ready(kind, job):
+                    return None  # e.g. Spark starting: other jobs go on, this one next tick
                 analysed = self._analyse(term, kind, job)
                 if analysed is None:
                     return "input rejected"
                 job = analysed
-            # The split reads the key column (a sample of it on a big table); it
-            # runs before, and outside, the transaction that takes DDL locks, so
-            # the table is never locked for it (``keep_term`` keeps the term
-            # alive meanwhile).
-            with self.db.begin(isolation_level="REPEATABLE READ") as conn:
-                faults.hit("owner.before_split")
-                plan = plan_split(conn, job.target_table, job.key_column,
-                                  job.params.get("rows_per_subtask"))
-            local = len(plan.ranges) < self.db.settings.local_job_max_subtasks
+            declared = jobtype.steps_of(kind)
+            first = declared[0]
+            plan = self._split(job) if first.ranges else None
+            local = (plan is not None
+                     and len(plan.ranges) < self.db.settings.local_job_max_subtasks)
             with self._fenced(term) as conn:
                 kind.prepare(conn, job)
                 faults.hit("owner.after_prepare")
-                steps.insert_ranges(self.db, conn, term, job.id, STEP_PREPARED, plan.ranges)
+                started = replace(job, step=STEP_PREPARED)
+                count, detail = self._insert_step(conn, term, kind, started, plan)
                 self._must(jobs.start(
                     self.db, conn, term, job.id, actor=self._actor(term), step=STEP_PREPARED,
-                    row_estimate=plan.row_count, run_on_node=self.node_id if local else None,
-                    detail=f"{len(plan.ranges)} subtasks of ~{plan.rows_per_range} rows"
+                    row_estimate=plan.row_count if plan else 0,
+                    run_on_node=self.node_id if local else None,
+                    detail=_step_detail(declared, STEP_PREPARED, detail)
                            + (", local to the owner's node" if local else ""),
+                    step_names=[st.name for st in declared], step_ranges=first.ranges,
+                    step_subtasks=count, schema_state=first.schema_state,
                 ))
         except (TermLost, _Raced):
             raise
@@ -242,7 +253,45 @@ class Owner:
                 jobs.fail(self.db, conn, term, job.id, actor=self._actor(term),
                           error=one_line(exc), detail="prepare failed")
             return f"prepare failed: {one_line(exc)}"
-        return f"started with {len(plan.ranges)} subtasks"
+        return f"started with {count} subtasks"
+
+    def _split(self, job: Job) -> SplitPlan:
+        """The key space of the job's table in ranges. The split reads the key
+        column (a sample of it on a big table); it runs before, and outside,
+        the transaction that takes DDL locks, so the table is never locked for
+        it (``keep_term`` keeps the term alive meanwhile)."""
+        with self.db.begin(isolation_level="REPEATABLE READ") as conn:
+            faults.hit("owner.before_split")
+            return plan_split(conn, job.target_table, job.key_column,
+                              job.params.get("rows_per_subtask"))
+
+    def _insert_step(self, conn: sa.Connection, term: OwnerTerm, kind: jobtype.JobType,
+                     job: Job, plan: SplitPlan | None) -> tuple[int, str]:
+        """Insert the subtasks of the job's step ``job.step``: the ranges of
+        ``plan`` for a range step, the planner's fixed subtasks otherwise.
+        Returns how many, and a few words on them for the job's event."""
+        if plan is not None:
+            # A big split goes in a chunk a tick (``_check_running``).
+            steps.begin_split(self.db, conn, term, job.id, job.step, plan.ranges, SPLIT_CHUNK)
+            count = len(plan.ranges)
+            return count, f"{count} subtasks of ~{plan.rows_per_range} rows"
+        metas = jobtype.fixed_subtasks(kind, conn, job, job.step)
+        count = steps.insert_fixed(self.db, conn, term, job.id, job.step, metas) if metas else 0
+        return count, f"{count} subtask{'' if count == 1 else 's'}"
+
+    def _may_run_as_submitter(self, term: OwnerTerm, job: Job) -> bool:
+        """A job's SQL runs as its submitter (framework.privileges): if this
+        node's role may not act as that role, the job is rejected before
+        anything touches its table (queued -> failed, as a rejected input)."""
+        try:
+            with self.db.begin() as conn:
+                privileges.check_can_run(conn, job)
+        except InvalidParams as exc:
+            with self._fenced(term) as conn:
+                self._must(jobs.reject(self.db, conn, term, job.id, actor=self._actor(term),
+                                       error=one_line(exc)))
+            return False
+        return True
 
     def _analyse(self, term: OwnerTerm, kind: jobtype.JobType, job: Job) -> Job | None:
         """The type's checks too costly for ``reorg submit`` (DESIGN 11): in a
@@ -250,7 +299,6 @@ class Owner:
         prepare touch the table, so the fenced transaction never waits on
         them. Returns the job with its accepted params, or None: rejected
         (queued -> failed, nothing done; the waiting submit reports it)."""
-        jobtype.warm_up(kind, job)  # e.g. Spark: seconds once, before any transaction opens
         try:
             with self.db.connect() as conn, conn.begin() as tx:
                 # The analysis leaves this read-only transaction idle while
@@ -278,15 +326,25 @@ class Owner:
                 # predecessor's local jobs.
                 jobs.bind_to_node(self.db, conn, term, job.id, self.node_id)
             steps.fail_exhausted(self.db, conn, term, job.id, self.db.settings.max_attempts)
+            # A big split goes on a chunk a tick (workers claim from the start).
+            to_go = steps.insert_split_chunk(self.db, conn, term, job.id, SPLIT_CHUNK)
         with self.db.begin() as conn:
             snap = steps.step_snapshot(self.db, conn, job.id, job.step)
             error = steps.first_error(self.db, conn, job.id) if (
                 snap.failed or snap.cancelled) else None
         if error is not None:
             with self._fenced(term) as conn:
+                if job.on_failure == "pause":  # keep every finished range; `reorg retry`
+                    moved = jobs.pause_on_failure(
+                        self.db, conn, term, job.id, actor=self._actor(term), error=error,
+                        detail=f"a subtask failed; pausing (--on-failure pause): fix the "
+                               f"cause, then `reorg retry {job.id}`")
+                    return "pausing on failure" if moved else None
                 moved = jobs.fail(self.db, conn, term, job.id, actor=self._actor(term),
                                   error=error, detail="a subtask failed")
             return "failed" if moved else None
+        if to_go:
+            return f"split: {to_go} ranges still to insert"
         if snap.all_succeeded:
             return self._advance(term, job)
         if snap.succeeded:
@@ -298,23 +356,65 @@ class Owner:
         return None
 
     def _advance(self, term: OwnerTerm, job: Job) -> str | None:
+        """Every subtask of the job's step succeeded: move it to its next
+        forward step, or, after the last one, make the final schema step (the
+        cut-over) and mark it succeeded. Either way in one fenced transaction
+        that re-reads the step first (DESIGN 7). A retryable failure here (the
+        cut-over's DDL hitting the owner's bounded ``lock_timeout`` on a busy
+        table) rolls it all back and is tried again after a backoff; the job
+        stays running (``_job_error``)."""
         kind = jobtype.get(job.type)
+        declared = jobtype.steps_of(kind)
+        current = jobtype.step_named(kind, job.step)
+        last = job.step == len(declared)
+        following = None if last else declared[job.step]
+        # The next range step's split, outside the fenced transaction (``_split``).
+        plan = self._split(job) if following is not None and following.ranges else None
         with self._fenced(term) as conn:
             # Re-read in this transaction: the decision and the advance must
             # rest on the same committed state (DESIGN 7).
             snap = steps.step_snapshot(self.db, conn, job.id, job.step)
-            if not snap.all_succeeded:
+            if not snap.all_succeeded or steps.split_pending(self.db, conn, job.id):
                 return None
-            tail = catch_up.cover_tail(self.db, conn, term, job)
-            if tail.added:
-                return tail.detail
+            if current.ranges:
+                tail = catch_up.cover_tail(self.db, conn, term, job)
+                if tail.added:
+                    return tail.detail
+                tail_detail = tail.detail
+            else:
+                tail_detail = ""
+            if following is not None:
+                return self._enter_next_step(conn, term, kind, job, plan, tail_detail)
+            faults.hit("owner.before_cutover")
             kind.advance(conn, job)
             faults.hit("owner.after_advance_step")
             count = steps.count_in_step(self.db, conn, job.id, job.step)
             self._must(jobs.succeed(self.db, conn, term, job.id, actor=self._actor(term),
-                                    step=STEP_DONE,
-                                    detail=f"{count} subtasks succeeded{tail.detail}"))
+                                    step=jobtype.done_step(kind),
+                                    schema_state=getattr(kind, "done_schema_state", None),
+                                    detail=f"{count} subtasks succeeded{tail_detail}"))
         return "succeeded"
+
+    def _enter_next_step(self, conn: sa.Connection, term: OwnerTerm, kind: jobtype.JobType,
+                         job: Job, plan: SplitPlan | None, tail_detail: str) -> str:
+        """Within ``_advance``'s fenced transaction: the type's DDL between
+        steps, the next step's subtasks, and the job's step moved, together."""
+        declared = jobtype.steps_of(kind)
+        number = job.step + 1
+        following = declared[number - 1]
+        entered = replace(job, step=number)
+        jobtype.enter_step(kind, conn, entered, number)
+        count, detail = self._insert_step(conn, term, kind, entered, plan)
+        faults.hit("owner.after_next_step")
+        if not jobs.advance_step(
+                self.db, conn, term, job.id, from_step=job.step, to_step=number,
+                step_ranges=following.ranges, step_subtasks=count,
+                row_estimate=plan.row_count if plan else None,
+                schema_state=following.schema_state, actor=self._actor(term),
+                detail=f"step {declared[job.step - 1].name} done{tail_detail}; "
+                       + _step_detail(declared, number, detail)):
+            raise _Raced()
+        return f"step {number} ({following.name}): {count} subtasks"
 
     def _pause_when_quiet(self, term: OwnerTerm, job: Job) -> str | None:
         with self.db.begin() as conn:
@@ -329,6 +429,7 @@ class Owner:
         """Cancel or failure: wait until no worker holds a live lease, mark the
         rest cancelled, then revert."""
         with self._fenced(term) as conn:
+            steps.drop_pending_split(self.db, conn, term, job.id)
             steps.cancel_unleased(self.db, conn, term, job.id)
             snap = steps.step_snapshot(self.db, conn, job.id, job.step)
             if snap.live_leases or snap.unfinished:
@@ -346,13 +447,20 @@ class Owner:
         with self._fenced(term) as conn:
             if kind is None:
                 detail = "nothing was applied"
-            elif not table_exists(conn, job.target_table):
-                detail = _table_gone(job)
+            elif not table_exists(conn, gone := jobtype.restores_into(kind, job)):
+                self._revert_ddl(conn, kind, job)  # work tables, what it made elsewhere
+                detail = _table_gone(gone)
             else:
                 faults.hit("owner.before_revert_plan")
-                count = 0
-                if kind.plan_revert(conn, job):
-                    count = steps.insert_revert_ranges(self.db, conn, term, job.id, job.step)
+                restore = jobtype.steps_to_restore(kind, job, kind.plan_revert(conn, job))
+                progressed = steps.progressed_ranges(self.db, conn, job.id, restore)
+                count = len(progressed)
+                # Up to one a forward range: a chunk now, the rest a chunk a
+                # tick (``_check_reverting``), as a big split goes in.
+                steps.begin_split(self.db, conn, term, job.id, STEP_REVERT,
+                                  [(lo, hi) for _, lo, hi in progressed], SPLIT_CHUNK,
+                                  metas=[{"revert_of_step": st} for st, _, _ in progressed],
+                                  counter="revert_total")
                 if count:
                     faults.hit("owner.after_revert_plan")
                     if not jobs.start_revert_step(
@@ -383,19 +491,25 @@ class Owner:
                 self.db, conn, term, job.id, settings.max_attempts,
                 leases.retry_backoff(settings.max_attempts + 1, settings.retry_backoff_seconds,
                                      jitter=0.0))
-            if not table_exists(conn, job.target_table):
+            kind = jobtype.get(job.type)
+            if not table_exists(conn, gone := jobtype.restores_into(kind, job)):
                 # Nothing left to restore: stop the revert subtasks, end the job
                 # once no worker holds one.
+                steps.drop_pending_split(self.db, conn, term, job.id)
                 steps.cancel_unleased(self.db, conn, term, job.id)
                 if steps.step_snapshot(self.db, conn, job.id, STEP_REVERT).live_leases:
                     return None
+                self._revert_ddl(conn, kind, job)  # work tables, what it made elsewhere
                 self._must(jobs.finish_revert(self.db, conn, term, job.id, target,
                                               actor=self._actor(term),
-                                              detail=_table_gone(job)))
+                                              detail=_table_gone(gone)))
                 return str(target)
+            to_go = steps.insert_split_chunk(self.db, conn, term, job.id, SPLIT_CHUNK)
         with self.db.begin() as conn:
             snap = steps.step_snapshot(self.db, conn, job.id, STEP_REVERT)
             error = steps.revert_error(self.db, conn, job.id)
+        if to_go:
+            return f"revert: {to_go} ranges still to insert"
         if not snap.all_succeeded:
             if error:
                 with self._fenced(term) as conn:
@@ -407,11 +521,11 @@ class Owner:
                     self._move_to_history(term, job.id, job_finished=False,
                                           seconds=HISTORY_SECONDS_WHILE_RUNNING)
             return None
-        kind = jobtype.get(job.type)
         with self._fenced(term) as conn:
             # Re-read in this transaction: the decision and the end of the job
             # rest on the same committed state (DESIGN 7).
-            if not steps.step_snapshot(self.db, conn, job.id, STEP_REVERT).all_succeeded:
+            if (not steps.step_snapshot(self.db, conn, job.id, STEP_REVERT).all_succeeded
+                    or steps.split_pending(self.db, conn, job.id)):
                 return None
             self._revert_ddl(conn, kind, job)
             count = steps.count_in_step(self.db, conn, job.id, STEP_REVERT)
@@ -492,9 +606,15 @@ class _Raced(RuntimeError):
     again next tick."""
 
 
-def _table_gone(job: Job) -> str:
-    return (f"table {job.target_table} no longer exists (dropped or renamed): "
-            "nothing to restore")
+def _step_detail(declared: tuple[Step, ...], number: int, subtasks: str) -> str:
+    """How a job's event names the step it enters (a type of one step: as before)."""
+    if len(declared) == 1:
+        return subtasks
+    return f"step {number}/{len(declared)} {declared[number - 1].name}: {subtasks}"
+
+
+def _table_gone(table: str) -> str:
+    return f"table {table} no longer exists (dropped or renamed): nothing to restore"
 
 
 def table_exists(conn: sa.Connection, table: str) -> bool:

@@ -5,11 +5,23 @@ gappy keys still give ranges of equal work (not equal key width). The cut is
 a pure function of the table's keys, hence deterministic (DESIGN 5); the
 ranges tile ``[min_key, max_key + 1)`` with no gap and no overlap.
 
-A table estimated above ``EXACT_SPLIT_MAX_ROWS`` is not read whole: its cut
-points are the quantiles of a block sample (``TABLESAMPLE SYSTEM ...
-REPEATABLE``, so the same table gives the same cuts), between its exact
-smallest and largest keys (two index probes). Ranges stay a tiling of
-``[min, max + 1)``; their row counts are even to within the sample's error.
+A table estimated above ``EXACT_SPLIT_MAX_ROWS`` is not read whole. A block
+sample (``TABLESAMPLE SYSTEM ... REPEATABLE``, so the same table gives the
+same cuts) between its exact smallest and largest keys (two index probes)
+gives it in two levels:
+
+- buckets: quantiles of the sample, each bucket holding the same number of
+  sampled rows from at least ``SAMPLED_PAGES_PER_BUCKET`` sampled pages. A
+  block sample's information is in its pages, not its rows (a page holds
+  neighbouring keys), so a bucket's row count is right to within about
+  1/sqrt(that many pages): ~7 %, where cutting each range at the sample's
+  own quantiles would give ranges of a few sampled pages, ±35 % and worse;
+- ranges: each bucket refined into its share of the ranges at equal key
+  widths, exact where keys are dense within a bucket (serial and identity
+  keys), while the buckets follow skew at the coarse level.
+
+Ranges stay a tiling of ``[min, max + 1)``; a sample of the whole table
+(small tables, tests) cuts every range at the sample's exact quantiles.
 """
 
 from __future__ import annotations
@@ -53,11 +65,13 @@ def boundaries_of(sorted_keys: Sequence[int], rows_per_range: int) -> list[int]:
 
 
 EXACT_SPLIT_MAX_ROWS = 2_000_000
-# A block sample takes whole pages, and on a table written in key order a
-# page's rows are neighbours: the error of a cut is about one sampled page in
-# SAMPLE_PAGES_PER_RANGE, so ranges come out within ~25 % of even.
-SAMPLE_PAGES_PER_RANGE = 20
+# Pages sampled per range wanted (capped by MAX_SAMPLE_ROWS rows in all).
+SAMPLE_PAGES_PER_RANGE = 50
 MAX_SAMPLE_ROWS = 2_000_000
+# Sampled pages per bucket: a bucket's row count is right to within about
+# 1/sqrt(this), so ~7 %.
+SAMPLED_PAGES_PER_BUCKET = 200
+SAMPLE_WORK_MEM = "160MB"  # sorts MAX_SAMPLE_ROWS keys in memory
 
 
 def plan_split(
@@ -168,21 +182,41 @@ def _sampled_split(conn: Connection, table: str, key: str, rows_per_range: int |
     rows_per_page = max(estimate / pages, 1.0)
     wanted_pages = min(ranges * SAMPLE_PAGES_PER_RANGE, MAX_SAMPLE_ROWS / rows_per_page)
     percent = min(100.0, 100.0 * wanted_pages / pages)
+    buckets = ranges if percent >= 100.0 else max(
+        1, min(ranges, int(pages * percent / 100.0) // SAMPLED_PAGES_PER_BUCKET))
+    # The first sampled key of each bucket but the first: one sort of the
+    # sample (percentile_disc), in memory (a sample of MAX_SAMPLE_ROWS keys
+    # spilled to disk at the default work_mem and took seconds).
+    conn.execute(text(f"SET LOCAL work_mem = '{SAMPLE_WORK_MEM}'"))
     cuts = conn.execute(
         text(f"""
-            SELECT k FROM (
-                SELECT k, row_number() OVER (ORDER BY k) AS rn, count(*) OVER () AS n
-                FROM (SELECT {key} AS k FROM {table}
-                      TABLESAMPLE SYSTEM (:percent) REPEATABLE (0)) sample
-            ) numbered
-            WHERE rn > 1 AND (rn - 1) % greatest(n / :ranges, 1) = 0 ORDER BY k"""),
-        {"percent": percent, "ranges": ranges},
-    ).scalars()
-    boundaries = [int(low)]
+            SELECT percentile_disc(CAST(:fractions AS float8[])) WITHIN GROUP (ORDER BY k)
+            FROM (SELECT {key} AS k FROM {table}
+                  TABLESAMPLE SYSTEM (:percent) REPEATABLE (0)) sample"""),
+        {"percent": percent, "fractions": [i / buckets for i in range(1, buckets)]},
+    ).scalar() or []
+    edges = [int(low)]
     for cut in cuts:
-        if boundaries[-1] < cut <= high:
-            boundaries.append(int(cut))
+        if edges[-1] < cut <= high:
+            edges.append(int(cut))
+    edges.append(int(high) + 1)
+    boundaries = refine_buckets(edges, ranges)
     return SplitPlan(ranges_from_boundaries(boundaries, int(high)), estimate, per)
+
+
+def refine_buckets(edges: Sequence[int], ranges: int) -> list[int]:
+    """The first keys of ``ranges`` ranges over the buckets ``[edges[i],
+    edges[i + 1])`` (each estimated to hold the same number of rows): each
+    bucket gets its share of the ranges, cut at equal key widths (fewer where
+    the bucket holds fewer keys than ranges). Pure, so deterministic."""
+    buckets = len(edges) - 1
+    boundaries: list[int] = []
+    for i in range(buckets):
+        lo, hi = edges[i], edges[i + 1]
+        share = round((i + 1) * ranges / buckets) - round(i * ranges / buckets)
+        share = max(1, min(share, hi - lo))
+        boundaries += [lo + (hi - lo) * j // share for j in range(share)]
+    return boundaries
 
 
 def max_key(conn: Connection, table: str, key: str) -> int | None:

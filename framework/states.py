@@ -20,7 +20,7 @@ job's (DESIGN 13), so for them ``reverting`` is the running state.
 Subtask states::
 
     pending ──► running ──► succeeded
-       ▲           │  ├───► failed
+       ▲           │  ├───► failed ──► pending   (only `reorg retry`, see below)
        └───────────┘  └───► cancelled      (pending ──► cancelled or failed too)
 
 A running subtask whose lease (``exec_expired``) has passed stays ``running``
@@ -28,6 +28,12 @@ but is claimable again; it resumes from ``curr_key``. A worker that releases a
 subtask (pause, drain, retryable error) moves it back to ``pending``. A
 pending subtask that has used its last attempt (its holder crashed and
 restarted) is failed by the owner: claims skip it.
+
+A job submitted with ``--on-failure pause`` pauses when a subtask fails for
+good instead of rolling back; ``reorg retry`` then moves its failed subtasks
+back to pending (attempts reset, ``curr_key`` kept) and resumes it. To
+everything else a failed subtask is finished (``SUBTASK_TERMINAL``): only that
+user request leaves it.
 """
 
 from __future__ import annotations
@@ -78,12 +84,18 @@ SUBTASK_TRANSITIONS: dict[SubtaskState, frozenset[SubtaskState]] = {
     # running -> running: a subtask whose lease expired is claimed again.
     S.RUNNING: frozenset({S.RUNNING, S.PENDING, S.SUCCEEDED, S.FAILED, S.CANCELLED}),
     S.SUCCEEDED: frozenset(),
-    S.FAILED: frozenset(),
+    # failed -> pending: `reorg retry` of a job paused on failure, nothing else.
+    S.FAILED: frozenset({S.PENDING}),
     S.CANCELLED: frozenset(),
 }
+# Edges only a user's request takes; the framework treats their sources as finished.
+SUBTASK_USER_EDGES = frozenset({(S.FAILED, S.PENDING)})
 
 JOB_TERMINAL = frozenset(s for s, nxt in JOB_TRANSITIONS.items() if not nxt)
-SUBTASK_TERMINAL = frozenset(s for s, nxt in SUBTASK_TRANSITIONS.items() if not nxt)
+SUBTASK_TERMINAL = frozenset(
+    s for s, nxt in SUBTASK_TRANSITIONS.items()
+    if all((s, d) in SUBTASK_USER_EDGES for d in nxt)
+)
 
 # States a user may cancel from: every state that is neither finished nor
 # already on its way back.
@@ -102,6 +114,13 @@ class IllegalTransition(ValueError):
 def check_job_transition(src: JobState | str, dst: JobState | str) -> None:
     if JobState(dst) not in JOB_TRANSITIONS[JobState(src)]:
         raise IllegalTransition(f"job cannot go from {src} to {dst}")
+
+
+def subtask_sources(dst: SubtaskState, *, user: bool = False) -> frozenset[SubtaskState]:
+    """The states a subtask may move to ``dst`` from: the framework's edges,
+    or with ``user`` only the edges a user's request takes."""
+    return frozenset(s for s, nxt in SUBTASK_TRANSITIONS.items()
+                     if dst in nxt and ((s, dst) in SUBTASK_USER_EDGES) == user)
 
 
 def check_subtask_transition(src: SubtaskState | str, dst: SubtaskState | str) -> None:

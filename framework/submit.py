@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from framework import jobtype
+from framework import jobtype, privileges
 from framework.control import local_actor
 from framework.db import Database
 from framework.jobtype import InvalidParams, Job, JobType
@@ -39,6 +39,8 @@ from framework.store import jobs, owner_lease
 
 # How often a submit looks for the owner's verdict.
 VERDICT_POLL_SECONDS = 0.02
+
+ON_FAILURE_CHOICES = ("rollback", "pause")
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,13 @@ class SubmitRequest:
     concurrency: int = 16
     batch_rows: int = 10_000
     max_rows_per_sec: int | None = None
+    # Health throttles (framework.throttle): hold batches while any standby
+    # lags more than this many seconds / more sessions than this are active.
+    max_replica_lag: float | None = None
+    max_active_sessions: int | None = None
+    # What a subtask failing for good does: "rollback" the job, or "pause" it
+    # with every finished range kept (then `reorg retry`).
+    on_failure: str = "rollback"
     rows_per_subtask: int | None = None
     dry_run: bool = False
     # Who submits, for the job event (default: this process's user@host).
@@ -66,6 +75,15 @@ class SubmitRequest:
                 f"--max-rows-per-sec must be at least 1, got {self.max_rows_per_sec}; "
                 "omit it for no limit"
             )
+        if self.max_replica_lag is not None and not self.max_replica_lag > 0:
+            raise InvalidParams(f"--max-replica-lag must be more than 0 seconds, got "
+                                f"{self.max_replica_lag:g}; omit it for no limit")
+        if self.max_active_sessions is not None and self.max_active_sessions < 1:
+            raise InvalidParams(f"--max-active-sessions must be at least 1, got "
+                                f"{self.max_active_sessions}; omit it for no limit")
+        if self.on_failure not in ON_FAILURE_CHOICES:
+            raise InvalidParams(f"--on-failure must be one of {', '.join(ON_FAILURE_CHOICES)}, "
+                                f"got {self.on_failure!r}")
         if self.rows_per_subtask is not None and self.rows_per_subtask < 1:
             raise InvalidParams(f"--rows-per-subtask must be at least 1, got {self.rows_per_subtask}")
 
@@ -78,6 +96,8 @@ class SubmitResult:
     plan: SplitPlan | None = None
     # The owner had not given its verdict on the input within verdict_seconds.
     awaiting_verdict: bool = False
+    # A dry run's description of the job beside its ranges (JobType.describe).
+    notes: tuple[str, ...] = ()
 
 
 def submit(db: Database, request: SubmitRequest) -> SubmitResult:
@@ -85,25 +105,34 @@ def submit(db: Database, request: SubmitRequest) -> SubmitResult:
     kind = jobtype.get(request.type)
     with db.connect(isolation_level="REPEATABLE READ") as conn, conn.begin() as tx:
         target = kind.validate(conn, dict(request.params))
+        # The job's SQL runs as whoever submits it, never as more
+        # (framework.privileges); refused now if the workers cannot.
+        submitter = privileges.current_role(conn)
+        privileges.check_workers_can_run_as(conn, submitter)
         # An explicit range size wins over the job type's default.
-        params = {**target.params, "work_schema": db.schema}
+        params = privileges.recorded({**target.params, "work_schema": db.schema}, submitter)
         if request.rows_per_subtask:
             params["rows_per_subtask"] = request.rows_per_subtask
         plan = (plan_split(conn, target.table, target.key_column, params.get("rows_per_subtask"))
                 if request.dry_run else None)
+        notes = tuple(jobtype.describe(kind, conn, _draft(request, target.table,
+                                                          target.key_column, params))
+                      ) if request.dry_run else ()
         tx.rollback()
     owner_checks = jobtype.analyses_on_owner(kind)
     if owner_checks and (request.dry_run or not _owner_live(db)):
         params = _analyse_here(db, kind, request, target.table, target.key_column, params)
         owner_checks = False
     if plan is not None:
-        return SubmitResult(None, False, target.table, plan)
+        return SubmitResult(None, False, target.table, plan, notes=notes)
     with db.begin() as conn:
         job_id, created = jobs.insert(
             db, conn, type=request.type, params=params, target_table=target.table,
             key_column=target.key_column, job_key=request.job_key, priority=request.priority,
             concurrency=request.concurrency, batch_rows=request.batch_rows,
             max_rows_per_sec=request.max_rows_per_sec,
+            max_replica_lag=request.max_replica_lag,
+            max_active_sessions=request.max_active_sessions, on_failure=request.on_failure,
             actor=request.actor or local_actor(),
         )
     if owner_checks and created:
@@ -119,14 +148,19 @@ def _owner_live(db: Database) -> bool:
 def _analyse_here(db: Database, kind: JobType, request: SubmitRequest, table: str, key: str,
                   params: dict[str, Any]) -> dict[str, Any]:
     """The owner's checks, run by this process (no owner to ask, or a dry run)."""
-    job = Job(id=0, type=request.type, state=str(JobState.QUEUED), step=0, params=params,
-              target_table=table, key_column=key, batch_rows=request.batch_rows,
-              max_rows_per_sec=request.max_rows_per_sec, row_estimate=None,
-              concurrency=request.concurrency)
+    job = _draft(request, table, key, params)
     with db.connect(isolation_level="REPEATABLE READ") as conn, conn.begin() as tx:
         analysed = jobtype.analyse(kind, conn, job)
         tx.rollback()
     return {**analysed, jobs.VERDICT: jobs.ACCEPTED}
+
+
+def _draft(request: SubmitRequest, table: str, key: str, params: dict[str, Any]) -> Job:
+    """The job a request would be, before it has an id (0)."""
+    return Job(id=0, type=request.type, state=str(JobState.QUEUED), step=0, params=params,
+               target_table=table, key_column=key, batch_rows=request.batch_rows,
+               max_rows_per_sec=request.max_rows_per_sec, row_estimate=None,
+               concurrency=request.concurrency)
 
 
 def _await_verdict(db: Database, job_id: int, table: str, seconds: float) -> SubmitResult:

@@ -30,6 +30,7 @@ from framework.jobtype import LEASE_LOST, STEP_REVERT, LeaseLost, Stopped, Subta
 from framework.states import JobState
 from framework.store import jobs, subtasks
 from framework.store.subtasks import Claim
+from framework.throttle import HealthMonitor, has_health_limits
 
 log = logging.getLogger("reorg.worker")
 
@@ -96,6 +97,8 @@ class WorkerPool:
         self._held: dict[int, _Held] = {}
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
+        # One health reading per interval for the whole node (throttle.py).
+        self.health = HealthMonitor(self.db, clock=self.clock)
 
     # --- lifecycle ------------------------------------------------------
 
@@ -152,7 +155,9 @@ class WorkerPool:
             # Knob changes (`reorg alter`) reach the running subtask here.
             h.ctx.job = replace(h.ctx.job, batch_rows=info["batch_rows"],
                                 max_rows_per_sec=info["max_rows_per_sec"],
-                                concurrency=info["concurrency"], running=info["running"])
+                                concurrency=info["concurrency"], running=info["running"],
+                                max_replica_lag=info["max_replica_lag"],
+                                max_active_sessions=info["max_active_sessions"])
             state = JobState(info["job_state"])
             if state is JobState.REVERTING and h.claim.job.step == STEP_REVERT:
                 continue  # a revert subtask: reverting is its job's running state
@@ -229,10 +234,12 @@ class WorkerPool:
 
     @staticmethod
     def _groupable(ctx: SubtaskContext) -> bool:
-        # A rate-limited job paces every batch on its own (ctx.throttle); a
+        # A rate-limited job paces every batch on its own (ctx.throttle), a
+        # health-limited one checks the database before its first batch; a
         # revert subtask restores (revert_subtask), it never runs forward.
         return (ctx.job.step != STEP_REVERT and not ctx.job.max_rows_per_sec
-                and jobtype.batch_runner(jobtype.get(ctx.job.type)) is not None)
+                and not has_health_limits(ctx.job)
+                and jobtype.batch_runner(jobtype.get(ctx.job.type), ctx.job.step) is not None)
 
     def _run_alone(self, h: _Held, size: ClaimSize) -> None:
         h.tally.started = h.tally.mark = self.clock()
@@ -251,7 +258,8 @@ class WorkerPool:
         run again. Returns the subtasks left to run alone: those a batch did
         not finish, those asked to stop, and all of them if a batch failed
         (alone, each failure is told apart and handled)."""
-        run_batch = jobtype.batch_runner(jobtype.get(group[0].claim.job.type))
+        run_batch = jobtype.batch_runner(jobtype.get(group[0].claim.job.type),
+                                         group[0].claim.job.step)
         assert run_batch is not None
         todo = list(group)
         while todo:
@@ -334,7 +342,8 @@ class WorkerPool:
             meta=dict(claim.meta),
             checkpoint=lambda conn, key, rows, meta=None: self._on_checkpoint(
                 held, conn, key, rows, meta),
-            stop_event=threading.Event(),
+            stop_event=threading.Event(), health_gate=self.health.hold,
+            rate_gate=lambda rows, took: self._reserve_rate(claim.job_id, rows, took),
         )
         held = _Held(claim, ctx, renewed_at, tally)
         with self._lock:
@@ -347,6 +356,8 @@ class WorkerPool:
             # pause, cancel or drain meanwhile hands it back before it starts.
             ctx.raise_if_stopped()
             faults.hit("worker.after_claim")
+            ctx.wait_for_health()
+            ctx.raise_if_stopped()
             jobtype.run_step(jobtype.get(ctx.job.type), ctx, self.db.engine)
             if ctx.finished:  # the last checkpoint finished it, in the batch's transaction
                 return SlotResult(claim.id, "succeeded")
@@ -384,6 +395,12 @@ class WorkerPool:
         # Every one of those writes is fenced: 0 rows means another worker has
         # the subtask now, and whatever this one was doing is void.
         return SlotResult(claim.id, outcome if held else "lost", error)
+
+    def _reserve_rate(self, job_id: int, rows: int, took: float) -> float | None:
+        """Seconds this slot waits so that the job keeps its rows/s limit
+        (``jobs.reserve_rate``); the statement is one transaction by itself."""
+        with self.db.connect(isolation_level="AUTOCOMMIT") as conn:
+            return jobs.reserve_rate(self.db, conn, job_id, rows, took)
 
     def _on_checkpoint(self, h: _Held, conn: Connection, key: int, rows: int,
                        meta: dict | None) -> None:

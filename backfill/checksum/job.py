@@ -48,6 +48,8 @@ def spec_of(job: Job) -> ChecksumSpec:
 
 class ChecksumJobType:
     name = "checksum"
+    # `reorg submit checksum` options, imported by that command alone (cli.plugin).
+    submit_options = "backfill.checksum.options:checksum"
 
     def validate(self, conn: Connection, params: dict[str, Any]) -> Target:
         a = inspect_table(conn, params.get("table", ""))

@@ -34,6 +34,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from backfill.expressions import embed
 from backfill.spark import landing
+from backfill.spark.expression_guard import check_spark_expression
 from backfill.spark.pipeline import Batch, RangePipeline, key_between, spark_column
 from backfill.tables import quote
 from framework.jobtype import SubtaskContext
@@ -95,6 +96,9 @@ class CopySpec:
         """The batch's rows as the target's columns, in order. ``target_types``:
         the target columns' Spark types to cast computed outputs to (None: keep
         Spark's own types, the target was created from them)."""
+        for c in self.columns:
+            if not c.source:  # again on the worker: a job row need not come from submit
+                check_spark_expression(df.sparkSession, c.expr, "--select")
         exprs = [f"`{TEXT_PREFIX}{i}` AS `{c.name}`" if c.source else c.expr
                  for i, c in enumerate(self.columns)]
         out = df.selectExpr(*exprs)

@@ -60,6 +60,8 @@ def spec_of(job: Job) -> CopySpec:
 
 class CopyJobType:
     name = "copy"
+    # `reorg submit copy` options, imported by that command alone (cli.plugin).
+    submit_options = "backfill.copy.options:copy"
 
     def validate(self, conn: Connection, params: dict[str, Any]) -> Target:
         return submit.validate(conn, params)  # what PostgreSQL answers: backfill.copy.submit
@@ -106,6 +108,11 @@ class CopyJobType:
         copied keys are deleted range by range."""
         spec = spec_of(job)
         return not spec.created and relation_exists(conn, spec.keys)
+
+    def restores_into(self, job: Job) -> str:
+        """The revert deletes copied rows from the target, never touches the
+        source: a dropped source still leaves them to delete."""
+        return spec_of(job).target
 
     def revert_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
         spec = spec_of(ctx.job)

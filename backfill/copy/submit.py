@@ -12,6 +12,7 @@ from sqlalchemy.engine import Connection
 
 from backfill.copy.batches import CopySpec, OutputColumn, pg_type_of
 from backfill.expressions import embed, optional_expression
+from backfill.spark.expression_guard import check_spark_expression
 from backfill.spark.failures import first_line
 from backfill.spark.sizing import ROWS_PER_SUBTASK
 from backfill.spark.validation import DRY_RUN_ROWS, dry_run, start_spark_first
@@ -23,7 +24,9 @@ from backfill.tables import (
     quote,
     relation_exists,
 )
+from framework import privileges
 from framework.jobtype import InvalidParams, Job, Target
+from framework.privileges import run_as
 
 
 def validate(conn: Connection, params: dict[str, Any]) -> Target:
@@ -51,11 +54,29 @@ def validate(conn: Connection, params: dict[str, Any]) -> Target:
                             "another table")
     if dst is not None:
         _check_no_overlap(conn, src, dst, where)
+    _check_submitter_may(conn, src, dst, target_sql if dst is None else None)
     normalised = {k: v for k, v in params.items() if v is not None}
     normalised |= {"select": selects, "where": where, "create_target": create,
                    "key": src.key, "target_table": target_sql, "target": target_display}
     normalised.setdefault("rows_per_subtask", ROWS_PER_SUBTASK)
     return Target(src.qualified, src.key_sql, normalised)
+
+
+def _check_submitter_may(conn: Connection, src: TableInfo, dst: TableInfo | None,
+                         new_table: str | None) -> None:
+    """The job may do no more than its submitter (framework.privileges): its
+    reads run as the submitter, its writes are the ones checked here."""
+    privileges.check_table_privileges(conn, src.qualified, src.display, ("SELECT",))
+    if dst is not None:
+        privileges.check_table_privileges(conn, dst.qualified, dst.display, ("INSERT",))
+    elif new_table is not None:
+        schema = new_table.rsplit(".", 1)[0]
+        may = conn.execute(text("SELECT has_schema_privilege(CAST(:s AS regnamespace), 'CREATE')"),
+                           {"s": schema}).scalar()
+        if not may:
+            raise InvalidParams(
+                f"--create-target creates a table in schema {schema}, where your role may not "
+                f"create tables; GRANT CREATE ON SCHEMA {schema} to it, or pick another schema")
 
 
 def analyse(conn: Connection, job: Job) -> dict[str, Any]:
@@ -68,7 +89,7 @@ def analyse(conn: Connection, job: Job) -> dict[str, Any]:
     from backfill.spark.quiet import quiet_analysis_errors
 
     with quiet_analysis_errors():
-        columns = _check_with_spark(conn, src, dst, p["select"], p.get("where"))
+        columns = _check_with_spark(conn, src, dst, p["select"], p.get("where"), run_as(job))
     if dst is not None:
         _check_target_columns(conn, dst, columns)
     return {**p, "columns": [c.to_param() for c in columns]}
@@ -92,7 +113,7 @@ def _existing_target(conn: Connection, src: TableInfo, name: str) -> TableInfo:
 
 
 def _check_with_spark(conn: Connection, src: TableInfo, dst: TableInfo | None,
-                      selects: list[str], where: str | None) -> list[OutputColumn]:
+                      selects: list[str], where: str | None, role: str | None) -> list[OutputColumn]:
     """Analyse each select on an empty DataFrame of SRC's schema, check it
     against the target, then dry-run all of them on a few rows and land
     those in a temporary stage inside a savepoint that is rolled back."""
@@ -102,7 +123,7 @@ def _check_with_spark(conn: Connection, src: TableInfo, dst: TableInfo | None,
     from backfill.spark.session import get_validation_spark
 
     spark = get_validation_spark()
-    jdbc = jdbc_target(conn.engine.url)
+    jdbc = jdbc_target(conn.engine.url, role)  # the sample is read as the submitter
     empty = schema_probe(spark, jdbc, f"SELECT * FROM {src.qualified}")
     dst_types: dict[str, Any] = {}
     if dst is not None:
@@ -178,6 +199,7 @@ def _output_column(expr: str, name: str, dtype: Any, source: str | None, src: Ta
 def _analyse(empty: Any, expr: str, display: str) -> tuple[str, Any, str | None]:
     """One select on the empty source DataFrame: its output name, Spark type,
     and the source column it copies verbatim (None when it computes)."""
+    check_spark_expression(empty.sparkSession, expr, "--select")
     try:
         out = empty.selectExpr(expr)
         fields = out.schema.fields

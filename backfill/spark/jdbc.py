@@ -10,6 +10,7 @@ from sqlalchemy.engine import make_url
 
 from backfill.expressions import embed
 from backfill.spark.session import DRIVER_CLASS
+from framework.privileges import quote_role
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -25,30 +26,48 @@ _PASS_THROUGH = {"sslmode", "sslrootcert", "sslcert", "sslkey", "options", "appl
                  "connect_timeout"}
 
 
+SPARK_APPLICATION_NAME = "reorg-spark"
+
+
 class JdbcUrlError(ValueError):
     pass
 
 
 @dataclass(frozen=True)
 class JdbcTarget:
-    url: str
-    properties: dict[str, str] = field(default_factory=dict)
+    url: str  # never holds credentials: they are properties
+    # Holds the password: never in a repr, so never in a log line or error.
+    properties: dict[str, str] = field(default_factory=dict, repr=False)
+
+    # The role a job's reads run as: its submitter (framework.privileges), so
+    # a --where, or a read of a table, has the submitter's privileges only.
+    role: str | None = None
+
+    def __repr__(self) -> str:
+        shown = {k: ("***" if k == "password" else v) for k, v in self.properties.items()}
+        return f"JdbcTarget(url={self.url!r}, properties={shown!r}, role={self.role!r})"
+
+    def session_props(self) -> dict[str, str]:
+        """Every JDBC session starts as the job's role; jit off because a
+        batch query is cheap and JIT compiling it would cost more than running it."""
+        init = "SET jit = off"
+        if self.role:
+            init += f"; SET ROLE {quote_role(self.role)}"
+        return {**self.properties, "sessionInitStatement": init}
 
     def read_props(self, fetch_rows: int = 10_000) -> dict[str, str]:
-        # Large fetches cut round trips; jit off because a batch query is cheap
-        # and JIT compiling it would cost more than running it; a server-side
-        # prepared statement from the first execution gets binary results,
-        # ~10% less CPU to decode than text.
-        return {**self.properties, "fetchsize": str(fetch_rows),
-                "sessionInitStatement": "SET jit = off", "prepareThreshold": "-1"}
+        # Large fetches cut round trips; a server-side prepared statement from
+        # the first execution gets binary results, ~10% less CPU to decode than text.
+        return {**self.session_props(), "fetchsize": str(fetch_rows), "prepareThreshold": "-1"}
 
     def write_props(self, batch_rows: int = 10_000) -> dict[str, str]:
         return {**self.properties, "batchsize": str(batch_rows), "reWriteBatchedInserts": "true"}
 
 
-def jdbc_target(url: Any) -> JdbcTarget:
+def jdbc_target(url: Any, role: str | None = None) -> JdbcTarget:
     """``postgresql[+driver]://user:pw@host:port/db?sslmode=..`` (a string or a
-    SQLAlchemy URL) as a JDBC URL plus connection properties."""
+    SQLAlchemy URL) as a JDBC URL plus connection properties; its sessions
+    run as ``role`` when given (a job's submitter)."""
     parsed = make_url(url) if isinstance(url, str) else url
     if not parsed.drivername.startswith("postgres"):
         raise JdbcUrlError(f"not a PostgreSQL URL: {parsed.drivername}://...; use postgresql://")
@@ -58,7 +77,9 @@ def jdbc_target(url: Any) -> JdbcTarget:
         raise JdbcUrlError(
             f"JDBC cannot use the unix socket {host}; give the database URL a TCP host, "
             "e.g. postgresql://user@127.0.0.1:5432/db")
-    props = {"driver": DRIVER_CLASS}
+    # Named like reorg's own sessions (framework.db: reorg-worker, ...), so
+    # the --max-active-sessions load signal leaves a job's own reads out.
+    props = {"driver": DRIVER_CLASS, "ApplicationName": SPARK_APPLICATION_NAME}
     if parsed.username:
         props["user"] = parsed.username
     if parsed.password:
@@ -69,7 +90,7 @@ def jdbc_target(url: Any) -> JdbcTarget:
             if key == "application_name":
                 props["ApplicationName"] = props.pop(key)
     jdbc = f"jdbc:postgresql://{host}:{parsed.port or 5432}/{parsed.database or ''}"
-    return JdbcTarget(jdbc, props)
+    return JdbcTarget(jdbc, props, role)
 
 
 def read_query(table: str, where: str | None, extra: str | None = None,
@@ -105,4 +126,4 @@ def schema_probe(spark: SparkSession, target: JdbcTarget, select_sql: str) -> Da
     """An empty DataFrame with the Spark types of ``select_sql``'s columns (one
     catalogue round trip, no rows read)."""
     return spark.read.jdbc(target.url, f"({select_sql} LIMIT 0) reorg_probe",
-                           properties=target.properties)
+                           properties=target.session_props())

@@ -37,6 +37,7 @@ from backfill.spark.jdbc import JdbcTarget, jdbc_target
 from backfill.spark.sizing import BatchSizer
 from framework import faults
 from framework.jobtype import LeaseLost, RetryableError, Stopped, SubtaskContext
+from framework.privileges import run_as
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -103,7 +104,8 @@ class RangePipeline(ABC):
         self.key = key  # quoted key column
         self.key_name = key_name  # unquoted key column
         self.stats: list[BatchStat] = []
-        self.jdbc: JdbcTarget = jdbc_target(engine.url)
+        # Spark reads as the job's submitter, never as the worker (security.md).
+        self.jdbc: JdbcTarget = jdbc_target(engine.url, run_as(ctx.job))
         self.group = f"reorg-{ctx.job.id}-{ctx.subtask_id}-{ctx.epoch}"
         # The job's batch_rows -> the size the sizer settled on, shared by the
         # job's subtasks in this process (None: each subtask learns alone).

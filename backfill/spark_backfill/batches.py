@@ -31,6 +31,7 @@ from backfill.spark_backfill.merge import MergeSql
 from backfill.spark_backfill.transform import Transform
 from framework import faults
 from framework.jobtype import RetryableError, SubtaskContext
+from framework.privileges import run_as
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -64,15 +65,15 @@ class _JobCache:
             return getattr(self, name)
 
 
-_jobs: dict[tuple[int, str], _JobCache] = {}
+_jobs: dict[tuple[int, str, str | None], _JobCache] = {}
 _jobs_lock = threading.Lock()
 _MAX_JOBS = 32
 on_session_stop(_jobs.clear)
 
 
-def _job_cache(job_id: int, url: str) -> _JobCache:
+def _job_cache(job_id: int, url: str, role: str | None) -> _JobCache:
     with _jobs_lock:
-        key = (job_id, url)
+        key = (job_id, url, role)  # the role: a DataFrame reads as the role it was made for
         if key not in _jobs:
             if len(_jobs) >= _MAX_JOBS:
                 _jobs.pop(next(iter(_jobs)))
@@ -144,7 +145,7 @@ class SubtaskRunner(RangePipeline):
 
     def __init__(self, ctx: SubtaskContext, engine: Engine, spec: BackfillSpec) -> None:
         self.spec = spec
-        self.cache = _job_cache(spec.job_id, jdbc_target(engine.url).url)
+        self.cache = _job_cache(spec.job_id, jdbc_target(engine.url).url, run_as(ctx.job))
         super().__init__(ctx, engine, table=spec.table, key=spec.key, key_name=spec.key_name,
                          target_seconds=spec.target_seconds, learned=self.cache.batch_rows)
 

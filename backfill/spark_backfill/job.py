@@ -25,6 +25,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from backfill.expressions import optional_expression
 from backfill.restore import restore_in_batches
+from backfill.spark.expression_guard import check_spark_expression
 from backfill.spark.failures import first_line
 from backfill.spark.sizing import ROWS_PER_SUBTASK
 from backfill.spark.validation import DRY_RUN_ROWS, dry_run, start_spark_first
@@ -40,8 +41,9 @@ from backfill.tables import (
     set_ddl_lock_timeout,
     target_column,
 )
-from framework import jobtype
+from framework import jobtype, privileges
 from framework.jobtype import InvalidParams, Job, SubtaskContext, Target
+from framework.privileges import as_role, run_as
 
 
 def merge_sql(job: Job) -> MergeSql:
@@ -65,6 +67,8 @@ def spec_of(job: Job) -> Any:
 
 class BackfillJobType:
     name = "backfill"
+    # `reorg submit backfill` options, imported by that command alone (cli.plugin).
+    submit_options = "backfill.spark_backfill.options:backfill"
 
     # --- submit -------------------------------------------------------------
 
@@ -74,6 +78,12 @@ class BackfillJobType:
         column, expr = parse_assignment(params.get("set", ""))
         udf = (params.get("udf") or "").strip() or None
         column_type = target_column(conn, table, column, params.get("add_column"))
+        # The job may do no more than its submitter (framework.privileges): its
+        # reads run as the submitter, and its merge is the UPDATE checked here.
+        privileges.check_table_privileges(conn, table.qualified, table.display,
+                                          ("SELECT", "UPDATE"))
+        if params.get("add_column"):
+            privileges.check_owns_table(conn, table.qualified, table.display, "--add-column")
         where = optional_expression(params.get("where"), "--where")
         if where:
             check_where(conn, table, where)
@@ -103,7 +113,8 @@ class BackfillJobType:
         # JVM a failed dry-run task (a stack trace); the one line is ours.
         with quiet_analysis_errors():
             self._check_with_spark(conn, table, p["column"], p["expr"], p["column_type"],
-                                   p.get("where"), p.get("udf"), adding=not p["overwrite"])
+                                   p.get("where"), p.get("udf"), adding=not p["overwrite"],
+                                   role=run_as(job))
         return p
 
     def warm_up(self, job: Job | None) -> None:
@@ -112,7 +123,7 @@ class BackfillJobType:
     @staticmethod
     def _check_with_spark(conn: Connection, table: TableInfo, column: str, expr: str,
                           column_type: str, where: str | None, udf: str | None,
-                          *, adding: bool) -> None:
+                          *, adding: bool, role: str | None) -> None:
         """Analyse EXPR on the table's schema (no rows read for it), check its
         type against the column, then dry-run it on a few rows and land them in
         a temporary table inside a savepoint that is rolled back."""
@@ -122,7 +133,7 @@ class BackfillJobType:
         from backfill.spark_backfill.transform import Transform
 
         spark = get_validation_spark()
-        jdbc = jdbc_target(conn.engine.url)
+        jdbc = jdbc_target(conn.engine.url, role)  # the sample is read as the submitter
         sample = spark.read.jdbc(jdbc.url, read_query(table.qualified, where, limit=DRY_RUN_ROWS),
                                  properties=jdbc.read_props())
         # The expression is analysed on the sample's schema (the table's
@@ -143,6 +154,7 @@ class BackfillJobType:
                 f"column {column} is {column_type}, which backfill cannot write yet; "
                 "use sql-update for array, binary and composite columns")
         transform = Transform(column, expr, udf)
+        check_spark_expression(spark, expr, "--set")
         try:
             transform.register(spark, target)
             result = sample.selectExpr(expr).schema[0].dataType
@@ -194,8 +206,9 @@ class BackfillJobType:
                 f"column {column} already exists in {job.target_table}: it was added after "
                 "the job was submitted, so the job neither writes nor drops it; submit again "
                 "without --add-column to overwrite it (its old values are kept for rollback)")
-        conn.execute(text(f"ALTER TABLE {job.target_table} ADD COLUMN {quote(column)} "
-                          f"{job.params['column_type']}"))
+        with as_role(conn, run_as(job)):  # DDL with the submitter's privileges
+            conn.execute(text(f"ALTER TABLE {job.target_table} ADD COLUMN {quote(column)} "
+                              f"{job.params['column_type']}"))
 
     def run_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
         from backfill.spark_backfill.batches import run_subtask
@@ -224,8 +237,9 @@ class BackfillJobType:
         p = job.params
         set_ddl_lock_timeout(conn)
         if not p["overwrite"]:
-            conn.execute(text(
-                f"ALTER TABLE {job.target_table} DROP COLUMN IF EXISTS {quote(p['column'])}"))
+            with as_role(conn, run_as(job)):  # as its ADD COLUMN was
+                conn.execute(text(f"ALTER TABLE IF EXISTS {job.target_table} "
+                                  f"DROP COLUMN IF EXISTS {quote(p['column'])}"))
             return
         for stmt in merge_sql(job).drop_images():
             conn.execute(text(stmt))

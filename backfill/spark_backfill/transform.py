@@ -13,6 +13,7 @@ column from the read unless the expression uses it.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import sysconfig
 import threading
@@ -22,6 +23,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from backfill.spark.expression_guard import check_spark_expression
 from backfill.spark.jdbc import VERSION_COLUMN
 from backfill.spark.pipeline import spark_column
 from backfill.spark.session import on_session_stop
@@ -39,11 +41,41 @@ class UdfError(ValueError):
     pass
 
 
+# Modules whose functions reach the process, its files, the network or other
+# code: never a UDF a submitter may name (the function runs as the worker's OS
+# user, with the worker's environment and database URL). A floor only:
+# REORG_UDF_MODULES, set on every worker, lists the modules allowed instead.
+_NEVER_UDF_MODULES = frozenset({
+    "builtins", "os", "posix", "nt", "sys", "subprocess", "shutil", "socket", "ssl", "io",
+    "codecs", "pathlib", "glob", "fileinput", "tempfile", "importlib", "pkgutil", "runpy",
+    "ctypes", "pty", "signal", "resource", "multiprocessing", "threading", "pickle", "marshal",
+    "shelve", "dbm", "sqlite3", "code", "codeop", "pdb", "webbrowser", "urllib", "http",
+    "ftplib", "smtplib", "asyncio", "selectors", "mmap", "gc", "inspect", "platform",
+    "psycopg", "sqlalchemy", "pyspark", "py4j", "framework", "backfill", "cli",
+})
+
+
+def udf_module_allowed(module_name: str, allowed: str | None = None) -> bool:
+    """Whether a submitter may name a function of ``module_name`` as a UDF:
+    only the modules (and their submodules) in ``REORG_UDF_MODULES`` when it
+    is set (comma-separated), else any but the ones that reach the process."""
+    listed = os.environ.get("REORG_UDF_MODULES") if allowed is None else allowed
+    if listed is not None and listed.strip():
+        names = {m.strip() for m in listed.split(",") if m.strip()}
+        return any(module_name == m or module_name.startswith(m + ".") for m in names)
+    return module_name.split(".")[0].lstrip("_") not in _NEVER_UDF_MODULES
+
+
 def load_udf(spec: str) -> tuple[str, Callable[..., Any]]:
     """``module:function`` -> (function name, function); a one-line error otherwise."""
     module_name, sep, func_name = (spec or "").partition(":")
     if not sep or not module_name or not func_name.isidentifier():
         raise UdfError(f"--udf {spec!r} is not MODULE:FUNCTION, e.g. --udf mylib.clean:normalise")
+    if not udf_module_allowed(module_name):
+        raise UdfError(
+            f"--udf {spec!r}: module {module_name} is not allowed for UDFs (its functions "
+            "reach the worker's process, files or network); name a function of your own "
+            "module, allowed on the workers through REORG_UDF_MODULES")
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:
@@ -51,6 +83,11 @@ def load_udf(spec: str) -> tuple[str, Callable[..., Any]]:
     func = getattr(module, func_name, None)
     if not callable(func):
         raise UdfError(f"--udf: {module_name} has no function {func_name}")
+    defined_in = getattr(func, "__module__", None) or module_name
+    if not udf_module_allowed(defined_in):  # re-exported, e.g. mylib:system from os
+        raise UdfError(
+            f"--udf {spec!r}: the function comes from module {defined_in}, which is not "
+            "allowed for UDFs; name a function of your own module")
     return func_name, func
 
 
@@ -93,5 +130,7 @@ class Transform:
         """The batch rows as (k, ver, new); ``new`` cast to the target's Spark type."""
         from pyspark.sql import functions as F
 
+        # Again on the worker: a job row need not come from submit.
+        check_spark_expression(df.sparkSession, self.expr, "--set")
         return df.select(spark_column(key).alias("k"), F.col(VERSION_COLUMN).alias("ver"),
                          F.expr(self.expr).cast(target_type).alias("new"))

@@ -10,7 +10,7 @@ existing column keeps before-images in the same statement, without row locks
 (``statements.UpdateSql.update``); a column the job adds needs none.
 
 Submit EXPLAINs (never runs) that very statement, built by the same function
-(``backfill.sql_update.statements``), against a temporary clone of the table: the
+(``backfill.ranged_update``), against a temporary clone of the table: the
 column may not exist yet, and a clone needs only ACCESS SHARE on the user's
 table, so a submit never queues a stronger lock on a production table.
 
@@ -30,11 +30,9 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
 from backfill.expressions import one_expression, optional_expression
+from backfill.ranged_update import UpdateSql, alias_of, check_update_statement, next_batch
 from backfill.restore import restore_in_batches
-from backfill.sql_update.statements import UpdateSql, alias_of
 from backfill.tables import (
-    TableInfo,
-    explain_or_fail,
     inspect_table,
     parse_assignment,
     quote,
@@ -42,17 +40,15 @@ from backfill.tables import (
     set_ddl_lock_timeout,
     target_column,
 )
-from framework import jobtype
+from framework import jobtype, privileges
 from framework.jobtype import Job, SubtaskContext, Target
-
-# Submit's stand-ins for the table and the job's work tables (temporary,
-# dropped with the validation savepoint).
-_CLONE, _CLONE_IMAGES, _CLONE_BATCHES = (
-    "pg_temp.reorg_check_target", "pg_temp.reorg_check_images", "pg_temp.reorg_check_batches")
+from framework.privileges import as_role, run_as
 
 
 class SqlUpdate:
     name = "sql-update"
+    # `reorg submit sql-update` options, imported by that command alone (cli.plugin).
+    submit_options = "backfill.sql_update.options:sql_update"
 
     def validate(self, conn: Connection, params: dict[str, Any]) -> Target:
         table = inspect_table(conn, params.get("table", ""))
@@ -61,7 +57,13 @@ class SqlUpdate:
         where = optional_expression(params.get("where"), "--where")
         add = params.get("add_column")
         type_ = target_column(conn, table, column, add)
-        _check_statement(conn, table, column, expr, where, type_, adding=bool(add))
+        # Batches run as the submitter (framework.privileges): say now what
+        # they would be refused.
+        privileges.check_table_privileges(conn, table.qualified, table.display,
+                                          ("SELECT", "UPDATE"))
+        if add:
+            privileges.check_owns_table(conn, table.qualified, table.display, "--add-column")
+        check_update_statement(conn, table, column, expr, where, type_, adding=bool(add))
         return Target(table.qualified, table.key_sql, {
             **params, "column": column, "expr": expr, "where": where, "column_type": type_,
             "overwrite": not add,
@@ -71,12 +73,16 @@ class SqlUpdate:
         p = job.params
         set_ddl_lock_timeout(conn)
         if p["overwrite"]:
-            for stmt in update_sql(job).create_images(p["column_type"]):
+            sql = update_sql(job)
+            for stmt in sql.create_images(p["column_type"]):
                 conn.execute(text(stmt))
+            # The batch's one statement keeps the images, as the submitter.
+            privileges.grant_to_submitter(conn, job, "INSERT", sql.kept.images)
         else:
-            conn.execute(text(
-                f"ALTER TABLE {job.target_table} ADD COLUMN {quote(p['column'])} "
-                f"{p['column_type']}"))
+            with as_role(conn, run_as(job)):
+                conn.execute(text(
+                    f"ALTER TABLE {job.target_table} ADD COLUMN {quote(p['column'])} "
+                    f"{p['column_type']}"))
 
     def run_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
         while ctx.curr_key < ctx.end_key:
@@ -95,13 +101,15 @@ class SqlUpdate:
         # A hard stop (lease lost, cancel) cancels the running statement,
         # so the open batch rolls back at once.
         with ctx.cancel_on_stop(conn):
-            upper, scanned = _next_batch(conn, ctx.job, curr, ctx.end_key)
+            upper, scanned = next_batch(conn, ctx.job, curr, ctx.end_key)
             bounds = {"lo": curr, "hi": upper}
-            result = conn.execute(text(sql.update()), bounds)
-            if sql.images is not None:
-                seen, written = result.one()
-                if written < seen:  # rows changed under the batch
-                    conn.execute(text(sql.update_locked()), bounds)
+            # The user's --set and --where, with the submitter's privileges only.
+            with as_role(conn, run_as(ctx.job)):
+                result = conn.execute(text(sql.update()), bounds)
+                if sql.images is not None:
+                    seen, written = result.one()
+                    if written < seen:  # rows changed under the batch
+                        conn.execute(text(sql.update_locked()), bounds)
             if sql.batches:
                 conn.execute(text(sql.record_batch()), {**bounds, "subtask": ctx.subtask_id})
             ctx.checkpoint(conn, upper, scanned)
@@ -136,8 +144,9 @@ class SqlUpdate:
         p = job.params
         set_ddl_lock_timeout(conn)
         if not p["overwrite"]:
-            conn.execute(text(
-                f"ALTER TABLE {job.target_table} DROP COLUMN IF EXISTS {quote(p['column'])}"))
+            with as_role(conn, run_as(job)):  # as its ADD COLUMN was
+                conn.execute(text(f"ALTER TABLE IF EXISTS {job.target_table} "
+                                  f"DROP COLUMN IF EXISTS {quote(p['column'])}"))
             return
         for stmt in update_sql(job).drop_images():
             conn.execute(text(stmt))
@@ -166,52 +175,6 @@ def update_sql(job: Job) -> UpdateSql:
         batches = f"{work}.{quote(f'sql_update_{job.id}_batches')}"
     return UpdateSql(job.target_table, alias_of(job.target_table), job.key_column, p["column"],
                      p["expr"], p["where"], images, batches)
-
-
-def _check_statement(conn: Connection, table: TableInfo, column: str, expr: str,
-                     where: str | None, type_: str, *, adding: bool) -> None:
-    """EXPLAIN the batch's statement on a clone of the table (LIKE takes ACCESS
-    SHARE only), with the column added when the job will add it. The predicate
-    first, with the column set to itself, so an error names the right option."""
-    like = "INCLUDING DEFAULTS INCLUDING GENERATED INCLUDING IDENTITY"
-    probe = UpdateSql(_CLONE, alias_of(table.qualified), table.key_sql, column, expr, where,
-                      None if adding else _CLONE_IMAGES, None if adding else _CLONE_BATCHES)
-    with conn.begin_nested() as savepoint:
-        conn.execute(text(f"CREATE TEMP TABLE {_CLONE} (LIKE {table.qualified} {like}) "
-                          "ON COMMIT DROP"))
-        if adding:
-            conn.execute(text(f"ALTER TABLE {_CLONE} ADD COLUMN {quote(column)} {type_}"))
-        else:
-            for stmt in probe.create_images(type_, temporary=True):
-                conn.execute(text(stmt))
-        if where:
-            _explain(conn, UpdateSql(**{**probe.__dict__, "expr": quote(column)}), "--where",
-                     where, table.display)
-        _explain(conn, probe, "--set", f"{column}={expr}", table.display)
-        savepoint.rollback()
-
-
-def _explain(conn: Connection, sql: UpdateSql, option: str, shown: str, display: str) -> None:
-    statements = [sql.update()] if sql.images is None else [sql.update(), sql.update_locked()]
-    for statement in statements:
-        explain_or_fail(conn, statement, {"lo": 0, "hi": 1},
-                        f"{option} {shown!r} does not work on {display}")
-
-
-def _next_batch(conn: Connection, job: Job, curr: int, end: int) -> tuple[int, int]:
-    """The batch's exclusive upper key and how many rows it spans: at most
-    ``batch_rows`` rows in key order, so gappy keys still give even batches."""
-    last, count = conn.execute(
-        text(f"""
-            SELECT max(k), count(*) FROM (
-                SELECT {job.key_column} AS k FROM {job.target_table}
-                WHERE {job.key_column} >= :curr AND {job.key_column} < :end
-                ORDER BY {job.key_column} LIMIT :n) batch"""),
-        {"curr": curr, "end": end, "n": job.batch_rows},
-    ).one()
-    if count < job.batch_rows or last is None:
-        return end, count
-    return last + 1, count
 
 
 def register() -> None:

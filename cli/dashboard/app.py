@@ -24,6 +24,7 @@ from starlette.templating import Jinja2Templates
 
 from cli.dashboard import actions, reads
 from cli.output import count, duration, rate, table_name
+from cli.progress import step_label
 from framework.db import Database, DatabaseUnreachable
 from framework.errors import one_line
 from framework.jobtype import InvalidParams
@@ -38,7 +39,7 @@ def create_app(db: Database, *, token: actions.Token, database_label: str) -> St
     the page; it must hold no credentials (``framework.db.describe_url``)."""
     templates = Jinja2Templates(directory=HERE / "templates")
     templates.env.filters.update(count=count, rate=rate, duration=duration,
-                                 table_name=table_name, one_line=one_line)
+                                 table_name=table_name, one_line=one_line, step_label=step_label)
 
     def render(request: Request, name: str, status_code: int = 200, **context: Any) -> Response:
         return templates.TemplateResponse(request, name, {

@@ -68,7 +68,15 @@ def move_finished(
                 SELECT {SUBTASK_COLUMNS} FROM moved),
             forward AS (SELECT * FROM moved WHERE step <> {STEP_REVERT}),
             counted AS (
-                UPDATE {{s}}.jobs SET
+                UPDATE {{s}}.jobs j SET
+                    -- The job's current step has counters of its own (its
+                    -- percent in status); subtasks of an earlier step moved
+                    -- after the job left it count only into the job's.
+                    step_moved_succeeded = step_moved_succeeded
+                        + (SELECT count(*) FROM forward
+                           WHERE state = 'succeeded' AND step = j.step),
+                    step_moved_rows = step_moved_rows
+                        + (SELECT coalesce(sum(row_count), 0) FROM forward WHERE step = j.step),
                     moved_succeeded = moved_succeeded
                         + (SELECT count(*) FROM forward WHERE state = 'succeeded'),
                     moved_failed = moved_failed
@@ -97,12 +105,14 @@ def delete_older_than(
     return conn.execute(
         db.sql(f"""
             DELETE FROM {{s}}.background_subtask_history
-            WHERE id IN (SELECT h.id FROM {{s}}.background_subtask_history h
+            -- = ANY(ARRAY(...)): the ids as one value, probed through the primary
+            -- key; ``IN (subquery)`` is planned as a semi-join over the whole table.
+            WHERE id = ANY(ARRAY(SELECT h.id FROM {{s}}.background_subtask_history h
                          WHERE h.moved_at < clock_timestamp() - make_interval(secs => :secs)
                            AND NOT EXISTS (
                                SELECT 1 FROM {{s}}.jobs j
                                WHERE j.id = h.job_id AND j.state NOT IN ({_TERMINAL_SQL}))
-                         ORDER BY h.moved_at LIMIT :limit)
+                         ORDER BY h.moved_at LIMIT :limit))
               AND {FENCE}"""),
         {"secs": days * 86400, "limit": limit, **term.params()},
     ).rowcount

@@ -27,7 +27,8 @@ from framework.store.owner_lease import FENCE, OwnerTerm
 
 JOB_COLUMNS = (
     "id, type, state, step, params, target_table, key_column, batch_rows, "
-    "max_rows_per_sec, row_estimate, concurrency"
+    "max_rows_per_sec, row_estimate, concurrency, max_replica_lag, max_active_sessions, "
+    "on_failure"
 )
 _TERMINAL_SQL = ", ".join(f"'{s}'" for s in sorted(JOB_TERMINAL))
 J = JobState
@@ -57,6 +58,9 @@ def insert(
     batch_rows: int,
     max_rows_per_sec: int | None,
     actor: str,
+    max_replica_lag: float | None = None,
+    max_active_sessions: int | None = None,
+    on_failure: str = "rollback",
 ) -> tuple[int, bool]:
     """Insert a queued job; returns (job id, created). A repeated ``job_key``
     returns the job it already named instead of creating another."""
@@ -75,9 +79,11 @@ def insert(
                 db.sql("""
                     WITH job AS (
                         INSERT INTO {s}.jobs (job_key, type, params, target_table, key_column,
-                                              priority, concurrency, batch_rows, max_rows_per_sec)
+                                              priority, concurrency, batch_rows, max_rows_per_sec,
+                                              max_replica_lag, max_active_sessions, on_failure)
                         VALUES (:job_key, :type, CAST(:params AS jsonb), :target_table,
-                                :key_column, :priority, :concurrency, :batch_rows, :max_rps)
+                                :key_column, :priority, :concurrency, :batch_rows, :max_rps,
+                                :max_lag, :max_sessions, :on_failure)
                         RETURNING id),
                     event AS (
                         INSERT INTO {s}.job_events (job_id, actor, from_state, to_state, detail)
@@ -88,6 +94,8 @@ def insert(
                     "target_table": target_table, "key_column": key_column,
                     "priority": priority, "concurrency": concurrency,
                     "batch_rows": batch_rows, "max_rps": max_rows_per_sec, "actor": actor,
+                    "max_lag": max_replica_lag, "max_sessions": max_active_sessions,
+                    "on_failure": on_failure,
                 },
             ).scalar_one()
     except sa.exc.IntegrityError:
@@ -162,13 +170,57 @@ def _into(dst: JobState) -> frozenset[JobState]:
 def start(
     db: Database, conn: Connection, term: OwnerTerm, job_id: int, *, actor: str, step: int,
     row_estimate: int, run_on_node: str | None, detail: str,
+    step_names: list[str] | None = None, step_ranges: bool = True, step_subtasks: int = 0,
+    schema_state: str | None = None,
 ) -> JobState | None:
     """queued -> running, once prepared and split; ``run_on_node`` binds a small
-    job to the owner's node."""
+    job to the owner's node. ``step_names`` (the type's declared steps) and the
+    first step's figures are kept for ``reorg status``."""
     return _move(db, conn, job_id, {J.QUEUED}, J.RUNNING, actor=actor, term=term, detail=detail,
                  sets="step = :step, row_estimate = :row_estimate, run_on_node = :node, "
-                      "started_at = coalesce(j.started_at, clock_timestamp()), error = NULL",
-                 step=step, row_estimate=row_estimate, node=run_on_node)
+                      "started_at = coalesce(j.started_at, clock_timestamp()), error = NULL, "
+                      "step_names = CAST(:step_names AS text[]), step_ranges = :step_ranges, "
+                      "step_subtasks_total = :step_subtasks, step_moved_succeeded = 0, "
+                      "step_moved_rows = 0, schema_state = :schema_state",
+                 step=step, row_estimate=row_estimate, node=run_on_node,
+                 step_names=step_names, step_ranges=step_ranges, step_subtasks=step_subtasks,
+                 schema_state=schema_state)
+
+
+def advance_step(
+    db: Database, conn: Connection, term: OwnerTerm, job_id: int, *, from_step: int,
+    to_step: int, step_ranges: bool, step_subtasks: int, row_estimate: int | None,
+    schema_state: str | None, actor: str, detail: str,
+) -> bool:
+    """A running job moves from forward step ``from_step`` to ``to_step`` once
+    every subtask of ``from_step`` succeeded and the next step's subtasks are
+    inserted (in the same transaction, DESIGN 7). The state stays ``running``:
+    a compare-and-set of the step, its audit event in the same statement. The
+    step's progress counters start again; ``row_estimate`` is the new step's
+    split (kept when None: a fixed step)."""
+    moved = conn.execute(
+        db.sql(f"""
+            WITH moved AS (
+                UPDATE {{s}}.jobs j SET step = :to_step, updated_at = clock_timestamp(),
+                    step_ranges = :step_ranges, step_subtasks_total = :step_subtasks,
+                    step_moved_succeeded = 0, step_moved_rows = 0,
+                    row_estimate = coalesce(CAST(:row_estimate AS bigint), j.row_estimate),
+                    schema_state = :schema_state
+                WHERE j.id = :job_id AND j.state = 'running' AND j.step = :from_step
+                  AND {FENCE}
+                RETURNING j.id),
+            event AS (
+                INSERT INTO {{s}}.job_events (job_id, actor, from_state, to_state, detail)
+                SELECT id, :actor, 'running', 'running', :detail FROM moved)
+            SELECT count(*) FROM moved"""),
+        {"job_id": job_id, "from_step": from_step, "to_step": to_step,
+         "step_ranges": step_ranges, "step_subtasks": step_subtasks,
+         "row_estimate": row_estimate, "schema_state": schema_state, "actor": actor,
+         "detail": detail, **term.params()},
+    ).scalar_one() == 1
+    if moved:
+        notify(db, conn)  # idle workers claim the new step's subtasks at once
+    return moved
 
 
 def fail(
@@ -244,10 +296,25 @@ def discard_rejected(db: Database, conn: Connection, job_id: int) -> bool:
 
 def succeed(
     db: Database, conn: Connection, term: OwnerTerm, job_id: int, *, actor: str, step: int,
+    detail: str, schema_state: str | None = None,
+) -> JobState | None:
+    """running -> succeeded at ``step`` (the type's done step); a type that
+    reports schema states names the final one (e.g. "public")."""
+    return _move(db, conn, job_id, _into(J.SUCCEEDED), J.SUCCEEDED, actor=actor, term=term,
+                 detail=detail, step=step, schema_state=schema_state, sep=NOW_SEP,
+                 # A note of why the cut-over was retried (``note_error``) goes.
+                 sets=f"step = :step, schema_state = :schema_state, error = {_WITHOUT_NOTE}")
+
+
+def pause_on_failure(
+    db: Database, conn: Connection, term: OwnerTerm, job_id: int, *, actor: str, error: str,
     detail: str,
 ) -> JobState | None:
-    return _move(db, conn, job_id, _into(J.SUCCEEDED), J.SUCCEEDED, actor=actor, term=term,
-                 detail=detail, sets="step = :step", step=step)
+    """running -> pausing for a job submitted with ``--on-failure pause``: a
+    subtask failed for good; finished ranges stay, the error shows until
+    ``reorg retry``."""
+    return _move(db, conn, job_id, {J.RUNNING}, J.PAUSING, actor=actor, term=term,
+                 detail=detail, sets="error = :error", error=error)
 
 
 def begin_revert(
@@ -268,7 +335,9 @@ def finish_revert(
     of why the revert was being retried (``note_error``) goes: it is over. The
     job's own error (why it failed) stays."""
     return _move(db, conn, job_id, {J.REVERTING}, target, actor=actor, term=term,
-                 detail=detail, sets=f"error = {_WITHOUT_NOTE}", sep=NOW_SEP)
+                 detail=detail, sep=NOW_SEP,
+                 # Nothing of a schema change stays after its rollback.
+                 sets=f"error = {_WITHOUT_NOTE}, schema_state = NULL")
 
 
 def start_revert_step(
@@ -327,6 +396,14 @@ def request_pause(db: Database, conn: Connection, job_id: int, *, actor: str) ->
 def request_resume(db: Database, conn: Connection, job_id: int, *, actor: str) -> JobState | None:
     return _move(db, conn, job_id, _into(J.RESUMING), J.RESUMING, actor=actor, term=None,
                  detail="resume requested")
+
+
+def request_retry(db: Database, conn: Connection, job_id: int, *, actor: str,
+                  detail: str) -> JobState | None:
+    """paused -> resuming, clearing the error: ``reorg retry`` (its failed
+    subtasks re-queued in the same transaction)."""
+    return _move(db, conn, job_id, {J.PAUSED}, J.RESUMING, actor=actor, term=None,
+                 detail=detail, sets="error = NULL")
 
 
 def resume_while_pausing(
@@ -388,25 +465,36 @@ def bind_to_node(
 def alter(
     db: Database, conn: Connection, job_id: int, *, batch_rows: int | None,
     max_rows_per_sec: int | None, concurrency: int | None, actor: str,
+    max_replica_lag: float | None = None, max_active_sessions: int | None = None,
 ) -> bool:
-    """Change a live job's knobs; workers read them at their next batch. The
-    change and its audit event (the state stays, the detail names the new
+    """Change a live job's knobs; workers read them at their next batch (rate
+    and health limits at their next lease renewal). A limit of 0 removes it.
+    The change and its audit event (the state stays, the detail names the new
     values) are one statement."""
     changed = {"batch_rows": batch_rows, "max_rows_per_sec": max_rows_per_sec,
-               "concurrency": concurrency}
-    detail = "altered: " + ", ".join(f"{k}={v}" for k, v in changed.items() if v is not None)
+               "concurrency": concurrency, "max_replica_lag": max_replica_lag,
+               "max_active_sessions": max_active_sessions}
+    detail = "altered: " + ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                                     for k, v in changed.items() if v is not None)
     return conn.execute(
         db.sql(f"""
             WITH knobs AS (
                 SELECT CAST(:batch_rows AS bigint) AS batch_rows,
                        CAST(:max_rps AS bigint) AS max_rps,
-                       CAST(:concurrency AS bigint) AS concurrency),
+                       CAST(:concurrency AS bigint) AS concurrency,
+                       CAST(:max_lag AS double precision) AS max_lag,
+                       CAST(:max_sessions AS integer) AS max_sessions),
             altered AS (
                 UPDATE {{s}}.jobs j SET
                     batch_rows = coalesce(k.batch_rows, j.batch_rows),
                     max_rows_per_sec = CASE WHEN k.max_rps IS NULL THEN j.max_rows_per_sec
                                             WHEN k.max_rps = 0 THEN NULL ELSE k.max_rps END,
                     concurrency = coalesce(k.concurrency, j.concurrency),
+                    max_replica_lag = CASE WHEN k.max_lag IS NULL THEN j.max_replica_lag
+                                           WHEN k.max_lag = 0 THEN NULL ELSE k.max_lag END,
+                    max_active_sessions = CASE
+                        WHEN k.max_sessions IS NULL THEN j.max_active_sessions
+                        WHEN k.max_sessions = 0 THEN NULL ELSE k.max_sessions END,
                     updated_at = clock_timestamp()
                 FROM knobs k
                 WHERE j.id = :job_id AND j.state NOT IN ({_TERMINAL_SQL})
@@ -417,8 +505,48 @@ def alter(
                 FROM altered)
             SELECT count(*) FROM altered"""),
         {"job_id": job_id, "batch_rows": batch_rows, "max_rps": max_rows_per_sec,
-         "concurrency": concurrency, "actor": actor, "detail": detail},
+         "concurrency": concurrency, "max_lag": max_replica_lag,
+         "max_sessions": max_active_sessions, "actor": actor, "detail": detail},
     ).scalar_one() == 1
+
+
+def reserve_rate(db: Database, conn: Connection, job_id: int, rows: int,
+                 took_seconds: float) -> float | None:
+    """Book a committed batch's ``rows`` on the job's rate schedule and
+    return how many seconds its slot waits before the next batch; None when
+    the job has no ``max_rows_per_sec`` (any more).
+
+    The schedule is one timestamp on the job row, ``rate_due_at``: when the
+    rows booked so far are due at the job's limit (a virtual-scheduling
+    token bucket, by the database clock). A batch is booked from when it
+    started (``took_seconds`` ago) or from the schedule, whichever is later,
+    and its slot waits until the new due time. Every slot of every node books
+    on the same row, so n slots take turns and the job as a whole delivers
+    its limit; a job slower than its limit finds the schedule in the past
+    and waits not at all (no credit saved up for a burst). One short
+    statement per batch, only for a job with a limit."""
+    return conn.execute(
+        db.sql("""
+            UPDATE {s}.jobs SET rate_due_at =
+                greatest(rate_due_at, clock_timestamp() - make_interval(secs => :took))
+                + make_interval(secs => CAST(:rows AS float8) / max_rows_per_sec)
+            WHERE id = :job_id AND max_rows_per_sec > 0
+            RETURNING extract(epoch FROM rate_due_at - clock_timestamp())::float8"""),
+        {"job_id": job_id, "rows": rows, "took": max(took_seconds, 0.0)},
+    ).scalar()
+
+
+def note_throttled(db: Database, conn: Connection, job_id: int, reason: str | None) -> None:
+    """Record what holds the job's batches now (None: nothing), for ``reorg
+    status``; written by a waiting worker at most once per health interval."""
+    conn.execute(
+        db.sql("""UPDATE {s}.jobs SET throttled = CAST(:reason AS text),
+                      throttled_at = CASE WHEN CAST(:reason AS text) IS NULL THEN NULL
+                                          ELSE clock_timestamp() END
+                  WHERE id = :job_id AND (CAST(:reason AS text) IS NOT NULL
+                                          OR throttled IS NOT NULL)"""),
+        {"job_id": job_id, "reason": reason},
+    )
 
 
 def get(db: Database, conn: Connection, job_id: int) -> Job | None:

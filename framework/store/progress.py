@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from framework.db import Database
-from framework.jobtype import STEP_REVERT
+from framework.jobtype import FIXED_SUBTASK_UNITS, STEP_REVERT
 from framework.states import JOB_TERMINAL
 
 _TERMINAL_SQL = ", ".join(f"'{s}'" for s in sorted(JOB_TERMINAL))
@@ -65,7 +65,11 @@ def _progress(db: Database, conn: Connection, where: str,
                        p.moved_failed + l.failed AS failed,
                        p.moved_cancelled + l.cancelled AS cancelled, l.nodes,
                        p.revert_moved + l.revert_succeeded AS revert_done,
-                       l.revert_running
+                       l.revert_running,
+                       -- The current step's own figures (a type of several steps).
+                       p.step_moved_rows + l.step_rows + q.step_rows AS step_rows_done,
+                       p.step_moved_succeeded + l.step_succeeded AS step_succeeded,
+                       l.step_units_partial
                 FROM picked p
                 CROSS JOIN LATERAL (
                     SELECT coalesce(sum(row_count) FILTER (WHERE fwd), 0)::bigint AS rows_done,
@@ -77,6 +81,13 @@ def _progress(db: Database, conn: Connection, where: str,
                                AS revert_succeeded,
                            count(*) FILTER (WHERE NOT fwd AND state = 'running')
                                AS revert_running,
+                           coalesce(sum(row_count) FILTER (WHERE step = p.step), 0)::bigint
+                               AS step_rows,
+                           count(*) FILTER (WHERE step = p.step AND state = 'succeeded')
+                               AS step_succeeded,
+                           coalesce(sum(curr_key - start_key) FILTER (
+                               WHERE step = p.step AND state <> 'succeeded'), 0)::bigint
+                               AS step_units_partial,
                            coalesce(array_remove(array_agg(DISTINCT exec_id) FILTER (
                                WHERE state = 'running' AND exec_expired > clock_timestamp()),
                                NULL), ARRAY[]::text[]) AS nodes
@@ -86,17 +97,23 @@ def _progress(db: Database, conn: Connection, where: str,
                             AND state IN ('running', 'succeeded', 'failed', 'cancelled')) st
                     ) l
                 CROSS JOIN LATERAL (
-                    SELECT coalesce(sum(row_count), 0)::bigint AS rows_done
+                    SELECT coalesce(sum(row_count), 0)::bigint AS rows_done,
+                           coalesce(sum(row_count) FILTER (WHERE step = p.step), 0)::bigint
+                               AS step_rows
                     FROM {s}.background_subtask
                     WHERE job_id = p.id AND state = 'pending' AND row_count > 0
                       AND step <> """ + str(STEP_REVERT) + """) q)
             SELECT p.id, p.type, p.state, p.step, p.target_table, p.priority, p.concurrency,
                    p.batch_rows, p.max_rows_per_sec, p.row_estimate AS rows_total, p.error,
                    p.created_at, p.started_at, p.finished_at, p.job_key, p.history_done,
+                   p.max_replica_lag, p.max_active_sessions, p.on_failure, p.throttled,
+                   extract(epoch FROM clock_timestamp() - p.throttled_at) AS throttled_age,
                    c.rows_done, c.running, c.succeeded, c.failed, c.cancelled, c.nodes,
                    greatest(p.subtasks_total - c.running - c.succeeded - c.failed
                             - c.cancelled, 0) AS pending,
                    p.revert_total, c.revert_done, c.revert_running,
+                   p.step_names, p.step_ranges, p.step_subtasks_total, p.schema_state,
+                   c.step_rows_done, c.step_succeeded, c.step_units_partial,
                    extract(epoch FROM coalesce(p.finished_at, clock_timestamp())
                                       - p.started_at) AS elapsed_seconds,
                    c.rows_done - w.rows_done AS window_rows,
@@ -140,6 +157,50 @@ def with_rates(job: dict[str, Any]) -> dict[str, Any]:
     job.update(percent=round(percent, 1), rows_per_sec=round(rate, 1),
                eta_seconds=round(eta, 1) if eta is not None else None,
                elapsed_seconds=round(elapsed, 1))
+    return with_step(job)
+
+
+def with_step(job: dict[str, Any]) -> dict[str, Any]:
+    """Add the step's name, its place among the type's steps and its own
+    percent (``step_name``, ``step_count``, ``step_percent``). Of a type with
+    several steps, the job's ``percent`` becomes the share of all its steps
+    done, which never decreases from one step to the next (DESIGN 6); of a
+    type of one step it stays the rows' percent. A range step's percent is by
+    rows; a fixed step's by its subtasks' own units (FIXED_SUBTASK_UNITS each)."""
+    names = list(job.pop("step_names", None) or [])
+    step, state = job["step"], job["state"]
+    step_rows = job.pop("step_rows_done", None) or 0
+    succeeded = job.pop("step_succeeded", None) or 0
+    partial = job.pop("step_units_partial", None) or 0
+    subtasks = job.pop("step_subtasks_total", None) or 0
+    ranges = job.pop("step_ranges", True)
+    in_step = 1 <= step <= len(names)
+    job["step_name"] = names[step - 1] if in_step else None
+    job["step_count"] = len(names) or None
+    if len(names) <= 1:
+        job["step_percent"] = job["percent"] if in_step else None
+        job["step_rows_done"] = job["rows_done"]
+        return job
+    job["step_rows_done"] = step_rows
+    if state == "succeeded":
+        job["step_percent"] = job["percent"] = 100.0
+        return job
+    if not in_step:  # queued, or reverting: the forward figures as they were
+        job["step_percent"] = None
+        return job
+    if ranges:
+        total = job["rows_total"] or 0
+        fraction = min(step_rows / total, 0.999) if total else 0.0
+        # The ETA of this step's rows (later steps' work is not known yet).
+        rate = job["rows_per_sec"]
+        job["eta_seconds"] = (round(max(total - step_rows, 0) / rate, 1)
+                              if rate and state == "running" else None)
+    else:
+        job["eta_seconds"] = None
+        units = subtasks * FIXED_SUBTASK_UNITS
+        fraction = min((succeeded * FIXED_SUBTASK_UNITS + partial) / units, 0.999) if units else 0.0
+    job["step_percent"] = round(100.0 * fraction, 1)
+    job["percent"] = round(min(99.9, 100.0 * (step - 1 + fraction) / len(names)), 1)
     return job
 
 

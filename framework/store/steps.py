@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from framework.db import Database
-from framework.jobtype import STEP_REVERT
+from framework.jobtype import FIXED_SUBTASK_UNITS, STEP_REVERT
 from framework.states import SubtaskState
 from framework.store.owner_lease import FENCE, OwnerTerm
 from framework.store.subtasks import LEASE_LIVE, guard_into
@@ -26,10 +26,30 @@ S = SubtaskState
 def insert_ranges(
     db: Database, conn: Connection, term: OwnerTerm, job_id: int, step: int,
     ranges: list[tuple[int, int]], *, first_ordinal: int = 0,
-    meta: dict[str, Any] | None = None,
+    meta: dict[str, Any] | None = None, counted: bool = False,
+    metas: list[dict[str, Any]] | None = None,
 ) -> int:
     """Insert the ranges as pending subtasks, and count them into the job's
-    ``subtasks_total`` in the same statement (``reorg status`` reads it)."""
+    ``subtasks_total`` in the same statement (``reorg status`` reads it)
+    unless ``counted`` (a chunk of a step counted when it began; such a
+    chunk may carry a meta per range, ``metas``)."""
+    if counted:
+        return int(conn.execute(
+            db.sql(f"""
+                INSERT INTO {{s}}.background_subtask
+                    (job_id, step, ordinal, state, start_key, end_key, curr_key, meta)
+                SELECT :job_id, :step, :first + r.ordinal - 1, 'pending', r.lo, r.hi, r.lo,
+                       coalesce(r.meta, CAST(:meta AS jsonb))
+                FROM unnest(CAST(:los AS bigint[]), CAST(:his AS bigint[]),
+                            CAST(:metas AS jsonb[]))
+                     WITH ORDINALITY AS r(lo, hi, meta, ordinal)
+                WHERE {FENCE}"""),
+            {"job_id": job_id, "step": step, "los": [lo for lo, _ in ranges],
+             "his": [hi for _, hi in ranges], "first": first_ordinal,
+             "metas": [json.dumps(m) for m in metas] if metas is not None else [],
+             "meta": json.dumps(meta or {}), **term.params()},
+        ).rowcount)
+    assert metas is None, "a meta per range only for a counted chunk"
     return int(conn.execute(
         db.sql(f"""
             WITH inserted AS (
@@ -52,43 +72,152 @@ def insert_ranges(
     ).scalar_one())
 
 
-def insert_revert_ranges(
-    db: Database, conn: Connection, term: OwnerTerm, job_id: int, from_step: int,
+def insert_fixed(
+    db: Database, conn: Connection, term: OwnerTerm, job_id: int, step: int,
+    metas: list[dict[str, Any]],
 ) -> int:
-    """Insert one pending STEP_REVERT subtask per range of ``from_step`` that
-    made progress (succeeded, or ``curr_key`` past ``start_key``), live or
-    moved to history, covering ``[start_key, curr_key)``: exactly the keys the
-    forward step may have written. Ranges never touched need no work. Counted
-    into the job's ``revert_total`` in the same statement (``reorg status``
-    reads it; the forward ``subtasks_total`` stays as it was).
-
-    Called once the forward step is quiet (no live lease: DESIGN 2 keeps a
-    zombie from checkpointing a cancelled subtask), so ``curr_key`` is final."""
+    """Insert the subtasks of a fixed step, one per meta dict, each covering
+    ``[0, FIXED_SUBTASK_UNITS)``: units of its own progress, not keys. Counted
+    into ``subtasks_total`` like ranges."""
     return int(conn.execute(
         db.sql(f"""
-            WITH progressed AS (
-                SELECT start_key, curr_key FROM {{s}}.background_subtask
-                WHERE job_id = :job_id AND step = :from_step AND curr_key > start_key
-                UNION ALL
-                SELECT start_key, curr_key FROM {{s}}.background_subtask_history
-                WHERE job_id = :job_id AND step = :from_step AND curr_key > start_key),
-            inserted AS (
+            WITH inserted AS (
                 INSERT INTO {{s}}.background_subtask
                     (job_id, step, ordinal, state, start_key, end_key, curr_key, meta)
-                SELECT :job_id, {STEP_REVERT},
-                       row_number() OVER (ORDER BY start_key) - 1, 'pending',
-                       start_key, curr_key, start_key,
-                       jsonb_build_object('revert_of_step', :from_step)
-                FROM progressed
+                SELECT :job_id, :step, f.ordinal - 1, 'pending', 0, {FIXED_SUBTASK_UNITS}, 0,
+                       f.meta
+                FROM unnest(CAST(:metas AS jsonb[])) WITH ORDINALITY AS f(meta, ordinal)
                 WHERE {FENCE}
                 RETURNING 1),
             counted AS (
-                UPDATE {{s}}.jobs SET revert_total = revert_total
-                                                    + (SELECT count(*) FROM inserted)
+                UPDATE {{s}}.jobs SET subtasks_total = subtasks_total
+                                                      + (SELECT count(*) FROM inserted)
                 WHERE id = :job_id AND EXISTS (SELECT 1 FROM inserted))
             SELECT count(*) FROM inserted"""),
-        {"job_id": job_id, "from_step": from_step, **term.params()},
+        {"job_id": job_id, "step": step, "metas": [json.dumps(m) for m in metas],
+         **term.params()},
     ).scalar_one())
+
+
+# The job counter a step's subtasks are counted into (``reorg status`` reads
+# them): forward steps and the revert step apart (migration 0003).
+COUNTERS = {"subtasks_total", "revert_total"}
+
+
+def begin_split(
+    db: Database, conn: Connection, term: OwnerTerm, job_id: int, step: int,
+    ranges: list[tuple[int, int]], chunk: int, *, meta: dict[str, Any] | None = None,
+    metas: list[dict[str, Any]] | None = None, counter: str = "subtasks_total",
+) -> int:
+    """Insert the first ``chunk`` ranges of a step and keep the rest in
+    ``job_split_pending`` for ``insert_split_chunk``; all of them are counted
+    into the job's ``counter`` now, so status shows the step's size from its
+    start. Every range gets ``meta``, or its own of ``metas``. Returns how
+    many were inserted (0 when fenced out)."""
+    assert counter in COUNTERS
+    first = insert_ranges(db, conn, term, job_id, step, ranges[:chunk], meta=meta, counted=True,
+                          metas=metas[:chunk] if metas is not None else None)
+    if first != len(ranges[:chunk]):
+        return first
+    rest = ranges[chunk:]
+    conn.execute(
+        db.sql(f"""
+            WITH kept AS (
+                INSERT INTO {{s}}.job_split_pending
+                    (job_id, step, los, his, inserted, meta, metas)
+                SELECT :job_id, :step, CAST(:los AS bigint[]), CAST(:his AS bigint[]), :inserted,
+                       CAST(:meta AS jsonb), CAST(:metas AS jsonb[])
+                WHERE :keep AND {FENCE})
+            UPDATE {{s}}.jobs SET {counter} = {counter} + :total
+            WHERE id = :job_id AND {FENCE}"""),
+        {"job_id": job_id, "step": step, "inserted": first, "total": len(ranges),
+         "keep": bool(rest), "meta": json.dumps(meta or {}),
+         "metas": [json.dumps(m) for m in metas] if metas is not None else None,
+         # The whole plan, so ordinals and ranges come from one list (DESIGN 5).
+         "los": [lo for lo, _ in ranges], "his": [hi for _, hi in ranges], **term.params()},
+    )
+    return first
+
+
+def insert_split_chunk(
+    db: Database, conn: Connection, term: OwnerTerm, job_id: int, chunk: int,
+) -> int | None:
+    """Insert the next ``chunk`` ranges of the job's pending split, and move
+    its cursor (or drop the row, once all are in) in the same transaction.
+    Returns how many ranges are still to insert, or None when the job has no
+    pending split. The row is locked: two owners never insert one chunk twice
+    (and a deposed one's insert is fenced anyway). The slices are taken in
+    SQL: a chunk reads its part of the plan, not all of it."""
+    row = conn.execute(
+        db.sql("""
+            SELECT step, inserted, cardinality(los) AS total, meta,
+                   los[inserted + 1 : inserted + :chunk] AS los,
+                   his[inserted + 1 : inserted + :chunk] AS his,
+                   metas[inserted + 1 : inserted + :chunk] AS metas
+            FROM {s}.job_split_pending WHERE job_id = :job_id FOR UPDATE"""),
+        {"job_id": job_id, "chunk": chunk},
+    ).mappings().one_or_none()
+    if row is None:
+        return None
+    ranges = [(int(lo), int(hi)) for lo, hi in zip(row["los"], row["his"], strict=True)]
+    if insert_ranges(db, conn, term, job_id, row["step"], ranges, first_ordinal=row["inserted"],
+                     meta=row["meta"], counted=True,
+                     metas=row["metas"]) != len(ranges):
+        return len(ranges)  # fenced out: nothing inserted, the caller's term check says why
+    inserted = row["inserted"] + len(ranges)
+    if inserted >= row["total"]:
+        conn.execute(db.sql(f"DELETE FROM {{s}}.job_split_pending WHERE job_id = :job_id "
+                            f"AND {FENCE}"), {"job_id": job_id, **term.params()})
+        return 0
+    conn.execute(db.sql(f"UPDATE {{s}}.job_split_pending SET inserted = :inserted "
+                        f"WHERE job_id = :job_id AND {FENCE}"),
+                 {"job_id": job_id, "inserted": inserted, **term.params()})
+    return int(row["total"]) - inserted
+
+
+def split_pending(db: Database, conn: Connection, job_id: int) -> bool:
+    """Whether ranges of the job's split still wait to be inserted: then the
+    job must not succeed, whatever its inserted subtasks say (DESIGN 7)."""
+    return conn.execute(
+        db.sql("SELECT EXISTS (SELECT 1 FROM {s}.job_split_pending WHERE job_id = :job_id)"),
+        {"job_id": job_id},
+    ).scalar() is True
+
+
+def drop_pending_split(db: Database, conn: Connection, term: OwnerTerm, job_id: int) -> None:
+    """A job winding down inserts no more ranges: the ones never inserted had
+    no work done on them, so its revert has nothing of theirs to restore."""
+    conn.execute(
+        db.sql(f"DELETE FROM {{s}}.job_split_pending WHERE job_id = :job_id AND {FENCE}"),
+        {"job_id": job_id, **term.params()},
+    )
+
+
+def progressed_ranges(db: Database, conn: Connection, job_id: int,
+                      from_steps: list[int]) -> list[tuple[int, int, int]]:
+    """``(step, start_key, curr_key)`` of every range of the forward steps
+    ``from_steps`` that made progress (succeeded, or ``curr_key`` past
+    ``start_key``), live or moved to history, in step and key order: exactly
+    the keys the forward steps may have written, the revert step's ranges
+    (DESIGN 13). Ranges never touched need no work.
+
+    Read once the forward steps are quiet (no live lease: DESIGN 2 keeps a
+    zombie from checkpointing a cancelled subtask), so ``curr_key`` is final."""
+    if not from_steps:
+        return []
+    rows = conn.execute(
+        db.sql("""
+            SELECT step, start_key, curr_key FROM {s}.background_subtask
+            WHERE job_id = :job_id AND step = ANY(:from_steps) AND curr_key > start_key
+            UNION ALL
+            SELECT step, start_key, curr_key FROM {s}.background_subtask_history
+            WHERE job_id = :job_id AND step = ANY(:from_steps) AND curr_key > start_key
+            ORDER BY step, start_key"""),
+        {"job_id": job_id, "from_steps": from_steps},
+    ).all()
+    return [(int(step), int(lo), int(hi)) for step, lo, hi in rows]
+
+
 
 
 def revert_error(db: Database, conn: Connection, job_id: int) -> str | None:
@@ -280,4 +409,28 @@ def cancel_unleased(db: Database, conn: Connection, term: OwnerTerm, job_id: int
                    OR exec_expired <= clock_timestamp())
               AND {FENCE}"""),
         {"job_id": job_id, **term.params()},
+    ).rowcount
+
+
+def has_failed(db: Database, conn: Connection, job_id: int) -> bool:
+    """Whether the job has a failed subtask in the live table (one index probe)."""
+    return conn.execute(
+        db.sql("""SELECT (SELECT 1 FROM {s}.background_subtask
+                          WHERE job_id = :job_id AND state = 'failed' LIMIT 1) IS NOT NULL"""),
+        {"job_id": job_id},
+    ).scalar() is True
+
+
+def requeue_failed(db: Database, conn: Connection, job_id: int) -> int:
+    """``reorg retry``: the job's failed subtasks back to pending with their
+    attempts reset; each resumes from its ``curr_key`` (its committed batches
+    stay). The failed -> pending edge is a user's (``SUBTASK_USER_EDGES``)."""
+    return conn.execute(
+        db.sql(f"""
+            UPDATE {{s}}.background_subtask SET
+                state = 'pending', attempts = 0, error = NULL, exec_id = NULL,
+                exec_expired = NULL, not_before = NULL, finished_at = NULL,
+                updated_at = clock_timestamp()
+            WHERE job_id = :job_id AND {guard_into(S.PENDING, user=True)}"""),
+        {"job_id": job_id},
     ).rowcount

@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection
 
 from framework.db import Database
 from framework.jobtype import STEP_REVERT, Job
-from framework.states import SUBTASK_TRANSITIONS, SubtaskState
+from framework.states import SubtaskState, subtask_sources
 from framework.store.jobs import JOB_COLUMNS
 
 S = SubtaskState
@@ -34,10 +34,11 @@ def running_of(job_id: str) -> str:
             f"AND r.state = 'running' AND r.exec_expired > clock_timestamp())")
 
 
-def guard_into(dst: SubtaskState) -> str:
+def guard_into(dst: SubtaskState, *, user: bool = False) -> str:
     """The guard of every transition into ``dst``: the states the transition
-    map (``framework.states.SUBTASK_TRANSITIONS``) lets reach it."""
-    sources = sorted(s for s, nxt in SUBTASK_TRANSITIONS.items() if dst in nxt)
+    map (``framework.states.SUBTASK_TRANSITIONS``) lets reach it; ``user``:
+    through the edges only a user's request takes (``reorg retry``)."""
+    sources = sorted(subtask_sources(dst, user=user))
     return "state IN (" + ", ".join(f"'{s}'" for s in sources) + ")"
 
 
@@ -151,10 +152,12 @@ def renew(db: Database, conn: Connection, claims: list[Claim]) -> dict[int, dict
                 RETURNING st.id, st.job_id),
             job AS (
                 SELECT j.id, j.state, j.batch_rows, j.max_rows_per_sec, j.concurrency,
+                       j.max_replica_lag, j.max_active_sessions,
                        {running_of("j.id")} AS running
                 FROM {{s}}.jobs j WHERE j.id IN (SELECT job_id FROM renewed))
             SELECT r.id, job.state AS job_state, job.batch_rows, job.max_rows_per_sec,
-                   job.concurrency, job.running
+                   job.concurrency, job.max_replica_lag, job.max_active_sessions,
+                   job.running
             FROM renewed r JOIN job ON job.id = r.job_id"""),
         {"ids": [c.id for c in claims], "epochs": [c.epoch for c in claims],
          "exec_id": claims[0].exec_id, "ttl": db.settings.lease_seconds},

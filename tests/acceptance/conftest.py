@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from cli_support import seed_items_db
+from security_support import installation  # noqa: F401 (a fixture: docs/security.md's roles)
 
 
 @pytest.fixture

@@ -65,3 +65,28 @@ def test_framework_scale_benchmark_runs_end_to_end(fresh_db):
     for figure in ("status_ms_in_process", "status_ms_command", "owner_tick_ms_running",
                    "pickup_ms"):
         assert report[figure]["n"] > 0 and report[figure]["p50"] > 0, figure
+
+
+@pytest.mark.slow
+def test_bigtable_benchmark_runs_end_to_end_and_keeps_the_rest_of_the_doc(fresh_db, tmp_path):
+    """``python -m bench.bigtable`` on a small table (a job of ~20 s here) with
+    1-second windows: the job starts, is cancelled and leaves no row changed
+    (the benchmark itself fails otherwise), and its section lands below the
+    hand-kept marker, replacing an earlier one and keeping what else is there."""
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("# Benchmarks\n\nabove the marker\n\n" + KEPT
+                   + "\n## 100M rows\n\nan older run\n\n## Another section\n\nkept\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.bigtable", "--db", fresh_db, "--rows", "2000000",
+         "--window", "1", "--doc", str(doc)],
+        cwd=ROOT, env={**os.environ, "TMPDIR": str(tmp_path)}, capture_output=True, text=True,
+        timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = doc.read_text()
+    assert report.startswith("# Benchmarks\n\nabove the marker\n\n" + KEPT)
+    assert "an older run" not in report and "## Another section\n\nkept\n" in report
+    assert report.count("## 100M rows") == 1
+    for line in ("| `reorg submit sql-update --set c=md5(b)` → job `running` |",
+                 "| rows per range, ", "| 2-connection 10k-key chunked SQL, 1 s window |",
+                 "0 left with c set |"):
+        assert line in report

@@ -1,8 +1,8 @@
 """docker-compose.yml and the Dockerfile cannot be run here (no Docker
 engine), so these keep them honest another way: the compose file's shape and
 settings must agree with the CLI and the Dockerfile, and the Dockerfile must
-pass hadolint. (Not yet: running each service's command and healthcheck
-outside containers; compose_support.py has the pieces for it.)"""
+pass hadolint. test_compose_services.py runs each service's command and
+healthcheck outside containers."""
 
 from __future__ import annotations
 

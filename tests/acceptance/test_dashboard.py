@@ -26,6 +26,7 @@ from sqlalchemy.engine import make_url
 from support import execute, fill, job_of, make_items, scalar
 from support.processes import Workers
 
+from framework import faults
 from framework.db import Database, describe_url
 from framework.submit import submit
 
@@ -211,3 +212,23 @@ def test_a_job_of_100000_subtasks_pages_fast(db: Database, migrated_db: str) -> 
         wait_for(browser, lambda: "state=pending" in browser.current_url, 30, "the filter")
         assert texts_of(browser, "#subtasks tbody tr td:nth-child(2)")[:2] == ["50000", "50001"]
         assert set(texts_of(browser, "#subtasks tbody .state")) == {"pending"}
+
+
+def test_the_step_of_a_job_of_several_steps_shows_by_name_with_its_percent(
+        db: Database, migrated_db: str, start_node) -> None:
+    make_items(db, 1_000)
+    job = submit(db, fill("md5(b)", steps=True, rows_per_subtask=100, batch_rows=50)).job_id
+    # The fill step runs; its first verify batch holds (armed while the owner's
+    # transaction entering verify is open, so none ran before).
+    faults.arm("owner.after_next_step", "block")
+    start_node("n1", slots=1)
+    faults.wait_blocked("owner.after_next_step", 60)
+    faults.arm("worker.after_batch", "block")
+    faults.release("owner.after_next_step")
+    faults.wait_blocked("worker.after_batch", 30)
+    shown = job_of(db, job)
+    label = f"verify 2/3 ({shown['step_percent']:.1f}%) write-reorg"
+    with running_dashboard(migrated_db) as dash:
+        for page in ("/", f"/jobs/{job}"):
+            with urllib.request.urlopen(dash.base + page, timeout=10) as response:
+                assert label in response.read().decode(), page

@@ -45,6 +45,12 @@ def big_job(db):
                 (id, job_id, step, ordinal, state, start_key, end_key, curr_key)
             SELECT g, 1 + g % 100, 1, g, 'succeeded', g * 10, g * 10 + 10, g * 10 + 10
             FROM generate_series(1000001, 1100000) g"""))
+        # The rest of a big split, a chunk of which the owner inserts per tick.
+        conn.execute(db.sql("""
+            INSERT INTO {s}.job_split_pending (job_id, step, los, his, inserted, meta)
+            SELECT 42, 1, array_agg(g * 10 ORDER BY g), array_agg(g * 10 + 10 ORDER BY g),
+                   100001, '{}'
+            FROM generate_series(0, 100010) g"""))
         for table in ("jobs", "background_subtask", "background_subtask_history"):
             conn.execute(db.sql(f"ANALYZE {{s}}.{table}"))
     return db
@@ -94,6 +100,8 @@ def test_no_hot_statement_scans_the_subtask_tables(big_job):
         subtasks.checkpoint_many(db, conn, [subtasks.BatchDone(held, 20020, 5)])
         steps.step_snapshot(db, conn, JOB, 1)
         steps.fail_exhausted(db, conn, term, JOB, 5)
+        steps.insert_split_chunk(db, conn, term, JOB, 10_000)
+        steps.split_pending(db, conn, JOB)
         # The owner's tick over a reverting job (DESIGN 13).
         steps.step_snapshot(db, conn, JOB, STEP_REVERT)
         steps.retry_exhausted_reverts(db, conn, term, JOB, 5, 30.0)
@@ -102,6 +110,7 @@ def test_no_hot_statement_scans_the_subtask_tables(big_job):
         steps.succeeded_beyond(db, conn, JOB, 5_000)
         history.move_finished(db, conn, term, JOB, 1000, only_succeeded=True)
         history.jobs_awaiting_history(db, conn, 10)
+        history.delete_older_than(db, conn, term, 30, 1000)
         progress.jobs_progress(db, conn, JOB)
         progress.jobs_progress(db, conn)
         progress.record_samples(db, conn, progress.live_jobs_progress(db, conn, []))

@@ -8,8 +8,9 @@ import threading
 
 import sqlalchemy as sa
 from support import TERMINAL, fill, job_of, make_items, scalar, wait_state, wait_until
+from support.fill import FillJob
 
-from framework import control, faults
+from framework import control, faults, jobtype
 from framework.states import JobState
 from framework.store import jobs, owner_lease
 from framework.submit import SubmitRequest, submit
@@ -107,6 +108,26 @@ def test_a_table_dropped_mid_job_ends_reverted_without_stalling_the_owner(db, st
     assert "no longer exists" in (events[-1]["detail"] or "")
 
 
+def test_a_table_dropped_mid_job_still_has_its_work_tables_dropped(db, start_node):
+    """Review finding: with the table gone, the revert skipped the job type's
+    final DDL too, and an overwriting job's before-image tables stayed."""
+    make_items(db, 2_000)
+    job_id = submit(db, SubmitRequest("sql-update", {"table": "items", "set": "c = md5(b)"},
+                                      rows_per_subtask=500, batch_rows=100)).job_id
+    start_node("n1", slots=0)  # owner only: prepared (image tables made), nothing runs
+    wait_state(db, job_id, {"running"})
+    work_tables = ("SELECT count(*) FROM pg_tables WHERE schemaname = :s "
+                   "AND tablename LIKE '%' || :j || '%'")
+    assert scalar(db, work_tables, s=db.schema, j=str(job_id)) > 0
+    with db.begin() as conn:
+        conn.execute(sa.text("DROP TABLE items"))
+    control.cancel(db, job_id)
+    done = wait_state(db, job_id, TERMINAL)
+    assert done["state"] == "cancelled"
+    assert "no longer exists" in (control.events(db, job_id)[-1]["detail"] or "")
+    assert scalar(db, work_tables, s=db.schema, j=str(job_id)) == 0
+
+
 def test_rows_inserted_after_the_split_are_covered_before_the_job_succeeds(db, start_node):
     """Defect 8: ranges tiled [min, max + 1) as of the split; rows inserted past
     max kept their old value and the job said it succeeded."""
@@ -199,8 +220,7 @@ def test_succeeded_subtasks_move_to_history_while_the_job_runs_and_are_counted_o
 
     monkeypatch.setattr(owner_module, "LIVE_SUCCEEDED_KEPT", 2)
     make_items(db, 4_000)
-    job_id = submit(db, SubmitRequest("sql-update", {"table": "items", "set": "c=md5(b)"},
-                                      rows_per_subtask=100, batch_rows=50)).job_id
+    job_id = submit(db, fill("md5(b)", rows_per_subtask=100, batch_rows=50)).job_id
     owner, pool = Owner(db, "o"), WorkerPool(db, "w", 1)
     owner.tick()  # split: 40 subtasks
     for _ in range(10):
@@ -220,4 +240,40 @@ def test_succeeded_subtasks_move_to_history_while_the_job_runs_and_are_counted_o
     assert (done["succeeded"], done["pending"], done["rows_done"]) == (40, 0, 4_000)
     assert scalar(db, "SELECT count(*) FROM {s}.background_subtask_history WHERE job_id = :j",
                   j=job_id) == 40
-    assert scalar(db, "SELECT count(*) FROM items WHERE c IS DISTINCT FROM md5(b)") == 0
+    assert scalar(db, "SELECT count(*) FROM items WHERE d IS DISTINCT FROM md5(b)") == 0
+
+
+class _SlowToWarm(FillJob):
+    """``test-fill`` with an owner-side analysis behind a warm-up that takes
+    as long as the test says (Spark's first start, seconds)."""
+
+    name = "test-slow-warm-up"
+
+    def __init__(self) -> None:
+        self.go = threading.Event()
+
+    def warm_up(self, job) -> None:
+        self.go.wait(60)
+
+    def analyse(self, conn, job) -> dict:
+        return dict(job.params)
+
+
+def test_a_warm_up_on_the_owner_does_not_stall_other_jobs(db, start_node):
+    """Review finding: the owner started Spark inside its tick on the first
+    Spark job's analysis, and every other job waited those seconds."""
+    slow = _SlowToWarm()
+    jobtype.register(slow)
+    make_items(db, 1_000)
+    make_items(db, 1_000, table="other")
+    start_node("n1")
+    with db.begin() as conn:  # as a submit leaves it for the owner to analyse
+        waiting, _ = jobs.insert(
+            db, conn, type=slow.name, params=fill("md5(b)").params,
+            target_table='"public"."items"', key_column='"id"', job_key=None, priority=10,
+            concurrency=1, batch_rows=100, max_rows_per_sec=None, actor="test")
+    other = submit(db, fill("md5(b)", table="other")).job_id
+    assert wait_state(db, other, TERMINAL)["state"] == "succeeded"
+    assert job_of(db, waiting)["state"] == "queued"  # still warming up
+    slow.go.set()
+    assert wait_state(db, waiting, TERMINAL)["state"] == "succeeded"

@@ -351,6 +351,30 @@ def test_cancelled_copy_job_removes_exactly_what_it_copied(spark, db, start_node
                             {"t": f"reorg.copy_{job_id}_keys"}).scalar() is None
 
 
+def test_a_copy_whose_source_is_dropped_still_removes_what_it_copied(spark, db, start_node,
+                                                                     _registered):
+    """Review finding: the revert was skipped when the job's table (the
+    source) was gone, though a copy restores its target."""
+    make_items(db, 4_000)
+    with db.begin() as conn:
+        conn.execute(sa.text("CREATE TABLE items_copy (id bigint PRIMARY KEY, a int, b text)"))
+        conn.execute(sa.text("INSERT INTO items_copy VALUES (30000, 1, 'own')"))
+    before = table_rows(db, "items_copy")
+    job_id = submit(db, SubmitRequest(
+        "copy", {"table": "items", "target": "items_copy", "select": ["id", "a", "b"]},
+        rows_per_subtask=1_000, batch_rows=200, concurrency=1)).job_id
+    faults.arm("worker.after_batch", "block")
+    start_node("n1", slots=1)
+    faults.wait_blocked("worker.after_batch", 60)
+    assert len(table_rows(db, "items_copy")) > len(before)
+    control.cancel(db, job_id)
+    with db.begin() as conn:
+        conn.execute(sa.text("DROP TABLE items"))
+    faults.release("worker.after_batch")
+    assert wait_state(db, job_id, TERMINAL)["state"] == "cancelled"
+    assert table_rows(db, "items_copy") == before
+
+
 def test_a_target_created_by_hand_after_submit_fails_the_job_and_stays(spark, db, start_node,
                                                                        _registered):
     make_items(db, 2_000)

@@ -100,6 +100,9 @@ def test_jdbc_urls():
     assert t.properties["user"] == "u" and t.properties["password"] == "p@ss"
     assert t.properties["sslmode"] == "require" and t.properties["ApplicationName"] == "x"
     assert jdbc_target("postgresql+psycopg://u@127.0.0.1/app").url == "jdbc:postgresql://127.0.0.1:5432/app"
+    # Without one of the user's, Spark's reads are named as reorg's own sessions
+    # (left out of --max-active-sessions).
+    assert jdbc_target("postgresql://u@h/app").properties["ApplicationName"] == "reorg-spark"
     assert t.write_props()["reWriteBatchedInserts"] == "true"
     with pytest.raises(JdbcUrlError, match="unix socket"):
         jdbc_target("postgresql://u@/app?host=/var/run/postgresql")

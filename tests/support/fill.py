@@ -10,7 +10,22 @@ without a built-in job type. Params::
 
     {"table": "items", "column": "d", "type": "text", "expr": "md5(b)"}
 
-In-process tests get it registered by support.fixtures; worker processes
+``test-fill-verify`` is the worked example of a job type of several steps
+(docs/design.md, "Job-type protocol")::
+
+    fill (ranges) ─► verify (ranges) ─► index (fixed: 1 subtask) ─► cut-over
+    write-reorg      write-reorg        write-reorg                 public
+
+``fill`` as above; ``verify`` checks every range holds ``expr`` (a row that
+does not fails the job, which is rolled back); ``index`` runs CREATE INDEX
+CONCURRENTLY on the column, outside any transaction, its lease renewed by
+the pool meanwhile; the cut-over (``advance``) comments the column, under the
+owner's bounded lock_timeout. Between steps (``enter_step``) the column's
+comment names the step entered, so tests see the DDL ran in the step's
+fenced transaction. Rollback from any step clears the ranges ``fill`` made
+progress on (with ``revert_ranges``) and drops the index and the column.
+
+In-process tests get both registered by support.fixtures; worker processes
 through ``REORG_JOB_TYPES=support.fill:register`` (support.processes).
 """
 
@@ -23,19 +38,21 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
 from framework import faults, jobtype
-from framework.jobtype import InvalidParams, Job, SubtaskContext, Target
+from framework.jobtype import InvalidParams, Job, Step, SubtaskContext, Target
 from framework.submit import SubmitRequest
 
 NAME = "test-fill"
+STEPS_NAME = "test-fill-verify"
 
 
 def fill(expr: str, *, table: str = "items", column: str = "d", type: str = "text",
-         revert_ranges: bool = False, **knobs: Any) -> SubmitRequest:
-    """A submit of ``test-fill``: ``column`` (added, of ``type``) := ``expr``."""
+         revert_ranges: bool = False, steps: bool = False, **knobs: Any) -> SubmitRequest:
+    """A submit of ``test-fill`` (``steps``: of ``test-fill-verify``):
+    ``column`` (added, of ``type``) := ``expr``."""
     params = {"table": table, "column": column, "type": type, "expr": expr}
     if revert_ranges:
         params["revert_ranges"] = True
-    return SubmitRequest(NAME, params, **knobs)
+    return SubmitRequest(STEPS_NAME if steps else NAME, params, **knobs)
 
 
 def _quote(name: str) -> str:
@@ -122,9 +139,101 @@ class FillJob:
 
     def revert(self, conn: Connection, job: Job) -> None:
         conn.execute(text("SET LOCAL lock_timeout = '5s'"))
-        conn.execute(text(f"ALTER TABLE {job.target_table} "
+        conn.execute(text(f"ALTER TABLE IF EXISTS {job.target_table} "
                           f"DROP COLUMN IF EXISTS {_quote(job.params['column'])}"))
+
+
+FILL, VERIFY, INDEX = 1, 2, 3  # stored step numbers: never renumber
+
+
+class FillVerifyJob(FillJob):
+    """``test-fill-verify``: fill, verify, index, cut-over (module docstring)."""
+
+    name = STEPS_NAME
+    steps = (Step("fill", schema_state="write-reorg"),
+             Step("verify", restore=False, schema_state="write-reorg"),
+             Step("index", ranges=False, restore=False, schema_state="write-reorg"))
+    done_schema_state = "public"
+    batch_steps = (FILL,)  # quick fill subtasks share a transaction (run_batch)
+
+    def enter_step(self, conn: Connection, job: Job, step: int) -> None:
+        conn.execute(text(f"COMMENT ON COLUMN {job.target_table}.{_quote(job.params['column'])} "
+                          f"IS 'entered step {step}'"))
+
+    def fixed_subtasks(self, conn: Connection, job: Job, step: int) -> list[dict[str, Any]]:
+        return [{"index": index_name(job)}]
+
+    def run_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
+        if ctx.job.step == FILL:
+            super().run_subtask(ctx, engine)
+        elif ctx.job.step == VERIFY:
+            self._verify(ctx, engine)
+        elif ctx.job.step == INDEX:
+            self._build_index(ctx, engine)
+        else:
+            raise ValueError(f"{STEPS_NAME} has no step {ctx.job.step}")
+
+    @staticmethod
+    def _verify(ctx: SubtaskContext, engine: Engine) -> None:
+        """Check ``batch_rows`` keys a batch; the checkpoint counts them."""
+        job, p = ctx.job, ctx.job.params
+        t, k, col = job.target_table, job.key_column, _quote(p["column"])
+        while ctx.curr_key < ctx.end_key:
+            ctx.raise_if_stopped()
+            with engine.begin() as conn, ctx.cancel_on_stop(conn):
+                last, count, wrong = conn.execute(text(
+                    f"SELECT max(k), count(*), min(k) FILTER (WHERE NOT ok) FROM ("
+                    f"SELECT {k} AS k, {col} IS NOT DISTINCT FROM ({p['expr']}) AS ok FROM {t} "
+                    f"WHERE {k} >= :lo AND {k} < :end ORDER BY {k} LIMIT :n) batch"),
+                    {"lo": ctx.curr_key, "end": ctx.end_key, "n": job.batch_rows}).one()
+                if wrong is not None:
+                    raise ValueError(f"verify: key {wrong} does not hold {p['expr']}")
+                upper = ctx.end_key if count < job.batch_rows or last is None else last + 1
+                ctx.checkpoint(conn, upper, count)
+            ctx.throttle(int(count), 0.0)
+
+    @staticmethod
+    def _build_index(ctx: SubtaskContext, engine: Engine) -> None:
+        """CREATE INDEX CONCURRENTLY cannot run in a transaction, so it is not
+        exactly-once: a retry drops what an interrupted build left (an
+        invalid index) and builds again. The pool renews the lease meanwhile;
+        the worker's statement timeout (half a lease) is lifted for it."""
+        job = ctx.job
+        name = _quote(ctx.meta["index"])
+        schema = job.target_table.split(".")[0]
+        with engine.connect() as raw:
+            conn = raw.execution_options(isolation_level="AUTOCOMMIT")
+            with ctx.cancel_on_stop(conn):
+                conn.execute(text("SET statement_timeout = 0"))
+                invalid = conn.execute(text(
+                    "SELECT NOT i.indisvalid FROM pg_index i WHERE i.indexrelid = "
+                    "to_regclass(:name)"), {"name": f"{schema}.{name}"}).scalar()
+                if invalid:
+                    conn.execute(text(f"DROP INDEX CONCURRENTLY IF EXISTS {schema}.{name}"))
+                conn.execute(text(
+                    f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON {job.target_table} "
+                    f"({_quote(job.params['column'])})"))
+                conn.execute(text("RESET statement_timeout"))
+        with engine.begin() as conn:
+            ctx.checkpoint(conn, ctx.end_key, 0)
+
+    def advance(self, conn: Connection, job: Job) -> None:
+        """The cut-over: one short DDL under the owner's bounded lock_timeout."""
+        conn.execute(text(f"COMMENT ON COLUMN {job.target_table}.{_quote(job.params['column'])} "
+                          "IS 'public'"))
+
+    def revert(self, conn: Connection, job: Job) -> None:
+        schema = job.target_table.split(".")[0]
+        conn.execute(text("SET LOCAL lock_timeout = '5s'"))
+        conn.execute(text(f"DROP INDEX IF EXISTS {schema}.{_quote(index_name(job))}"))
+        super().revert(conn, job)
+
+
+def index_name(job: Job) -> str:
+    """The index the ``index`` step builds (tests compute it from the job id)."""
+    return f"reorg_{job.id}_{job.params['column']}_idx"
 
 
 def register() -> None:
     jobtype.register(FillJob())
+    jobtype.register(FillVerifyJob())

@@ -9,6 +9,7 @@ import sys
 
 import typer
 
+from cli import plugin
 from cli.main import GROUPS, build_app
 
 
@@ -24,13 +25,30 @@ def test_the_group_map_names_every_command_of_its_module():
         group = importlib.import_module(f"cli.{module}").app
         found = {name} if name else _commands(group)
         assert found == set(commands), module
-    assert _commands(build_app()) == {c for _, cs in GROUPS.values() for c in cs}
+    contributed = set(plugin.commands())
+    assert "checksum-report" in contributed  # a job type's command (backfill/checksum)
+    assert _commands(build_app()) == {c for _, cs in GROUPS.values() for c in cs} | contributed
 
 
 def test_a_named_command_gets_its_group_and_help_gets_all():
     assert _commands(build_app(["--db", "postgresql://x/y", "status", "7"])) == set(
         GROUPS["jobs"][1])
     assert _commands(build_app(["--help"])) == _commands(build_app())
+
+
+def test_a_job_type_command_is_loaded_alone_when_named():
+    assert _commands(build_app(["checksum-report", "7"])) == {"checksum-report"}
+
+
+def test_submit_of_one_type_imports_that_type_alone():
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys; from cli.main import run; "
+         "run(['submit', 'sql-update', '--help']); "
+         "print(sorted({'.'.join(m.split('.')[:2]) for m in sys.modules "
+         "if m == 'pyspark' or m.startswith(('backfill.sql_update', 'backfill.spark', "
+         "'backfill.copy', 'backfill.checksum'))}))"],
+        capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+    assert loaded == "['backfill.sql_update']"
 
 
 def test_status_imports_no_worker_submit_or_demo_code():

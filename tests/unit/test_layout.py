@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-JOB_TYPES = ("backfill.sql_update", "backfill.spark_backfill", "backfill.copy", "backfill.checksum")
+JOB_TYPES = ("backfill.sql_update", "backfill.spark_backfill", "backfill.copy", "backfill.checksum",
+             "backfill.alter_type", "backfill.add_index", "backfill.add_column")
 # The web stack of ``reorg dashboard`` (cli.dashboard).
 WEB = ("starlette", "uvicorn", "jinja2")
 
@@ -37,9 +38,13 @@ RULES = [
     ("framework", ("typer", *WEB), None, None),
     ("framework", ("framework.localpg",), "framework.localpg", None),
     ("framework.localpg", ("framework", "backfill", "cli"), None, "framework.localpg"),
-    ("backfill", ("cli",), None, None),
+    # A job type joins the `reorg` command through cli.plugin, and only it.
+    ("backfill", ("cli",), None, "cli.plugin"),
+    ("backfill.schema", JOB_TYPES, None, None),
     ("backfill.spark", JOB_TYPES, None, None),
     ("backfill.sql_update", ("backfill.spark", "pyspark"), None, None),
+    ("backfill.add_index", ("backfill.spark", "pyspark"), None, None),
+    ("backfill.add_column", ("backfill.spark", "pyspark"), None, None),
     *[(jt, tuple(other for other in JOB_TYPES if other != jt), None, None) for jt in JOB_TYPES],
     ("cli", WEB, "cli.dashboard", None),
     ("cli.dashboard", ("typer",), "cli.dashboard.command", None),

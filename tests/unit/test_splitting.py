@@ -7,6 +7,7 @@ from framework.splitting import (
     MAX_RANGES,
     boundaries_of,
     ranges_from_boundaries,
+    refine_buckets,
     rows_per_range_for,
 )
 
@@ -53,3 +54,28 @@ def test_range_size_caps_the_number_of_subtasks(row_count):
     per = rows_per_range_for(row_count)
     assert per >= 1
     assert -(-row_count // per) <= MAX_RANGES
+
+
+bucket_edges = st.lists(st.integers(min_value=-(2**62), max_value=2**62), min_size=2,
+                        max_size=60, unique=True).map(sorted)
+
+
+@given(bucket_edges, st.integers(min_value=1, max_value=500))
+def test_refined_buckets_tile_their_key_space_without_gap_or_overlap(edges, ranges):
+    """The sampled split's second level (DESIGN 5): whatever the buckets, the
+    ranges cut from them tile [first edge, last edge) and every bucket edge is
+    a range boundary."""
+    boundaries = refine_buckets(edges, ranges)
+    tiled = ranges_from_boundaries(boundaries, edges[-1] - 1)
+    assert tiled[0][0] == edges[0] and tiled[-1][1] == edges[-1]
+    assert all(lo < hi for lo, hi in tiled)
+    assert all(a[1] == b[0] for a, b in zip(tiled, tiled[1:], strict=False))
+    assert set(edges[:-1]) <= set(boundaries)
+    assert refine_buckets(list(edges), ranges) == boundaries  # deterministic
+
+
+def test_refined_buckets_of_dense_keys_are_even_and_as_many_as_asked():
+    # 3 buckets of a dense key space, 10 ranges: shares 3, 4, 3 (rounded).
+    boundaries = refine_buckets([0, 3_000, 7_000, 10_000], 10)
+    widths = [hi - lo for lo, hi in ranges_from_boundaries(boundaries, 9_999)]
+    assert widths == [1_000] * 10

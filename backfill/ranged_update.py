@@ -1,4 +1,6 @@
-"""The SQL of an ``sql-update`` batch and of its rollback (DESIGN 3, 8, 9).
+"""The SQL of a ranged UPDATE batch (``sql-update``, ``add-column``) and of
+its rollback (DESIGN 3, 8, 9), shared by the job types that set a column
+from a PostgreSQL expression range by range.
 
 One function builds the batch's statement, for the batch and for submit's
 EXPLAIN of it: the user's ``--set`` and ``--where`` sit in the same place,
@@ -12,11 +14,20 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
+
 from backfill.before_images import BeforeImages
 from backfill.expressions import embed
-from backfill.tables import quote
+from backfill.tables import TableInfo, explain_or_fail, quote
+from framework.jobtype import Job
 
 _LAST_IDENT = re.compile(r'("(?:[^"]|"")*")$')
+
+# Submit's stand-ins for the table and the job's work tables (temporary,
+# dropped with the validation savepoint).
+_CLONE, _CLONE_IMAGES, _CLONE_BATCHES = (
+    "pg_temp.reorg_check_target", "pg_temp.reorg_check_images", "pg_temp.reorg_check_batches")
 
 
 def alias_of(qualified: str) -> str:
@@ -113,3 +124,52 @@ class UpdateSql:
         """``restore`` for one batch ``[:lo, :hi)`` of a revert subtask."""
         return self.kept.restore_range(f"{self.table} AS {self.alias}", self.alias, self.key,
                                        self.column)
+
+
+def next_batch(conn: Connection, job: Job, curr: int, end: int) -> tuple[int, int]:
+    """The batch's exclusive upper key and how many rows it spans: at most
+    ``batch_rows`` rows in key order, so gappy keys still give even batches."""
+    last, count = conn.execute(
+        text(f"""
+            SELECT max(k), count(*) FROM (
+                SELECT {job.key_column} AS k FROM {job.target_table}
+                WHERE {job.key_column} >= :curr AND {job.key_column} < :end
+                ORDER BY {job.key_column} LIMIT :n) batch"""),
+        {"curr": curr, "end": end, "n": job.batch_rows},
+    ).one()
+    if count < job.batch_rows or last is None:
+        return end, count
+    return last + 1, count
+
+
+def check_update_statement(conn: Connection, table: TableInfo, column: str, expr: str,
+                           where: str | None, type_: str, *, adding: bool,
+                           option: str = "--set") -> None:
+    """EXPLAIN the batch's statement on a clone of the table (LIKE takes ACCESS
+    SHARE only), with the column added when the job will add it. The predicate
+    first, with the column set to itself, so an error names the right option
+    (``option``: the one that gave ``expr``)."""
+    like = "INCLUDING DEFAULTS INCLUDING GENERATED INCLUDING IDENTITY"
+    probe = UpdateSql(_CLONE, alias_of(table.qualified), table.key_sql, column, expr, where,
+                      None if adding else _CLONE_IMAGES, None if adding else _CLONE_BATCHES)
+    with conn.begin_nested() as savepoint:
+        conn.execute(text(f"CREATE TEMP TABLE {_CLONE} (LIKE {table.qualified} {like}) "
+                          "ON COMMIT DROP"))
+        if adding:
+            conn.execute(text(f"ALTER TABLE {_CLONE} ADD COLUMN {quote(column)} {type_}"))
+        else:
+            for stmt in probe.create_images(type_, temporary=True):
+                conn.execute(text(stmt))
+        if where:
+            _explain(conn, UpdateSql(**{**probe.__dict__, "expr": quote(column)}), "--where",
+                     where, table.display)
+        shown = f"{column}={expr}" if option == "--set" else expr
+        _explain(conn, probe, option, shown, table.display)
+        savepoint.rollback()
+
+
+def _explain(conn: Connection, sql: UpdateSql, option: str, shown: str, display: str) -> None:
+    statements = [sql.update()] if sql.images is None else [sql.update(), sql.update_locked()]
+    for statement in statements:
+        explain_or_fail(conn, statement, {"lo": 0, "hi": 1},
+                        f"{option} {shown!r} does not work on {display}")

@@ -1,4 +1,7 @@
-"""``reorg checksum-report JOB``: what a ``reorg submit checksum`` job found.
+"""``reorg checksum-report JOB``: what a ``reorg submit checksum`` job found,
+and its line under ``reorg status JOB``. Joined to the ``reorg`` command
+through the ``reorg.commands`` and ``reorg.status_lines`` entry points
+(``cli.plugin``): cli/ names no job type.
 
 The exit code is the verdict, so scripts can gate on it:
 
@@ -14,8 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
-from cli.context import cli_state
-from cli.output import count, print_json, table_name
+from cli.plugin import count, database, print_json, table_name
 from framework.db import Database
 from framework.jobtype import InvalidParams
 from framework.states import JobState
@@ -73,7 +75,7 @@ def checksum_report(
     4 not complete yet (findings so far are shown).
     """
     limit = max_keys if max_keys is not None else (JSON_KEYS if as_json else HUMAN_KEYS)
-    found = load_report(cli_state(ctx).database(), job_id, limit)
+    found = load_report(database(ctx), job_id, limit)
     if as_json:
         print_json(found)
     else:
@@ -151,8 +153,6 @@ def _range(start: int | None, end: int | None) -> str:
 
 def status_line(db: Database, job: dict[str, Any]) -> str | None:
     """One line for ``reorg status JOB`` of a checksum job: its mismatches."""
-    if job["type"] != "checksum":
-        return None
     found = load_report(db, job["id"], 0)
     so_far = "" if found["complete"] else " so far"
     kinds = ", ".join(f"{count(n)} {k}" for k, n in found["by_kind"].items() if n)

@@ -1,0 +1,185 @@
+"""The concurrent build of ``add-index``'s index, on a worker.
+
+``CREATE INDEX CONCURRENTLY`` cannot run in a transaction, so the build is
+not exactly-once (DESIGN 3) and is made safe to repeat instead:
+
+- its session is named (``application_name``) after the job, and a new lease
+  holder first ends any session of that name still building: a worker killed
+  with -9, or a zombie whose lease expired, leaves its backend running the
+  build; ``client_connection_check_interval`` makes such a backend notice
+  its dead client by itself too;
+- an interrupted build leaves an INVALID index; the next attempt drops it
+  (``DROP INDEX CONCURRENTLY``) and builds again; a valid index of that name
+  is this job's only if an attempt of this subtask said (fenced, in its
+  meta) that it started the build: else it belongs to someone else and the
+  job fails rather than adopt it;
+- the finished index gets a comment naming the job, which is what lets the
+  rollback tell it from an index of the same name made by someone else.
+
+The pool renews the lease meanwhile; a thread reads the build's phase from
+``pg_stat_progress_create_index`` and checkpoints it as the subtask's
+progress (0-99 of ``FIXED_SUBTASK_UNITS``), never backwards (DESIGN 6).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.engine import Connection, Engine
+
+from framework.jobtype import LeaseLost, SubtaskContext
+
+# How often the progress thread reads the build's phase.
+PROGRESS_SECONDS = 0.5
+# Each phase of a concurrent build (pg_stat_progress_create_index), and the
+# span of the subtask's percent it covers: (first, last).
+_PHASES: dict[str, tuple[int, int]] = {
+    "initializing": (0, 1),
+    "waiting for writers before build": (1, 3),
+    "building index: scanning table": (3, 50),
+    "building index: sorting live tuples": (50, 55),
+    "building index: loading tuples in tree": (55, 65),
+    "waiting for writers before validation": (65, 67),
+    "index validation: scanning index": (67, 75),
+    "index validation: sorting tuples": (75, 80),
+    "index validation: scanning table": (80, 95),
+    "waiting for old snapshots": (95, 97),
+    "waiting for readers before marking dead": (97, 99),
+}
+
+
+def session_name(job_id: int) -> str:
+    """The ``application_name`` of a build of job ``job_id``."""
+    return f"reorg-add-index-{job_id}"
+
+
+def marker(job_id: int) -> str:
+    """The comment a finished index carries."""
+    return f"built by reorg job {job_id}"
+
+
+def index_state(conn: Connection, index: str, job_id: int) -> str:
+    """``absent``, ``invalid``, ``ours`` (valid, with the job's comment) or
+    ``valid`` (valid, no comment of the job's)."""
+    row = conn.execute(text(
+        "SELECT i.indisvalid, obj_description(i.indexrelid, 'pg_class') FROM pg_index i "
+        "WHERE i.indexrelid = to_regclass(:name)"), {"name": index}).first()
+    if row is None:
+        return "absent"
+    if not row[0]:
+        return "invalid"
+    return "ours" if row[1] == marker(job_id) else "valid"
+
+
+def percent_of(phase: str | None, done: int | None, total: int | None) -> int:
+    """A build's phase and its counter as a percent of the whole build."""
+    first, last = _PHASES.get(phase or "", (0, 0))
+    if total and done is not None and total > 0:
+        return first + (last - first) * min(done, total) // total
+    return first
+
+
+def build_index(ctx: SubtaskContext, engine: Engine, create: str, index: str) -> None:
+    """Run the build subtask: ``create`` is the CREATE INDEX CONCURRENTLY
+    statement of ``index`` (schema-qualified, quoted)."""
+    job = ctx.job
+    with engine.connect() as raw, _never_pooled(raw):
+        conn = raw.execution_options(isolation_level="AUTOCOMMIT")
+        with ctx.cancel_on_stop(conn):
+            conn.execute(text("SET statement_timeout = 0"))
+            # The build waits for every open write transaction on the table,
+            # however long the application keeps one: no lock wait limit. Its
+            # SHARE UPDATE EXCLUSIVE lock never blocks the application's reads
+            # and writes, only other DDL, so waiting costs the application nothing.
+            conn.execute(text("SET lock_timeout = 0"))
+            conn.execute(text("SET client_connection_check_interval = '1s'"))
+            conn.execute(text(f"SET application_name = '{session_name(job.id)}'"))
+            _end_earlier_builds(conn, job.id)
+            ctx.raise_if_stopped()
+            state = index_state(conn, index, job.id)
+            started_before = bool(ctx.meta.get("build_started"))
+            if state == "valid" and not started_before:
+                raise ValueError(f"an index named {index} was created meanwhile by someone else; "
+                                 "drop it or submit with another --name")
+            if state == "invalid":
+                conn.execute(text(f"DROP INDEX CONCURRENTLY IF EXISTS {index}"))
+            if state in ("absent", "invalid"):
+                _say_build_started(ctx, engine)
+                pid = conn.execute(text("SELECT pg_backend_pid()")).scalar()
+                with _progress(ctx, engine, int(pid or 0)):
+                    conn.execute(text(create))
+            if state != "ours":
+                conn.execute(text(f"COMMENT ON INDEX {index} IS '{marker(job.id)}'"))
+    with engine.begin() as done:
+        ctx.checkpoint(done, ctx.end_key, 0, {**ctx.meta, "build_started": True})
+
+
+@contextlib.contextmanager
+def _never_pooled(conn: Connection) -> Iterator[None]:
+    """Close the build's session after it instead of pooling it: it carries the
+    job's application_name (a later build would end it as a stale one) and
+    no timeouts."""
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            conn.invalidate()
+
+
+def _end_earlier_builds(conn: Connection, job_id: int) -> None:
+    """End every other session building this job's index (a dead or deposed
+    holder's backend) and wait until it is gone: its build would otherwise
+    race this one's."""
+    conn.execute(text(
+        "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity "
+        "WHERE application_name = :name AND pid <> pg_backend_pid()"),
+        {"name": session_name(job_id)})
+
+
+def _say_build_started(ctx: SubtaskContext, engine: Engine) -> None:
+    """Record, fenced, that this subtask starts a build: from now on an index
+    of that name is the job's, even before its comment."""
+    if ctx.meta.get("build_started"):
+        return
+    ctx.meta = {**ctx.meta, "build_started": True}
+    with engine.begin() as conn:
+        ctx.checkpoint(conn, max(ctx.curr_key, ctx.start_key), 0, ctx.meta)
+
+
+@contextlib.contextmanager
+def _progress(ctx: SubtaskContext, engine: Engine, pid: int) -> Any:
+    """While the block runs, checkpoint the build's percent as it grows."""
+    stop = threading.Event()
+
+    def follow() -> None:
+        shown = ctx.curr_key
+        while not stop.wait(PROGRESS_SECONDS):
+            try:
+                with engine.begin() as conn:
+                    row = conn.execute(text(
+                        "SELECT phase, coalesce(nullif(blocks_total, 0), tuples_total), "
+                        "CASE WHEN blocks_total > 0 THEN blocks_done ELSE tuples_done END "
+                        "FROM pg_stat_progress_create_index WHERE pid = :pid"),
+                        {"pid": pid}).first()
+                    if row is None:
+                        continue
+                    percent = min(percent_of(row[0], row[2], row[1]), ctx.end_key - 1)
+                    if percent > shown:
+                        ctx.checkpoint(conn, percent, 0, ctx.meta)
+                        shown = percent
+            except LeaseLost:
+                return  # the pool stops the subtask; the build is cancelled with it
+            except Exception:  # noqa: S112 - progress is best effort; the build goes on
+                continue
+
+    thread = threading.Thread(target=follow, name=f"index-progress-{ctx.subtask_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()

@@ -1,0 +1,144 @@
+"""The workers' side of ``alter-type``: one batch of the backfill or verify
+step, and the fixed subtasks of the build-indexes step.
+
+A backfill batch is one ``UPDATE`` of a key range committed with its fenced
+checkpoint (DESIGN 3). PostgreSQL evaluates the expression on the row
+version it locks, and the trigger sets the shadow column on every
+application write, so a concurrent write is never overwritten from an older
+read (DESIGN 9). A value that does not convert raises in the UPDATE: the
+subtask fails and so does the job, whose rollback drops what it added."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import text
+from sqlalchemy.engine import Connection, Engine
+
+from backfill.alter_type.plan import expression
+from backfill.schema.sql import run
+from backfill.tables import quote
+from framework import faults
+from framework.jobtype import SubtaskContext
+from framework.privileges import as_role, run_as
+
+
+def _batch_end(conn: Connection, ctx: SubtaskContext) -> tuple[int, int]:
+    """(upper bound, rows) of the batch of ``batch_rows`` keys from ``curr_key``."""
+    job = ctx.job
+    k, t = job.key_column, job.target_table
+    last, count = conn.execute(text(
+        f"SELECT max(k), count(*) FROM (SELECT {k} AS k FROM {t} WHERE {k} >= :lo "
+        f"AND {k} < :end ORDER BY {k} LIMIT :n) batch"),
+        {"lo": ctx.curr_key, "end": ctx.end_key, "n": job.batch_rows}).one()
+    upper = ctx.end_key if count < job.batch_rows or last is None else last + 1
+    return upper, int(count)
+
+
+def backfill_batch(ctx: SubtaskContext, conn: Connection) -> int:
+    """Fill the shadow column for the batch from ``ctx.curr_key``; checkpoint it."""
+    job, p = ctx.job, ctx.job.params
+    k, t, shadow = job.key_column, job.target_table, quote(p["shadow"])
+    upper, count = _batch_end(conn, ctx)
+    value = expression(p)
+    try:
+        changed = (f"{shadow}::text IS DISTINCT FROM ({value})::text" if p.get("verify_as_text")
+                   else f"{shadow} IS DISTINCT FROM {value}")
+        with as_role(conn, run_as(job)):  # the user's --using, as the submitter
+            run(conn, f"UPDATE {t} SET {shadow} = {value} WHERE {k} >= {int(ctx.curr_key)} "
+                      f"AND {k} < {int(upper)} AND {changed}")
+    # IntegrityError: e.g. NULL from the USING of a NOT NULL column.
+    except (sa.exc.DataError, sa.exc.IntegrityError) as exc:
+        raise ValueError(_does_not_convert(ctx, upper, exc)) from None
+    ctx.checkpoint(conn, upper, count)
+    return count
+
+
+def _does_not_convert(ctx: SubtaskContext, upper: int, exc: Exception) -> str:
+    p = ctx.job.params
+    reason = str(getattr(exc, "orig", exc)).splitlines()[0]
+    return (f"a value of column {p['column']} does not convert to {p['type']} "
+            f"(keys [{ctx.curr_key}, {upper})): {reason}")
+
+
+def verify_batch(ctx: SubtaskContext, engine: Engine) -> int:
+    """Check that every row of the batch holds the converted value in the shadow column."""
+    job, p = ctx.job, ctx.job.params
+    k, t, shadow = job.key_column, job.target_table, quote(p["shadow"])
+    stored, wanted = shadow, expression(p)
+    if p.get("verify_as_text"):  # a type without = (json): the same text is the same value
+        stored, wanted = f"{shadow}::text", f"({wanted})::text"
+    with engine.begin() as conn, ctx.cancel_on_stop(conn):
+        [(last, count, wrong)] = run(conn, (
+            f"SELECT max(k), count(*), min(k) FILTER (WHERE NOT ok) FROM ("
+            f"SELECT {k} AS k, {stored} IS NOT DISTINCT FROM {wanted} AS ok FROM {t} "
+            f"WHERE {k} >= {int(ctx.curr_key)} AND {k} < {int(ctx.end_key)} ORDER BY {k} "
+            f"LIMIT {int(job.batch_rows)}) batch"))
+        if wrong is not None:
+            raise ValueError(f"verify: the row of key {wrong} does not hold its converted value "
+                             f"in {p['shadow']}")
+        upper = ctx.end_key if count < job.batch_rows or last is None else last + 1
+        ctx.checkpoint(conn, upper, count)
+    return int(count)
+
+
+def build_index(ctx: SubtaskContext, engine: Engine) -> None:
+    """CREATE INDEX CONCURRENTLY of one index on the shadow column. It cannot
+    run in a transaction, so it is not exactly-once: a retry (after a kill)
+    drops the invalid index an interrupted build left, and builds again."""
+    faults.hit("alter_type.before_build")
+    schema = ctx.job.target_table.split(".")[0]
+    name = f"{schema}.{quote(ctx.meta['build'])}"
+    with _autocommit(engine) as conn, ctx.cancel_on_stop(conn):
+        invalid = conn.execute(text(
+            "SELECT NOT indisvalid FROM pg_index WHERE indexrelid = to_regclass(:n)"),
+            {"n": name}).scalar()
+        # CREATE INDEX CONCURRENTLY waits for every older transaction to end,
+        # as lock waits: the worker's lock_timeout would fail a build that
+        # only waits for a long application transaction.
+        conn.execute(text("SET lock_timeout = 0"))
+        if invalid:
+            conn.execute(text(f"DROP INDEX CONCURRENTLY IF EXISTS {name}"))
+        run(conn, ctx.meta["statement"])
+    _finish(ctx, engine)
+
+
+def validate_constraints(ctx: SubtaskContext, engine: Engine) -> None:
+    """VALIDATE the shadow column's NOT VALID constraints (a scan that blocks
+    no write), then ANALYZE it: its statistics survive the rename, so plans
+    are good from the first statement after the cut-over."""
+    faults.hit("alter_type.before_build")
+    t = ctx.job.target_table
+    with _autocommit(engine) as conn, ctx.cancel_on_stop(conn):
+        for name in ctx.meta.get("validate", []):
+            conn.execute(text(f"ALTER TABLE {t} VALIDATE CONSTRAINT {quote(name)}"))
+        conn.execute(text(f"ANALYZE {t} ({quote(ctx.job.params['shadow'])})"))
+    _finish(ctx, engine)
+
+
+class _autocommit:
+    """A connection outside any transaction, with no statement timeout (a
+    build or a validation scans the whole table; the pool renews the lease)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._raw = engine.connect()
+
+    def __enter__(self) -> Connection:
+        conn = self._raw.execution_options(isolation_level="AUTOCOMMIT")
+        conn.execute(text("SET statement_timeout = 0"))
+        self._conn = conn
+        return conn
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            if not self._conn.invalidated:
+                self._conn.execute(text("RESET statement_timeout"))
+                self._conn.execute(text("RESET lock_timeout"))
+        finally:
+            self._raw.close()
+
+
+def _finish(ctx: SubtaskContext, engine: Engine) -> None:
+    with engine.begin() as conn:
+        ctx.checkpoint(conn, ctx.end_key, 0)

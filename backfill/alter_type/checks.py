@@ -1,0 +1,139 @@
+"""What ``reorg submit alter-type`` refuses, each with one line saying what is
+wrong and what to do instead (DESIGN 11). Run at submit, and again by the
+owner in ``prepare`` (the table may have changed since).
+
+Refused, because a swap of columns cannot carry them over safely:
+partitioned tables and tables in an inheritance tree; identity and generated
+columns; a column referenced by a foreign key; a column a view, materialized
+view, generated column, trigger, policy, rule or extended statistics depend
+on; an exclusion constraint on the column."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pglast.parser import ParseError
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
+
+from backfill.alter_type import names, plan
+from backfill.expressions import one_expression
+from backfill.schema import catalog
+from backfill.tables import (
+    check_identifier,
+    explain_or_fail,
+    inspect_table,
+    resolve_type,
+)
+from framework.jobtype import InvalidParams, Job, Target
+
+USE_ALTER = "change it with ALTER TABLE ... TYPE in a maintenance window instead"
+
+
+def check(conn: Connection, params: dict[str, Any]) -> Target:
+    """The normalised params of a valid request, or InvalidParams."""
+    table_name = params.get("table") or ""
+    _refuse_table_kind(conn, table_name)
+    table = inspect_table(conn, table_name)
+    column = check_identifier(params.get("column") or "", "--column")
+    facts = catalog.column_facts(conn, table.qualified, column)
+    if facts is None:
+        raise InvalidParams(f"column {column} does not exist in {table.display}; "
+                            f"check --column (columns: {', '.join(table.columns)})")
+    type_name = resolve_type(conn, (params.get("type") or "").strip())
+    using = params.get("using")
+    using = one_expression(using, "--using") if using is not None else None
+    if _same_type(conn, facts.type, type_name) and using is None:
+        raise InvalidParams(f"column {column} of {table.display} is already {facts.type}; "
+                            "nothing to change (give another --type, or --using)")
+    shadow = names.shadow_column(column)
+    if len(shadow) > names.MAX_IDENTIFIER:
+        raise InvalidParams(f"column name {column} is too long for its shadow column {shadow} "
+                            f"(PostgreSQL allows {names.MAX_IDENTIFIER} characters); {USE_ALTER}")
+    if shadow in table.columns:
+        raise InvalidParams(f"{table.display} already has a column {shadow} (the shadow column "
+                            "alter-type would add): a job on it is running or left it; drop it "
+                            "if it is a leftover")
+    where = f"column {column} of {table.display}"
+    if facts.identity:
+        raise InvalidParams(f"{where} is an identity column; alter-type cannot move its "
+                            f"sequence to a new column; {USE_ALTER}")
+    if facts.generated:
+        raise InvalidParams(f"{where} is a generated column; {USE_ALTER}")
+    fks = catalog.referencing_foreign_keys(conn, table.qualified, facts.attnum)
+    if fks:
+        raise InvalidParams(f"{where} is referenced by foreign key {', '.join(fks)}; a swap of "
+                            "columns would drop it: drop the foreign key first and add it back "
+                            f"after, or {USE_ALTER}")
+    dependents = catalog.blocking_dependents(conn, table.qualified, facts.attnum)
+    if dependents:
+        raise InvalidParams(f"{where} is used by {', '.join(dependents)}; a swap of columns "
+                            f"would drop it: drop it first and create it again after, or "
+                            f"{USE_ALTER}")
+    normalised: dict[str, Any] = {"table": table.display, "column": column, "type": type_name,
+                  "shadow": shadow}
+    if using is not None:
+        normalised["using"] = using
+    explain_or_fail(conn, f"SELECT {plan.expression(normalised)} FROM {table.qualified} "
+                          "WHERE :one = 1", {"one": 1},
+                    f"{'--using' if using else '--type'} does not work on {where}",
+                    "give an expression of the column that converts to the new type "
+                    "(--using)" if using is None else "fix the expression")
+    if not _has_equality(conn, type_name):
+        normalised["verify_as_text"] = True
+    _check_rewrites(conn, table.qualified, table.key_sql, normalised, facts.attnum, where)
+    return Target(table.qualified, table.key_sql, normalised)
+
+
+def _refuse_table_kind(conn: Connection, name: str) -> None:
+    row = conn.execute(text("""
+        SELECT c.relkind, EXISTS (SELECT 1 FROM pg_inherits i
+                                  WHERE i.inhrelid = c.oid OR i.inhparent = c.oid) AS inherits
+        FROM pg_class c WHERE c.oid = to_regclass(:t)"""), {"t": name}).first()
+    if row is None:
+        return  # inspect_table says it does not exist
+    if row.relkind == "p":
+        raise InvalidParams(f"table {name} is partitioned; alter-type cannot swap a column of "
+                            f"every partition in one short transaction; {USE_ALTER}")
+    if row.inherits:
+        raise InvalidParams(f"table {name} is part of an inheritance tree; alter-type works on "
+                            f"a plain table only; {USE_ALTER}")
+
+
+def _has_equality(conn: Connection, type_name: str) -> bool:
+    """Whether values of the type compare with ``=`` (json, point, xml do not):
+    else verify compares their text forms."""
+    try:
+        with conn.begin_nested():
+            conn.execute(text(f"SELECT CAST(NULL AS {type_name}) IS NOT DISTINCT FROM "
+                              f"CAST(NULL AS {type_name}) WHERE :one = 1"), {"one": 1})
+    except Exception:
+        return False
+    return True
+
+
+def _same_type(conn: Connection, current: str, wanted: str) -> bool:
+    """Whether ``wanted`` (as the user wrote it) names the column's type."""
+    if "(" in current or "(" in wanted:  # a typmod: compare as written, spaces aside
+        return current.replace(" ", "").lower() == wanted.replace(" ", "").lower()
+    return bool(conn.execute(text("SELECT to_regtype(:w) = to_regtype(:c)"),
+                             {"w": wanted, "c": current}).scalar())
+
+
+def _check_rewrites(conn: Connection, table: str, key: str, params: dict[str, Any],
+                    attnum: int, where: str) -> None:
+    """Every index and constraint on the column can be moved to the shadow column."""
+    job = Job(id=0, type="alter-type", state="queued", step=0,
+              params={**params, "work_schema": "reorg"}, target_table=table, key_column=key,
+              batch_rows=1, max_rows_per_sec=None, row_estimate=None)
+    for index in catalog.covering_indexes(conn, table, attnum):
+        if index.constraint_type == "x":
+            raise InvalidParams(f"{where} has exclusion constraint {index.constraint}; "
+                                f"alter-type cannot rebuild it online; {USE_ALTER}")
+    try:
+        plan.index_builds(conn, job, attnum)
+        plan.constraint_clones(conn, job, attnum)
+    except ParseError as exc:
+        raise InvalidParams(f"an index or constraint on {where} cannot be moved to a new column "
+                            f"({exc}); {USE_ALTER}") from None
+

@@ -1,0 +1,116 @@
+"""The cut-over of ``alter-type`` (TiDB's public state): in the owner's one
+fenced transaction that also marks the job succeeded, under a bounded
+``lock_timeout`` (a timeout rolls it all back; the owner tries again later,
+the job stays running). Either all of it happened, with the job succeeded,
+or none of it: an owner killed in the middle leaves the job running in its
+last step, and its heir runs the cut-over again (DESIGN 12).
+
+The shadow column takes the old column's place and keeps what it had: name,
+NOT NULL (proved by the validated CHECK, so SET NOT NULL does not scan),
+default, the sequences it owns, its indexes (built beforehand, renamed to
+the old names; a PRIMARY KEY or UNIQUE constraint attached USING INDEX), its
+CHECK and FOREIGN KEY constraints (validated beforehand, renamed), and the
+comments of all of them. It moves to the end of ``SELECT *``."""
+
+from __future__ import annotations
+
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import Connection
+
+from backfill.alter_type import names
+from backfill.schema import catalog, trigger
+from backfill.schema.catalog import IndexFacts
+from backfill.schema.sql import literal, run
+from backfill.tables import quote
+from framework import faults
+from framework.jobtype import Job
+
+# Long enough to get in between application transactions, short enough that
+# statements queued behind the cut-over's lock wait no longer than this.
+CUTOVER_LOCK_TIMEOUT = "2s"
+
+
+class CutOverBlocked(RuntimeError):
+    """Something changed under the job that the cut-over cannot carry over."""
+
+
+def cut_over(conn: Connection, job: Job) -> None:
+    p, t = job.params, job.target_table
+    column, shadow = quote(p["column"]), quote(p["shadow"])
+    run(conn, f"SET LOCAL lock_timeout = '{CUTOVER_LOCK_TIMEOUT}'")
+    run(conn, f"LOCK TABLE {t} IN ACCESS EXCLUSIVE MODE")
+    old = catalog.column_facts(conn, t, p["column"])
+    new = catalog.column_facts(conn, t, p["shadow"])
+    if old is None or new is None:
+        raise CutOverBlocked(f"column {p['column'] if old is None else p['shadow']} of "
+                             f"{p['table']} is gone; the job cannot finish")
+    indexes = catalog.covering_indexes(conn, t, old.attnum)
+    constraints = catalog.covering_constraints(conn, t, old.attnum)
+    built = {i.name: i for i in catalog.covering_indexes(conn, t, new.attnum)}
+    for index in indexes:
+        replacement = built.get(names.index_for(job, index.name))
+        if index.valid and (replacement is None or not replacement.valid):
+            raise CutOverBlocked(f"index {index.name} on {p['column']} has no index built on "
+                                 f"{p['shadow']} (created during the job?); cancel the job and "
+                                 "submit it again")
+    for sequence in old.owned_sequences:  # else the drop of the old column drops them
+        run(conn, f"ALTER SEQUENCE {sequence} OWNED BY {t}.{shadow}")
+    if old.not_null:
+        run(conn, f"ALTER TABLE {t} ALTER COLUMN {shadow} SET NOT NULL")
+    trigger.remove(conn, table=t, function=names.function(job), trigger=names.trigger(job))
+    run(conn, f"ALTER TABLE {t} DROP COLUMN {column}")
+    run(conn, f"ALTER TABLE {t} RENAME COLUMN {shadow} TO {column}")
+    faults.hit("alter_type.in_cutover")
+    if old.default is not None:
+        _set_default(conn, t, column, old.default, p["type"])
+    for index in indexes:
+        if index.valid:
+            _take_over_index(conn, t, names.index_for(job, index.name), index)
+    for constraint in constraints:
+        run(conn, f"ALTER TABLE {t} RENAME CONSTRAINT "
+                          f"{quote(names.constraint_for(job, constraint.name))} "
+                          f"TO {quote(constraint.name)}")
+        _comment(conn, f"CONSTRAINT {quote(constraint.name)} ON {t}", constraint.comment)
+    run(conn, f"ALTER TABLE {t} DROP CONSTRAINT IF EXISTS "
+                      f"{quote(names.not_null_check(job))}")
+    # Always: the shadow column's own comment (its mark) must not survive.
+    run(conn, f"COMMENT ON COLUMN {t}.{column} IS "
+              f"{'NULL' if old.comment is None else literal(old.comment)}")
+
+
+def _set_default(conn: Connection, table: str, column: str, default: str, type_: str) -> None:
+    """The old default, coerced to the new type as ALTER TABLE ... TYPE does;
+    where it does not coerce implicitly (text '7' to integer), with a cast."""
+    try:
+        with conn.begin_nested():
+            run(conn, f"ALTER TABLE {table} ALTER COLUMN {column} SET DEFAULT {default}")
+    except sa_exc.ProgrammingError:
+        run(conn, f"ALTER TABLE {table} ALTER COLUMN {column} "
+                          f"SET DEFAULT CAST(({default}) AS {type_})")
+
+
+def _take_over_index(conn: Connection, table: str, built: str, old: IndexFacts) -> None:
+    """The index built on the new column gets the old one's name, constraint and comment."""
+    schema = table.split(".")[0]
+    if old.constraint_type in ("p", "u"):
+        kind = "PRIMARY KEY" if old.constraint_type == "p" else "UNIQUE"
+        timing = (" DEFERRABLE INITIALLY DEFERRED" if old.deferred
+                  else " DEFERRABLE" if old.deferrable else "")
+        run(conn, f"ALTER TABLE {table} ADD CONSTRAINT {quote(old.constraint or '')} "
+                          f"{kind} USING INDEX {quote(built)}{timing}")
+        _comment(conn, f"CONSTRAINT {quote(old.constraint or '')} ON {table}",
+                 old.constraint_comment)
+        # USING INDEX renamed the index to the constraint's name.
+        index = f"{schema}.{quote(old.constraint or '')}"
+        if old.constraint != old.name:
+            run(conn, f"ALTER INDEX {index} RENAME TO {quote(old.name)}")
+            index = f"{schema}.{quote(old.name)}"
+    else:
+        run(conn, f"ALTER INDEX {schema}.{quote(built)} RENAME TO {quote(old.name)}")
+        index = f"{schema}.{quote(old.name)}"
+    _comment(conn, f"INDEX {index}", old.comment)
+
+
+def _comment(conn: Connection, target: str, comment: str | None) -> None:
+    if comment is not None:
+        run(conn, f"COMMENT ON {target} IS {literal(comment)}")

@@ -1,0 +1,111 @@
+"""The DDL of each schema state of an ``alter-type`` job, as the job runs it
+and as ``--dry-run`` prints it: built from the catalogue facts of the
+column (``backfill.schema.catalog``) and the job's names (``names``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy.engine import Connection
+
+from backfill.alter_type import names
+from backfill.schema import catalog, rewrite
+from backfill.tables import quote
+from framework.jobtype import Job
+
+
+@dataclass(frozen=True)
+class IndexBuild:
+    original: str
+    name: str
+    statement: str  # CREATE INDEX CONCURRENTLY IF NOT EXISTS ...
+
+
+@dataclass(frozen=True)
+class ConstraintClone:
+    original: str
+    name: str
+    statement: str  # ALTER TABLE ... ADD CONSTRAINT ... NOT VALID
+    validate: bool  # the original is validated: so must the clone be
+
+
+def expression(params: dict) -> str:
+    """The shadow column's value computed from a row: ``USING`` or a cast of the column."""
+    source = params.get("using") or quote(params["column"])
+    return f"CAST(({source}\n) AS {params['type']})"
+
+
+def index_builds(conn: Connection, job: Job, attnum: int) -> list[IndexBuild]:
+    """Every valid index covering the column, rebuilt on the shadow column."""
+    p = job.params
+    builds = []
+    for index in catalog.covering_indexes(conn, job.target_table, attnum):
+        if not index.valid:
+            continue  # a failed build of the user's: the old column's drop takes it along
+        name = names.index_for(job, index.name)
+        builds.append(IndexBuild(index.name, name, rewrite.index_on_column(
+            index.definition, p["column"], p["shadow"], name)))
+    return builds
+
+
+def constraint_clones(conn: Connection, job: Job, attnum: int) -> list[ConstraintClone]:
+    """Every CHECK / FOREIGN KEY of the table on the column, moved to the shadow column."""
+    p = job.params
+    clones = []
+    for constraint in catalog.covering_constraints(conn, job.target_table, attnum):
+        name = names.constraint_for(job, constraint.name)
+        clones.append(ConstraintClone(constraint.name, name, rewrite.constraint_on_column(
+            job.target_table, constraint.definition, p["column"], p["shadow"], name),
+            constraint.validated))
+    return clones
+
+
+def prepare_statements(job: Job, not_null: bool, clones: list[ConstraintClone]) -> list[str]:
+    """Write-only: the shadow column, its NOT VALID checks (the trigger comes next)."""
+    t, p = job.target_table, job.params
+    shadow = quote(p["shadow"])
+    statements = [f"ALTER TABLE {t} ADD COLUMN {shadow} {p['type']}"]
+    if not_null:
+        statements.append(f"ALTER TABLE {t} ADD CONSTRAINT {quote(names.not_null_check(job))} "
+                          f"CHECK ({shadow} IS NOT NULL) NOT VALID")
+    statements += [clone.statement for clone in clones]
+    return statements
+
+
+def describe(conn: Connection, job: Job) -> list[str]:
+    """What ``--dry-run`` prints: each state's DDL, in order (job id shown as 0)."""
+    p, t = job.params, job.target_table
+    facts = catalog.column_facts(conn, t, p["column"])
+    assert facts is not None  # validate found it
+    clones = constraint_clones(conn, job, facts.attnum)
+    builds = index_builds(conn, job, facts.attnum)
+    shadow = quote(p["shadow"])
+    lines = ["write-only (prepare, one short transaction):"]
+    lines += [f"  {s}" for s in prepare_statements(job, facts.not_null, clones)]
+    lines.append(f"  CREATE TRIGGER {names.trigger(job)} BEFORE INSERT OR UPDATE ON {t} "
+                 f"FOR EACH ROW: NEW.{shadow} := {' '.join(expression(p).split())}")
+    lines.append("write-reorg (step backfill, by range): "
+                 f"UPDATE {t} SET {shadow} = {' '.join(expression(p).split())} "
+                 "WHERE key in [lo, hi)")
+    lines.append(f"write-reorg (step verify, by range): every row's {shadow} IS NOT DISTINCT "
+                 "FROM the expression")
+    lines.append("write-reorg (step build-indexes, one subtask each):")
+    lines += [f"  {b.statement}" for b in builds]
+    validated = ([names.not_null_check(job)] if facts.not_null else []) + [
+        c.name for c in clones if c.validate]
+    lines += [f"  ALTER TABLE {t} VALIDATE CONSTRAINT {quote(n)}" for n in validated]
+    lines.append(f"  ANALYZE {t} ({shadow})")
+    lines.append("public (cut-over, one transaction, bounded lock_timeout, retried):")
+    lines.append(f"  LOCK TABLE {t} IN ACCESS EXCLUSIVE MODE; " + "; ".join(filter(None, [
+        *(f"ALTER SEQUENCE {s} OWNED BY {t}.{shadow}" for s in facts.owned_sequences),
+        f"ALTER TABLE {t} ALTER COLUMN {shadow} SET NOT NULL" if facts.not_null else "",
+        f"DROP TRIGGER {names.trigger(job)}",
+        f"ALTER TABLE {t} DROP COLUMN {quote(p['column'])}",
+        f"ALTER TABLE {t} RENAME COLUMN {shadow} TO {quote(p['column'])}",
+        f"SET DEFAULT {facts.default}" if facts.default else "",
+        "indexes and constraints renamed to their old names"
+        + (" (PRIMARY KEY / UNIQUE attached USING INDEX)" if builds else ""),
+        "COMMENT ON COLUMN" if facts.comment else "",
+    ])))
+    lines.append(f"note: column {p['column']} moves to the end of SELECT * (a swap of columns)")
+    return lines

@@ -1,0 +1,154 @@
+"""What the catalogue says about one column of a table: its own facts (type,
+NOT NULL, default, comment, sequences it owns), the indexes and constraints
+that cover it, and the objects that depend on it which a column swap cannot
+carry over (views, foreign keys of other tables, triggers, policies, ...)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
+
+
+@dataclass(frozen=True)
+class ColumnFacts:
+    name: str
+    attnum: int
+    type: str  # format_type, e.g. integer, numeric(10,2)
+    not_null: bool
+    default: str | None  # pg_get_expr of the default, as \d shows it
+    comment: str | None
+    identity: bool
+    generated: bool
+    owned_sequences: tuple[str, ...]  # schema-qualified, quoted
+
+
+@dataclass(frozen=True)
+class IndexFacts:
+    """An index that covers the column (as a key, in an expression or its predicate)."""
+
+    name: str  # unquoted
+    definition: str  # pg_get_indexdef
+    valid: bool
+    comment: str | None
+    # The PRIMARY KEY or UNIQUE constraint the index backs, if any.
+    constraint: str | None
+    constraint_type: str | None  # 'p', 'u' or 'x'
+    deferrable: bool
+    deferred: bool
+    constraint_comment: str | None
+
+
+@dataclass(frozen=True)
+class ConstraintFacts:
+    """A CHECK or FOREIGN KEY constraint of the table that uses the column."""
+
+    name: str
+    type: str  # 'c' or 'f'
+    definition: str  # pg_get_constraintdef
+    validated: bool
+    comment: str | None
+
+
+def table_oid(conn: Connection, table: str) -> int | None:
+    return conn.execute(text("SELECT to_regclass(:t)::oid"), {"t": table}).scalar()
+
+
+def column_facts(conn: Connection, table: str, column: str) -> ColumnFacts | None:
+    row = conn.execute(text("""
+        SELECT a.attnum, format_type(a.atttypid, a.atttypmod) AS type, a.attnotnull,
+               pg_get_expr(d.adbin, d.adrelid) AS default_expr,
+               col_description(a.attrelid, a.attnum) AS comment,
+               a.attidentity <> '' AS identity, a.attgenerated <> '' AS generated
+        FROM pg_attribute a
+        LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+        WHERE a.attrelid = to_regclass(:t) AND a.attname = :c AND a.attnum > 0
+          AND NOT a.attisdropped"""), {"t": table, "c": column}).first()
+    if row is None:
+        return None
+    sequences = conn.execute(text("""
+        SELECT format('%I.%I', n.nspname, s.relname) FROM pg_depend dep
+        JOIN pg_class s ON s.oid = dep.objid AND s.relkind = 'S'
+        JOIN pg_namespace n ON n.oid = s.relnamespace
+        WHERE dep.classid = 'pg_class'::regclass AND dep.refclassid = 'pg_class'::regclass
+          AND dep.refobjid = to_regclass(:t) AND dep.refobjsubid = :n AND dep.deptype = 'a'
+        ORDER BY 1"""), {"t": table, "n": row.attnum}).scalars().all()
+    return ColumnFacts(column, row.attnum, row.type, row.attnotnull, row.default_expr,
+                       row.comment, row.identity, row.generated, tuple(sequences))
+
+
+def covering_indexes(conn: Connection, table: str, attnum: int) -> list[IndexFacts]:
+    """Indexes of the table that depend on the column, by name (deterministic)."""
+    rows = conn.execute(text("""
+        SELECT ic.relname, pg_get_indexdef(i.indexrelid) AS definition, i.indisvalid,
+               obj_description(i.indexrelid, 'pg_class') AS comment,
+               con.conname, con.contype, con.condeferrable, con.condeferred,
+               obj_description(con.oid, 'pg_constraint') AS constraint_comment
+        FROM pg_index i
+        JOIN pg_class ic ON ic.oid = i.indexrelid
+        LEFT JOIN pg_constraint con ON con.conindid = i.indexrelid AND con.conrelid = i.indrelid
+             AND con.contype IN ('p', 'u', 'x')
+        WHERE i.indrelid = to_regclass(:t)
+          -- a key of the index, or used in its expressions or predicate (the
+          -- index of a constraint depends on the constraint, not the column)
+          AND (:n = ANY(i.indkey) OR EXISTS (
+                SELECT 1 FROM pg_depend dep WHERE dep.classid = 'pg_class'::regclass
+                AND dep.objid = i.indexrelid AND dep.refclassid = 'pg_class'::regclass
+                AND dep.refobjid = i.indrelid AND dep.refobjsubid = :n))
+        ORDER BY ic.relname"""), {"t": table, "n": attnum}).all()
+    return [IndexFacts(r.relname, r.definition, r.indisvalid, r.comment, r.conname, r.contype,
+                       bool(r.condeferrable), bool(r.condeferred), r.constraint_comment)
+            for r in rows]
+
+
+def covering_constraints(conn: Connection, table: str, attnum: int) -> list[ConstraintFacts]:
+    """CHECK and FOREIGN KEY constraints of the table that use the column."""
+    rows = conn.execute(text("""
+        SELECT conname, contype, pg_get_constraintdef(oid) AS definition, convalidated,
+               obj_description(oid, 'pg_constraint') AS comment
+        FROM pg_constraint
+        WHERE conrelid = to_regclass(:t) AND contype IN ('c', 'f') AND :n = ANY(conkey)
+        ORDER BY conname"""), {"t": table, "n": attnum}).all()
+    return [ConstraintFacts(r.conname, r.contype, r.definition, r.convalidated, r.comment)
+            for r in rows]
+
+
+def blocking_dependents(conn: Connection, table: str, attnum: int) -> list[str]:
+    """Objects depending on the column that a swap of columns cannot carry
+    over, described as PostgreSQL describes them (``view v``, ``trigger t on
+    table items``, ``column g of table items`` for a generated column, ...).
+    The table's own indexes, its CHECK / FOREIGN KEY / PRIMARY KEY / UNIQUE
+    constraints, the column's default and the sequences it owns are carried
+    over, so they are not listed (``referencing_foreign_keys`` lists foreign
+    keys that point at the column)."""
+    described = conn.execute(text("""
+        SELECT DISTINCT pg_describe_object(dep.classid, dep.objid, 0)
+        FROM pg_depend dep
+        WHERE dep.refclassid = 'pg_class'::regclass AND dep.refobjid = to_regclass(:t)
+          AND dep.refobjsubid = :n AND dep.deptype IN ('n', 'a')
+          AND dep.classid <> 'pg_attrdef'::regclass
+          AND dep.classid <> 'pg_class'::regclass  -- its indexes, sequences: carried over
+          AND NOT (dep.classid = 'pg_constraint'::regclass AND EXISTS (
+                SELECT 1 FROM pg_constraint c WHERE c.oid = dep.objid
+                AND c.conrelid = dep.refobjid AND c.contype IN ('c', 'f', 'p', 'u')
+                AND NOT (c.contype = 'f' AND c.confrelid = dep.refobjid)))
+        ORDER BY 1"""), {"t": table, "n": attnum}).scalars().all()
+    # A generated column's expression is its pg_attrdef, depending on the columns it reads.
+    generated = conn.execute(text("""
+        SELECT format('generated column %s', a.attname) FROM pg_depend dep
+        JOIN pg_attrdef ad ON ad.oid = dep.objid
+        JOIN pg_attribute a ON a.attrelid = ad.adrelid AND a.attnum = ad.adnum
+        WHERE dep.classid = 'pg_attrdef'::regclass AND dep.refclassid = 'pg_class'::regclass
+          AND dep.refobjid = to_regclass(:t) AND dep.refobjsubid = :n AND ad.adnum <> :n
+        ORDER BY 1"""), {"t": table, "n": attnum}).scalars().all()
+    views = [d.replace("rule _RETURN on ", "") for d in described]
+    return views + list(generated)
+
+
+def referencing_foreign_keys(conn: Connection, table: str, attnum: int) -> list[str]:
+    """Foreign keys of other tables (or of this one) that reference the column."""
+    return list(conn.execute(text("""
+        SELECT format('%s on %s', conname, conrelid::regclass) FROM pg_constraint
+        WHERE contype = 'f' AND confrelid = to_regclass(:t) AND :n = ANY(confkey)
+        ORDER BY 1"""), {"t": table, "n": attnum}).scalars())

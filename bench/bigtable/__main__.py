@@ -1,0 +1,3 @@
+from bench.bigtable.command import run
+
+run()

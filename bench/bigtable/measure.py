@@ -1,0 +1,198 @@
+"""The big-table measures, each through the `reorg` command as a user runs it
+and read back through reorg's own functions (bench/ has no SQL of its own
+against reorg's system tables); the target table is read with plain SQL."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import psycopg
+
+from bench.dataplane.errors import BenchError
+from bench.dataplane.records import CHUNK_ROWS, SQL_CONNECTIONS, TABLE
+from bench.dataplane.reorg_cli import reorg
+from bench.dataplane.server import query_one
+from bench.dataplane.tracking import job_status, subtasks
+from framework import control
+from framework.db import Database
+from framework.jobtype import STEP_REVERT
+
+POLL_SECONDS = 0.05
+RANGES_COUNTED = 25  # ranges whose rows are counted for the evenness figure
+
+
+@dataclass
+class Start:
+    job_id: int
+    wall_seconds: float  # launching `reorg submit` -> status shows the job running
+    db_seconds: float  # the job's created_at -> its running event (database clock)
+    submit_seconds: float  # the `reorg submit` command alone
+    detail: str  # the running event's detail: how many subtasks of how many rows
+
+
+@dataclass
+class Evenness:
+    ranges: int
+    rows_per_range: int  # the split's target
+    counted: list[int]  # rows in each counted range
+
+    def figures(self) -> tuple[int, float, int]:
+        return min(self.counted), statistics.median(self.counted), max(self.counted)
+
+
+@dataclass
+class Rate:
+    rows: int
+    seconds: float
+
+    @property
+    def per_second(self) -> float:
+        return self.rows / self.seconds
+
+
+@dataclass
+class Cancel:
+    seconds: float  # `reorg cancel` launched -> the job cancelled
+    touched_rows: int  # rows of the ranges the job had written
+    still_set: int  # of those, rows whose c is not NULL afterwards (must be 0)
+    revert_ranges: int
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise BenchError(f"{what} did not happen within {timeout:.0f} s")
+        time.sleep(POLL_SECONDS)
+
+
+def start_job(url: str, db: Database, timeout: float) -> Start:
+    """`reorg submit sql-update --set c=md5(b)` at default settings, until the
+    job is running (the owner has split the key space and inserted the ranges)."""
+    launched = time.perf_counter()
+    done = reorg(url, "submit", "sql-update", "--table", TABLE, "--set", "c=md5(b)", "--json")
+    submit_seconds = time.perf_counter() - launched
+    job_id = int(json.loads(done.stdout)["id"])
+
+    def running() -> bool:
+        state = job_status(db, job_id)["state"]
+        if state in ("failed", "cancelled", "reverted", "reverting"):
+            raise BenchError(f"job {job_id} is {state}: {job_status(db, job_id)['error']}")
+        return bool(state in ("running", "succeeded"))
+
+    wait_for(f"job {job_id} running", running, timeout)
+    wall = time.perf_counter() - launched
+    job = job_status(db, job_id)
+    event = next(e for e in control.events(db, job_id) if e["to_state"] == "running")
+    return Start(job_id, wall, (event["at"] - job["created_at"]).total_seconds(),
+                 submit_seconds, str(event["detail"]))
+
+
+def reorg_rate(db: Database, job_id: int, window: float) -> Rate:
+    """Rows the job committed over ``window`` seconds from now."""
+    first = int(job_status(db, job_id)["rows_done"])
+    began = time.perf_counter()
+    time.sleep(window)
+    last = int(job_status(db, job_id)["rows_done"])
+    return Rate(last - first, time.perf_counter() - began)
+
+
+def cancel_job(url: str, db: Database, job_id: int, timeout: float) -> Cancel:
+    launched = time.perf_counter()
+    reorg(url, "cancel", str(job_id))
+
+    def ended() -> bool:
+        state = job_status(db, job_id)["state"]
+        if state in ("failed", "reverted", "succeeded"):
+            raise BenchError(f"job {job_id} ended {state}, not cancelled")
+        return bool(state == "cancelled")
+
+    wait_for(f"job {job_id} cancelled", ended, timeout)
+    seconds = time.perf_counter() - launched
+    rows = subtasks(db, job_id)
+    forward = [s for s in rows if s["step"] != STEP_REVERT]
+    touched = [(int(s["start_key"]), int(s["curr_key"])) for s in forward
+               if s["curr_key"] > s["start_key"]]
+    total = still = 0
+    with psycopg.connect(url, autocommit=True) as conn:
+        for lo, hi in touched:
+            n, set_ = conn.execute(  # type: ignore[misc]
+                f"SELECT count(*), count(*) FILTER (WHERE c IS NOT NULL) FROM {TABLE} "
+                "WHERE id >= %s AND id < %s", (lo, hi)).fetchone()
+            total, still = total + n, still + set_
+    return Cancel(seconds, total, still, sum(1 for s in rows if s["step"] == STEP_REVERT))
+
+
+def evenness(url: str, db: Database, job_id: int) -> Evenness:
+    """Rows in RANGES_COUNTED of the job's ranges, spread over its key space
+    (each one an index range count, not a scan of the table)."""
+    forward = sorted((s for s in subtasks(db, job_id) if s["step"] != STEP_REVERT
+                      and not (s["meta"] or {}).get("catch_up")), key=lambda s: s["ordinal"])
+    step = max(len(forward) // RANGES_COUNTED, 1)
+    picked = forward[::step][:RANGES_COUNTED]
+    if forward[-1] not in picked:
+        picked.append(forward[-1])
+    counted = []
+    with psycopg.connect(url, autocommit=True) as conn:
+        for s in picked:
+            (n,) = conn.execute(f"SELECT count(*) FROM {TABLE} WHERE id >= %s AND id < %s",
+                                (s["start_key"], s["end_key"])).fetchone()  # type: ignore[misc]
+            counted.append(int(n))
+    target = job_status(db, job_id).get("row_estimate") or 0
+    return Evenness(len(forward), int(target) // max(len(forward), 1), counted)
+
+
+def chunked_sql_rate(url: str, window: float) -> tuple[Rate, tuple[int, int]]:
+    """2-connection, 10k-key chunked ``UPDATE ... SET c = md5(b)`` for
+    ``window`` seconds, from the middle of the key space up (keys reorg's
+    window did not reach: both start on rows never updated). Returns the rate
+    and the key range it covered, to be put back."""
+    low, high = query_one(url, f"SELECT min(id), max(id) FROM {TABLE}")
+    starts = iter(range((int(low) + int(high)) // 2, int(high) + 1, CHUNK_ROWS))
+    first = (int(low) + int(high)) // 2
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+    updated = [0]
+    reached = [first]
+    stop_at = time.perf_counter() + window
+
+    def updater() -> None:
+        try:
+            with psycopg.connect(url, autocommit=True) as conn:
+                while time.perf_counter() < stop_at:
+                    with lock:
+                        lo = next(starts, None)
+                    if lo is None:
+                        return
+                    cur = conn.execute(f"UPDATE {TABLE} SET c = md5(b) "
+                                       "WHERE id >= %s AND id < %s", (lo, lo + CHUNK_ROWS))
+                    with lock:
+                        updated[0] += cur.rowcount
+                        reached[0] = max(reached[0], lo + CHUNK_ROWS)
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    began = time.perf_counter()
+    threads = [threading.Thread(target=updater) for _ in range(SQL_CONNECTIONS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise BenchError(f"chunked SQL failed: {errors[0]}")
+    return Rate(updated[0], time.perf_counter() - began), (first, reached[0])
+
+
+def put_back(url: str, keys: tuple[int, int]) -> None:
+    """c NULL again over the keys chunked SQL set, so the table can be reused."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        for lo in range(keys[0], keys[1], 1_000_000):
+            conn.execute(f"UPDATE {TABLE} SET c = NULL WHERE id >= %s AND id < %s "
+                         "AND c IS NOT NULL", (lo, min(lo + 1_000_000, keys[1])))
+        conn.execute(f"VACUUM {TABLE}")
+

@@ -1,0 +1,90 @@
+"""The big-table figures as a section of docs/benchmarks.md, below the
+hand-kept marker (the data-plane benchmark rewrites only what is above it);
+an earlier section under the same heading is replaced, everything else kept."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.bigtable.measure import Cancel, Evenness, Rate, Start
+from bench.dataplane.errors import BenchError
+
+HEADING = "## 100M rows"
+MARKER = "<!-- Below: kept by hand"
+SUBMIT_TARGET = 10.0  # seconds, submit -> running (issue 12)
+
+
+@dataclass
+class Results:
+    stamp: str
+    rows: int
+    size: str
+    postgres: str
+    server: str
+    build_seconds: float | None
+    window: float
+    start: Start
+    evenness: Evenness
+    reorg: Rate
+    chunked: Rate
+    cancel: Cancel
+
+
+def section(res: Results, heading: str) -> str:
+    low, mid, high = res.evenness.figures()
+    built = ("reused from an earlier run" if res.build_seconds is None
+             else f"built in {res.build_seconds:.0f} s")
+    start, reorg, chunked, cancel = res.start, res.reorg, res.chunked, res.cancel
+    rows = [
+        ("`reorg submit sql-update --set c=md5(b)` → job `running`",
+         f"{start.wall_seconds:.2f} s (target ≤ {SUBMIT_TARGET:.0f} s); "
+         f"{start.db_seconds:.2f} s from `created_at` to the running event; "
+         f"the submit command alone {start.submit_seconds:.2f} s"),
+        ("the split", start.detail),
+        (f"rows per range, {len(res.evenness.counted)} of {res.evenness.ranges} ranges counted",
+         f"min {low:,} / median {mid:,.0f} / max {high:,} "
+         f"(max/median {high / mid:.2f}, min/median {low / mid:.2f})"),
+        (f"reorg `sql-update` (overwriting, rollback images kept), {res.window:.0f} s window",
+         f"{reorg.rows:,} rows, {reorg.per_second:,.0f} rows/s"),
+        (f"2-connection 10k-key chunked SQL, {res.window:.0f} s window",
+         f"{chunked.rows:,} rows, {chunked.per_second:,.0f} rows/s"),
+        ("rows/s, chunked SQL / reorg", f"{chunked.per_second / reorg.per_second:.2f}"),
+        ("`reorg cancel` → job `cancelled`",
+         f"{cancel.seconds:.2f} s; {cancel.revert_ranges} revert ranges restored "
+         f"{cancel.touched_rows:,} rows, {cancel.still_set} left with c set"),
+    ]
+    table = "\n".join(f"| {name} | {value} |" for name, value in rows)
+    return f"""{heading}
+
+Measured by `python -m bench.bigtable` ({res.stamp}) on `bench.items` of
+{res.rows:,} rows ({res.size} with its primary key; {built}), {res.postgres},
+{res.server}, {os.cpu_count()} CPUs shared with other work; one
+`reorg worker --slots 2`, every reorg setting at its default.
+
+| measure | value |
+| --- | --- |
+{table}
+
+The rates come from equal time windows, not whole passes: a full pass over
+{res.rows:,} rows would take hours on this shared machine. reorg's window
+starts at the job's first ranges, chunked SQL's at the middle of the key
+space, so both update rows never updated before.
+"""
+
+
+def write(res: Results, doc: Path, heading: str) -> None:
+    text = doc.read_text() if doc.exists() else ""
+    if MARKER not in text:
+        raise BenchError(f"{doc} has no line starting {MARKER!r}: nothing to write below")
+    head, _, tail = text.partition(MARKER)
+    marker_line, _, below = tail.partition("\n")
+    new = section(res, heading)
+    pattern = re.compile(rf"^{re.escape(heading)}\n.*?(?=^## |\Z)", re.S | re.M)
+    if pattern.search(below):
+        below = pattern.sub(lambda _: new + "\n", below, count=1)
+    else:
+        below = below.rstrip("\n") + "\n\n" + new
+    doc.write_text(head + MARKER + marker_line + "\n" + below)

@@ -1,0 +1,110 @@
+"""What a job type brings to the ``reorg`` command, so that ``cli/`` knows no
+job type by name: its ``reorg submit TYPE`` options, its own commands, a line
+of its own in ``reorg status JOB``. The one module of ``cli`` a job type's
+package may import (tests/unit/test_layout.py); the protocol as a whole is in
+docs/design.md, "Job-type protocol".
+
+``reorg submit TYPE`` options. The registered job type's ``submit_options``:
+a function whose keyword parameters, annotated with typer options, are the
+type's own options, returning the job's params; its docstring is the help
+text. To keep worker processes from importing typer, it may be given as a
+``"module:function"`` string, imported only by ``reorg submit``::
+
+    class MyType:
+        name = "my-type"
+        submit_options = "my_package.options:my_type"
+
+    # my_package/options.py
+    def my_type(table: TableOpt, thing: Annotated[str, typer.Option()]) -> Params:
+        \"\"\"Help text of `reorg submit my-type`.\"\"\"
+        return {"table": table, "thing": thing}
+
+A type without ``submit_options`` gets ``--table`` and ``--param KEY=VALUE``
+(``generic_options``). The options every job shares (priority, limits,
+``--dry-run``, ``--json``...) are added by ``cli.submit``.
+
+Commands. The entry point group ``reorg.commands``: its name is the command's,
+its value a ``typer.Typer`` holding that one command (e.g. ``reorg
+checksum-report``, from backfill/checksum). ``database(ctx)`` gives the
+command the database the global options name.
+
+Status lines. The entry point group ``reorg.status_lines``: its name is a job
+type's, its value a function ``(db, job status row) -> str | None``, printed
+under ``reorg status JOB`` of a job of that type. Only the one of the shown
+job's type is imported.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Callable
+from importlib.metadata import EntryPoint
+from typing import Annotated, Any
+
+import typer
+
+from cli.context import cli_state
+from cli.output import count, duration, print_json, table_name
+from framework.db import Database
+from framework.jobtype import InvalidParams, installed_entry_points
+
+COMMANDS_GROUP = "reorg.commands"
+STATUS_LINES_GROUP = "reorg.status_lines"
+
+Params = dict[str, Any]
+TableOpt = Annotated[str, typer.Option("--table", help="Table to work on, e.g. public.items.")]
+
+__all__ = ["Params", "TableOpt", "count", "database", "duration", "generic_options",
+           "print_json", "table_name"]
+
+
+def database(ctx: typer.Context) -> Database:
+    """The database the ``reorg`` global options name (migrated, reachable)."""
+    return cli_state(ctx).database()
+
+
+def generic_options(
+    table: TableOpt,
+    param: Annotated[list[str] | None, typer.Option(
+        "--param", metavar="KEY=VALUE",
+        help="A parameter of the job type; repeat for each. VALUE is read as JSON "
+             "when it is JSON (numbers, true, lists), as text otherwise.")] = None,
+) -> Params:
+    """Submit a job of this type with its parameters given as --param KEY=VALUE."""
+    params: Params = {"table": table}
+    for pair in param or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise InvalidParams(f"--param {pair!r} is not KEY=VALUE; write e.g. --param column=d")
+        try:
+            params[key.strip()] = json.loads(value)
+        except ValueError:
+            params[key.strip()] = value
+    return params
+
+
+def submit_options(kind: object) -> Callable[..., Params]:
+    """The type's ``submit_options`` (a function, or "module:function" to import)."""
+    declared = getattr(kind, "submit_options", None)
+    if declared is None:
+        return generic_options
+    if isinstance(declared, str):
+        module, _, name = declared.partition(":")
+        return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
+    return declared  # type: ignore[no-any-return]
+
+
+def commands() -> dict[str, EntryPoint]:
+    """Command name -> its entry point (not loaded: ``reorg`` imports only the
+    commands a run names)."""
+    return {ep.name: ep for ep in installed_entry_points(COMMANDS_GROUP)}
+
+
+def status_line(db: Database, job: dict[str, Any]) -> str | None:
+    """The line the job's type adds under ``reorg status JOB``, if it adds one."""
+    for ep in installed_entry_points(STATUS_LINES_GROUP).select(name=job["type"]):
+        line = ep.load()(db, job)
+        if line:
+            return str(line)
+    return None

@@ -1,0 +1,50 @@
+"""Job types' warm-ups run off the owner's tick.
+
+A type's ``warm_up`` (e.g. starting Spark) can take seconds the first time in
+a process. The owner needs it before it analyses a job of that type, but must
+not stall every other job's tick meanwhile: it starts the warm-up on a thread
+of its own and looks again next tick.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+
+from framework import jobtype
+from framework.jobtype import Job
+
+
+class Warming:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._started: dict[str, Future[None]] = {}
+
+    def ready(self, kind: object, job: Job | None) -> bool:
+        """True once ``kind``'s warm-up is done in this process; starts it
+        (once) in the background otherwise. A warm-up that failed raises its
+        error here, once, and is tried again at the next call."""
+        name = getattr(kind, "name", repr(kind))
+        with self._lock:
+            future = self._started.get(name)
+            if future is None:
+                future = self._started[name] = Future()
+                threading.Thread(target=_run, args=(future, kind, job),
+                                 name=f"warm-up {name}", daemon=True).start()
+        if not future.done():
+            return False
+        error = future.exception()
+        if error is not None:
+            with self._lock:
+                self._started.pop(name, None)
+            raise error
+        return True
+
+
+def _run(future: Future[None], kind: object, job: Job | None) -> None:
+    try:
+        jobtype.warm_up(kind, job)
+    except BaseException as exc:  # handed to the owner's tick, which reports it
+        future.set_exception(exc)
+    else:
+        future.set_result(None)

@@ -1,0 +1,44 @@
+"""``reorg submit alter-type`` refusals through the command (DESIGN 11): each
+bad input is one ``error:`` line, exit code 2, and every table as it was;
+the dry run prints the DDL of each state and changes nothing."""
+
+from __future__ import annotations
+
+from cli_support import assert_one_error_line, dump, reorg
+from support import execute
+
+BAD_INPUT = 2
+ITEMS_ROWS = 200
+
+SCHEMA = """
+    CREATE TABLE orders (id bigint PRIMARY KEY, item_id bigint REFERENCES items (id));
+    CREATE TABLE nokey (a int, b text);
+"""
+
+# Every refusal is checked through ``submit`` in tests/integration/test_alter_type_input.py
+# (a process per case is seconds on a loaded machine); these two go through the command.
+BAD = {
+    "referencing foreign key": (["--table", "items", "--column", "id", "--type", "numeric"],
+                                "referenced by foreign key orders_item_id_fkey"),
+    "no usable key": (["--table", "nokey", "--column", "a", "--type", "bigint"],
+                      "no primary key"),
+}
+
+
+def test_bad_alter_type_is_one_line_exit_2_and_the_dry_run_prints_each_state_changing_nothing(
+        items_db: str):
+    execute(items_db, SCHEMA)
+    before = dump(items_db)
+    for case, (args, says) in BAD.items():
+        line = assert_one_error_line(reorg(items_db, "submit", "alter-type", *args), BAD_INPUT)
+        assert says in line, case
+        assert dump(items_db) == before, case
+    result = reorg(items_db, "submit", "alter-type", "--table", "items", "--column", "a",
+                   "--type", "bigint", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    out = " ".join(result.stdout.split())
+    for state in ("write-only", "write-reorg", "public"):
+        assert state in out
+    assert 'ADD COLUMN "a_reorg_new" bigint' in out
+    assert "moves to the end of SELECT *" in out
+    assert dump(items_db) == before

@@ -1,0 +1,77 @@
+"""``--max-rows-per-sec`` is the whole job's budget: two ``reorg worker``
+processes with two slots each, at the default concurrency, deliver the limit
+in all (measured from the table's rows by the database clock), not a quarter
+of it nor four times it; ``reorg alter`` changes it live."""
+
+from __future__ import annotations
+
+import time
+
+from cli_support import ok, reorg, submit
+from support import Workers, execute, make_items, wait_until
+
+LIMIT = 1_000  # rows/s for the whole job
+ROWS = 60_000
+# The delivered rate must be within this of the limit (issue 10: ±15 %).
+# Measured: within 1 % on a loaded 2-core host (docs/operations.md); the
+# per-subtask share paced before delivered 7-18 % over it here, and a quarter
+# of it at the default concurrency before that.
+TOLERANCE = 0.15
+
+
+def filled(url: str) -> tuple[int, float]:
+    """(rows the job has written, database clock in seconds), one snapshot."""
+    return execute(url, "SELECT count(c), extract(epoch FROM clock_timestamp())::float8 "
+                        "FROM items")[0]
+
+
+def running(url: str, job_id: int) -> list[tuple[str, int]]:
+    """(node, subtasks) of the job holding a live lease now."""
+    return execute(url, """
+        SELECT exec_id, count(*)::int FROM reorg.background_subtask
+        WHERE job_id = %(j)s AND state = 'running' AND exec_expired > clock_timestamp()
+        GROUP BY 1 ORDER BY 1""", {"j": job_id})
+
+
+def measure(url: str, job_id: int, seconds: float) -> tuple[float, list[int]]:
+    """Rows/s the job delivered over ``seconds``, and the numbers of subtasks
+    seen running meanwhile (sampled a few times a second)."""
+    seen: list[int] = []
+    rows0, t0 = filled(url)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        seen.append(sum(n for _, n in running(url, job_id)))
+        time.sleep(0.2)
+    rows1, t1 = filled(url)
+    return (rows1 - rows0) / (t1 - t0), seen
+
+
+def test_the_rate_limit_is_the_jobs_across_two_workers_of_two_slots(
+        migrated_db: str, workers: Workers) -> None:
+    url = migrated_db
+    make_items(url, ROWS)
+    for node in ("w1", "w2"):
+        workers.start_cli(node, "--slots", "2", "--no-spark-warmup")
+    wait_until(lambda: execute(url, "SELECT count(*) FROM reorg.nodes")[0][0] == 2, 30,
+               "both workers registered")
+    # Default concurrency (16): before, each subtask got limit/16 and 4 slots
+    # delivered a quarter of the limit.
+    job = submit(url, "--table", "items", "--set", "c=md5(b)", "--rows-per-subtask", "1000",
+                 "--batch-rows", "100", "--max-rows-per-sec", str(LIMIT))
+    wait_until(lambda: [n for _, n in running(url, job)] == [2, 2], 30,
+               "two subtasks running on each of the two workers")
+
+    rate, seen = measure(url, job, 9)
+    print(f"\ndelivered {rate:.0f} rows/s under --max-rows-per-sec {LIMIT} "
+          f"(2 workers x 2 slots; running counts seen: {seen})")
+    assert abs(rate / LIMIT - 1) <= TOLERANCE, f"{rate:.0f} rows/s against a limit of {LIMIT}"
+    assert seen.count(4) > len(seen) // 2, seen
+
+    # Halved live: the workers take it at their next lease renewal.
+    assert f"max_rows_per_sec={LIMIT // 2}" in ok(
+        reorg(url, "alter", str(job), "--max-rows-per-sec", str(LIMIT // 2)))
+    time.sleep(2)  # leases renew every lease_seconds/3: the new budget is in force by then
+    rate, _ = measure(url, job, 6)
+    print(f"after alter: delivered {rate:.0f} rows/s under --max-rows-per-sec {LIMIT // 2}")
+    assert abs(rate / (LIMIT / 2) - 1) <= TOLERANCE, f"{rate:.0f} rows/s against {LIMIT // 2}"
+    ok(reorg(url, "cancel", str(job)))

@@ -1,0 +1,82 @@
+"""The throttles' statements on a real PostgreSQL: the job's shared rate
+schedule (``jobs.reserve_rate``), the health reading (``health.read``), and
+the "throttled" note as ``reorg status`` shows it."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from support import execute, fill, make_items
+
+from framework import control
+from framework.store import health, jobs
+from framework.submit import submit
+
+
+def _job(db, table: str = "items", **knobs) -> int:  # type: ignore[no-untyped-def]
+    make_items(db, 10, table=table)
+    return submit(db, fill("md5(b)", table=table, **knobs)).job_id
+
+
+def _book(db, job_id: int, rows: int, took: float = 0.0) -> float | None:  # type: ignore[no-untyped-def]
+    with db.connect(isolation_level="AUTOCOMMIT") as conn:
+        return jobs.reserve_rate(db, conn, job_id, rows, took)
+
+
+def test_batches_booked_at_once_take_turns_on_the_jobs_schedule(db, migrated_db):
+    """Four slots (on any nodes) booking 100 rows each at 1,000 rows/s wait
+    0.1, 0.2, 0.3, 0.4 s: together they deliver the job's limit."""
+    job_id = _job(db, max_rows_per_sec=1_000)
+    waits = [_book(db, job_id, 100) for _ in range(4)]
+    for i, wait in enumerate(waits, start=1):
+        assert wait == pytest.approx(0.1 * i, abs=0.05)
+    # A batch's own time counts: booked from when it started, so a slot that
+    # took its whole share already has nothing left to wait for its turn
+    # beyond the others'.
+    job_b = _job(db, "items_b", max_rows_per_sec=1_000)
+    assert _book(db, job_b, 100, took=0.1) == pytest.approx(0.0, abs=0.05)
+    # No credit saved for a burst: a schedule in the past starts from now.
+    execute(migrated_db,
+            f"UPDATE reorg.jobs SET rate_due_at = now() - interval '1 hour' WHERE id = {job_b}")
+    assert _book(db, job_b, 100) == pytest.approx(0.1, abs=0.05)
+    # A job without a limit (or whose limit `reorg alter` lifted) books nothing.
+    assert _book(db, _job(db, "items_c"), 100) is None
+    control.alter(db, job_id, max_rows_per_sec=0, actor="t")
+    assert _book(db, job_id, 100) is None
+
+
+def test_the_health_reading_leaves_reorgs_own_sessions_out(db, migrated_db):
+    with db.begin() as conn:
+        first = health.read(conn)
+    assert first.standbys == () and first.wal_pos is not None
+    with psycopg.connect(migrated_db, autocommit=True) as app, \
+            psycopg.connect(migrated_db + "?application_name=reorg-worker",
+                            autocommit=True) as ours:
+        for conn in (app, ours):  # both busy with a statement of their own, not idle
+            conn.execute("SELECT pg_sleep(0)")
+        app_pid = app.info.backend_pid
+        with db.begin() as conn:
+            seen = conn.execute(db.sql(
+                "SELECT state, application_name FROM pg_stat_activity WHERE pid = :p"),
+                {"p": app_pid}).one()
+            assert seen.state == "idle"  # idle sessions never count
+            assert health.read(conn).active_sessions == first.active_sessions
+
+
+def test_status_shows_a_fresh_throttled_note_of_a_running_job_only(db, migrated_db):
+    job_id = _job(db, max_active_sessions=1)
+    with db.begin() as conn:
+        jobs.note_throttled(db, conn, job_id, "active sessions 3 > 1")
+    assert control.status(db, job_id)[0]["throttled"] is None  # still queued
+    execute(migrated_db,
+            f"UPDATE reorg.jobs SET state = 'running' WHERE id = {job_id}")
+    job = control.status(db, job_id)[0]
+    assert (job["throttled"], job["max_active_sessions"]) == ("active sessions 3 > 1", 1)
+    execute(migrated_db,
+            f"UPDATE reorg.jobs SET throttled_at = now() - interval '1 hour' WHERE id = {job_id}")
+    assert control.status(db, job_id)[0]["throttled"] is None  # no worker refreshed it: stale
+    with db.begin() as conn:
+        jobs.note_throttled(db, conn, job_id, None)
+    assert execute(migrated_db,
+                   f"SELECT throttled, throttled_at FROM reorg.jobs WHERE id = {job_id}"
+                   ) == [(None, None)]
