@@ -8,6 +8,7 @@ import pytest
 import sqlalchemy as sa
 from support import TERMINAL, job_of, make_items, scalar, table_rows, wait_state, wait_until
 
+from backfill.spark.jdbc import SPARK_APPLICATION_NAME
 from backfill.spark_backfill.job import register
 from framework import control, faults
 from framework.submit import SubmitRequest, submit
@@ -92,7 +93,7 @@ def test_dropped_jdbc_connections_mid_read_are_retried_not_failed(spark, db, sta
             SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
             WHERE pid <> pg_backend_pid() AND datname = current_database()
               AND state = 'active' AND query LIKE '%pg_sleep(0.0005)%'
-              AND application_name = 'PostgreSQL JDBC Driver'""")
+              AND application_name = :spark""", spark=SPARK_APPLICATION_NAME)
         return dropped >= 2
 
     wait_until(drop_spark_reads, 60, "two Spark reads caught in flight", interval=0.05)
