@@ -63,6 +63,10 @@ RUNNING = _make("Gauge", "reorg_subtasks_running", "Subtasks this node is runnin
 LEASES_LOST = _make("Counter", "reorg_leases_lost",
                     "Subtask leases this node lost (its work on them was abandoned).",
                     ("reason",))
+# Every reason from the start, at 0: an alert on rate(reorg_leases_lost_total)
+# needs the series to exist before the first loss.
+for _reason in ("renewal_refused", "untrusted", "checkpoint_refused"):
+    LEASES_LOST.labels(_reason)
 IS_OWNER = _make("Gauge", "reorg_is_owner", "1 while this node is the elected owner.")
 JOB_PROGRESS = _make("Gauge", "reorg_job_progress_ratio",
                      "Owner only: a job's rows done over its row estimate (1 when succeeded).",
