@@ -262,7 +262,7 @@ class Owner:
         it (``keep_term`` keeps the term alive meanwhile)."""
         with self.db.begin(isolation_level="REPEATABLE READ") as conn:
             faults.hit("owner.before_split")
-            return plan_split(conn, job.target_table, job.key_column,
+            return plan_split(conn, job.target_table, job.key,
                               job.params.get("rows_per_subtask"))
 
     def _insert_step(self, conn: sa.Connection, term: OwnerTerm, kind: jobtype.JobType,

@@ -230,8 +230,8 @@ class BackfillJobType:
         return True
 
     def revert_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
-        restore_in_batches(ctx, engine, paced_by=(ctx.job.target_table, ctx.job.key_column),
-                           statements=merge_sql(ctx.job).restore_range())
+        restore_in_batches(ctx, engine, paced_by=(ctx.job.target_table, ctx.job.key),
+                           statements=lambda _bounded: merge_sql(ctx.job).restore_range())
 
     def revert(self, conn: Connection, job: Job) -> None:
         p = job.params

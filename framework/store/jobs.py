@@ -16,6 +16,7 @@ from sqlalchemy.engine import Connection
 
 from framework.db import Database
 from framework.jobtype import STEP_REVERT, Job
+from framework.keys import KeySpec
 from framework.states import (
     JOB_ACTIVE,
     JOB_TERMINAL,
@@ -28,7 +29,7 @@ from framework.store.owner_lease import FENCE, OwnerTerm
 JOB_COLUMNS = (
     "id, type, state, step, params, target_table, key_column, batch_rows, "
     "max_rows_per_sec, row_estimate, concurrency, max_replica_lag, max_active_sessions, "
-    "on_failure"
+    "on_failure, key_columns, key_types"
 )
 _TERMINAL_SQL = ", ".join(f"'{s}'" for s in sorted(JOB_TERMINAL))
 J = JobState
@@ -61,6 +62,7 @@ def insert(
     max_replica_lag: float | None = None,
     max_active_sessions: int | None = None,
     on_failure: str = "rollback",
+    key: KeySpec | None = None,
 ) -> tuple[int, bool]:
     """Insert a queued job; returns (job id, created). A repeated ``job_key``
     returns the job it already named instead of creating another."""
@@ -80,10 +82,12 @@ def insert(
                     WITH job AS (
                         INSERT INTO {s}.jobs (job_key, type, params, target_table, key_column,
                                               priority, concurrency, batch_rows, max_rows_per_sec,
-                                              max_replica_lag, max_active_sessions, on_failure)
+                                              max_replica_lag, max_active_sessions, on_failure,
+                                              key_columns, key_types)
                         VALUES (:job_key, :type, CAST(:params AS jsonb), :target_table,
                                 :key_column, :priority, :concurrency, :batch_rows, :max_rps,
-                                :max_lag, :max_sessions, :on_failure)
+                                :max_lag, :max_sessions, :on_failure,
+                                CAST(:key_columns AS text[]), CAST(:key_types AS text[]))
                         RETURNING id),
                     event AS (
                         INSERT INTO {s}.job_events (job_id, actor, from_state, to_state, detail)
@@ -96,6 +100,8 @@ def insert(
                     "batch_rows": batch_rows, "max_rps": max_rows_per_sec, "actor": actor,
                     "max_lag": max_replica_lag, "max_sessions": max_active_sessions,
                     "on_failure": on_failure,
+                    "key_columns": list(key.columns) if key else None,
+                    "key_types": list(key.types) if key else None,
                 },
             ).scalar_one()
     except sa.exc.IntegrityError:
