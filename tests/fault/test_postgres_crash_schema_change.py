@@ -123,8 +123,14 @@ def test_postgres_crash_and_restart_mid_cut_over(cluster, job_type):
         if job_type in LOCKS_THE_TABLE:
             wait_until(lambda: _waiting_on_the_table(db), 30,
                        "the application to wait on the cut-over's lock")
-        writes = app.writes
+        writes, held = app.writes, job_of(db, job_id)
         crashed = _crash_and_restart(cluster)
+        # Recovered without the cut-over's open transaction: the job still in
+        # its last step, the table as the step left it (the trigger in place).
+        after = job_of(db, job_id)
+        assert (after["state"], after["step"]) == ("running", held["step"]), after
+        if job_type in LOCKS_THE_TABLE:
+            assert len(shape(db.engine)["triggers"]) == 1
         cluster.workers.gates.release(point)  # the owner goes on, on a dead connection
         done = wait_state(db, job_id, timeout=120)
         job_done = round(time.monotonic() - crashed, 2)
