@@ -24,6 +24,7 @@ from __future__ import annotations
 import signal
 import time
 
+import psycopg
 import pytest
 from support import execute, job_of, make_items, rows, scalar, wait_state, wait_until
 from support.app_model import Application, data, shape
@@ -185,3 +186,46 @@ def test_postgres_crash_and_restart_mid_alter_type_backfill(cluster):
     report("PostgreSQL crash (immediate) and restart mid-backfill", job="alter-type",
            job_done_s=job_done, backfill_subtasks_retried=resumed, app_writes=app.writes,
            app_writes_cut=app.lost_connections)
+
+
+@pytest.mark.matrix
+def test_postgres_crash_and_restart_mid_add_index_build(cluster):
+    """The build (CREATE INDEX CONCURRENTLY, on the worker) is held at its wait
+    for writers by an open write transaction: its INVALID index is in the
+    catalogue when the server dies. The retried build drops it and builds
+    again; one valid index is left."""
+    db = cluster.db
+    _make_table(db)
+    before = shape(db.engine)
+    writer = psycopg.connect(cluster.net.admin_url(cluster.dbname))
+    try:
+        with Application(db.engine, survives_crashes=True) as app:
+            writer.execute("UPDATE items SET a = a WHERE id = 1")  # holds the build
+            job_id = submit(db, _request("add-index")).job_id
+            worker = cluster.start("a")
+            wait_until(lambda: scalar(
+                db, "SELECT count(*) FROM pg_stat_progress_create_index JOIN pg_stat_activity "
+                    "USING (pid) WHERE application_name = :n", n=f"reorg-add-index-{job_id}"),
+                120, "the build to start")
+            assert scalar(db, "SELECT indisvalid FROM pg_index "
+                              "WHERE indexrelid = to_regclass('items_b_key')") is False
+            crashed = _crash_and_restart(cluster)  # the writer's transaction dies with it
+            done = wait_state(db, job_id, timeout=120)
+            job_done = round(time.monotonic() - crashed, 2)
+            app.wait_writes(20, timeout=60)
+    finally:
+        writer.close()
+    assert done["state"] == "succeeded", job_of(db, job_id)
+    assert not app.errors, app.errors
+    _succeeded_once(db, job_id)
+    assert shape(db.engine) == _final_shape("add-index", before)
+    _nothing_of_the_job_left(db)
+    assert data(db.engine) == app.expected()
+    (attempts,), = rows(db, "SELECT attempts FROM {s}.background_subtask_history "
+                            "WHERE job_id = :j AND step = 2", j=job_id)
+    assert attempts >= 2  # the build ran again after the crash
+    assert worker.alive()
+    worker.signal(signal.SIGTERM)
+    report("PostgreSQL crash (immediate) and restart mid-build (INVALID index)",
+           job="add-index", job_done_s=job_done, build_attempts=attempts,
+           app_writes=app.writes, app_writes_cut=app.lost_connections)
