@@ -69,7 +69,8 @@ class SmallDisk:
 def _server_data_directory(admin_url: str) -> Path | None:
     with psycopg.connect(admin_url) as conn:
         path = Path(conn.execute("SHOW data_directory").fetchone()[0])  # type: ignore[index]
-    return path if path.is_dir() else None  # a server in a container: not this machine's path
+    # A server in a container names a path of its own, not this machine's.
+    return path if (path / "postmaster.pid").is_file() else None
 
 
 @pytest.fixture
