@@ -61,6 +61,9 @@ class Cancel:
     touched_rows: int  # rows of the ranges the job had written
     still_set: int  # of those, rows whose c is not NULL afterwards (must be 0)
     revert_ranges: int
+    # The job `reverting` -> its revert step planned (its subtasks inserted),
+    # by the events' database clock: the owner's tick that plans the revert.
+    plan_seconds: float
 
 
 def wait_for(what: str, check: Callable[[], bool], timeout: float) -> None:
@@ -125,7 +128,15 @@ def cancel_job(url: str, db: Database, job_id: int, timeout: float) -> Cancel:
                 f"SELECT count(*), count(*) FILTER (WHERE c IS NOT NULL) FROM {TABLE} "
                 "WHERE id >= %s AND id < %s", (lo, hi)).fetchone()
             total, still = total + n, still + set_
-    return Cancel(seconds, total, still, sum(1 for s in rows if s["step"] == STEP_REVERT))
+    return Cancel(seconds, total, still, sum(1 for s in rows if s["step"] == STEP_REVERT),
+                  _revert_plan_seconds(db, job_id))
+
+
+def _revert_plan_seconds(db: Database, job_id: int) -> float:
+    events = control.events(db, job_id)
+    reverting = next(e for e in events if e["to_state"] == "reverting")
+    planned = next(e for e in events if (e["detail"] or "").startswith("revert step:"))
+    return float((planned["at"] - reverting["at"]).total_seconds())
 
 
 def evenness(url: str, db: Database, job_id: int) -> Evenness:
