@@ -17,7 +17,6 @@ from framework.store import owner_lease
 from framework.submit import SubmitRequest, submit
 
 
-
 def _items_with_old_values(db) -> list[tuple]:
     make_items(db, 2_000)
     with db.begin() as conn:
