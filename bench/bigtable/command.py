@@ -68,8 +68,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(f"    {reorg_rate.rows:,} rows, {reorg_rate.per_second:,.0f} rows/s", flush=True)
             print("cancel", flush=True)
             cancel = measure.cancel_job(url, db, start.job_id, timeout=3600)
-            print(f"    cancelled after {cancel.seconds:.2f} s (the revert planned in "
-                  f"{cancel.plan_seconds:.2f} s); {cancel.still_set} of "
+            print(f"    cancelled after {cancel.seconds:.2f} s (the owner's longest "
+                  f"transaction {cancel.owner_longest_transaction:.2f} s); {cancel.still_set} of "
                   f"{cancel.touched_rows:,} touched rows still set", flush=True)
             if cancel.still_set:
                 raise BenchError(f"cancel left {cancel.still_set} rows changed")

@@ -61,9 +61,9 @@ class Cancel:
     touched_rows: int  # rows of the ranges the job had written
     still_set: int  # of those, rows whose c is not NULL afterwards (must be 0)
     revert_ranges: int
-    # The job `reverting` -> its revert step planned (its subtasks inserted),
-    # by the events' database clock: the owner's tick that plans the revert.
-    plan_seconds: float
+    # The longest transaction of the owner seen while the cancel ran (the
+    # one that plans the revert, when that builds indexes over the images).
+    owner_longest_transaction: float
 
 
 def wait_for(what: str, check: Callable[[], bool], timeout: float) -> None:
@@ -107,16 +107,17 @@ def reorg_rate(db: Database, job_id: int, window: float) -> Rate:
 
 def cancel_job(url: str, db: Database, job_id: int, timeout: float) -> Cancel:
     launched = time.perf_counter()
-    reorg(url, "cancel", str(job_id))
+    with OwnerTransactions(url) as owner:
+        reorg(url, "cancel", str(job_id))
 
-    def ended() -> bool:
-        state = job_status(db, job_id)["state"]
-        if state in ("failed", "reverted", "succeeded"):
-            raise BenchError(f"job {job_id} ended {state}, not cancelled")
-        return bool(state == "cancelled")
+        def ended() -> bool:
+            state = job_status(db, job_id)["state"]
+            if state in ("failed", "reverted", "succeeded"):
+                raise BenchError(f"job {job_id} ended {state}, not cancelled")
+            return bool(state == "cancelled")
 
-    wait_for(f"job {job_id} cancelled", ended, timeout)
-    seconds = time.perf_counter() - launched
+        wait_for(f"job {job_id} cancelled", ended, timeout)
+        seconds = time.perf_counter() - launched
     rows = subtasks(db, job_id)
     forward = [s for s in rows if s["step"] != STEP_REVERT]
     touched = [(int(s["start_key"]), int(s["curr_key"])) for s in forward
@@ -129,14 +130,43 @@ def cancel_job(url: str, db: Database, job_id: int, timeout: float) -> Cancel:
                 "WHERE id >= %s AND id < %s", (lo, hi)).fetchone()
             total, still = total + n, still + set_
     return Cancel(seconds, total, still, sum(1 for s in rows if s["step"] == STEP_REVERT),
-                  _revert_plan_seconds(db, job_id))
+                  owner.longest)
 
 
-def _revert_plan_seconds(db: Database, job_id: int) -> float:
-    events = control.events(db, job_id)
-    reverting = next(e for e in events if e["to_state"] == "reverting")
-    planned = next(e for e in events if (e["detail"] or "").startswith("revert step:"))
-    return float((planned["at"] - reverting["at"]).total_seconds())
+class OwnerTransactions:
+    """The longest transaction of the owner's sessions, by PostgreSQL's own
+    clock (``pg_stat_activity``), sampled every POLL_SECONDS on a thread while
+    the block runs. Job events cannot tell: their time is their transaction's
+    start."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.longest = 0.0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="owner-transactions")
+        self._error: list[BaseException] = []
+
+    def __enter__(self) -> OwnerTransactions:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+        if self._error:
+            raise BenchError(f"sampling the owner's transactions failed: {self._error[0]}")
+
+    def _sample(self) -> None:
+        try:
+            with psycopg.connect(self.url, autocommit=True) as conn:
+                while not self._done.wait(POLL_SECONDS):
+                    (age,) = conn.execute(  # type: ignore[misc]
+                        "SELECT coalesce(max(extract(epoch FROM clock_timestamp() - xact_start)), 0)"
+                        " FROM pg_stat_activity WHERE application_name = 'reorg-owner'"
+                        " AND xact_start IS NOT NULL").fetchone()
+                    self.longest = max(self.longest, float(age))
+        except BaseException as exc:  # reported by the main thread
+            self._error.append(exc)
 
 
 def evenness(url: str, db: Database, job_id: int) -> Evenness:

@@ -55,8 +55,8 @@ def section(res: Results, heading: str) -> str:
         ("`reorg cancel` → job `cancelled`",
          f"{cancel.seconds:.2f} s; {cancel.revert_ranges} revert ranges restored "
          f"{cancel.touched_rows:,} rows, {cancel.still_set} left with c set"),
-        ("of which the owner's tick planning the revert (job `reverting` → revert step)",
-         f"{cancel.plan_seconds:.2f} s"),
+        ("the owner's longest transaction meanwhile (`pg_stat_activity`, sampled)",
+         f"{cancel.owner_longest_transaction:.2f} s"),
     ]
     table = "\n".join(f"| {name} | {value} |" for name, value in rows)
     return f"""{heading}
