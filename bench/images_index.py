@@ -28,7 +28,6 @@ from collections.abc import Sequence
 
 import psycopg
 
-from backfill.before_images import BeforeImages
 from backfill.ranged_update import UpdateSql
 from bench.dataplane.server import database
 
@@ -86,8 +85,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             for stmt in plain.kept.index_for_restore():
                 conn.execute(stmt)  # type: ignore[arg-type]
         late_build = time.perf_counter() - started
-        images = BeforeImages(plain.kept.images, plain.kept.batches)
-        (count,) = conn.execute(f"SELECT count(*) FROM {images.images}").fetchone()  # type: ignore
+        (count,) = conn.execute(f"SELECT count(*) FROM {plain.kept.images}").fetchone()  # type: ignore
     plain_total, indexed_total = sum(times["plain"]), sum(times["indexed"])
     print(f"{len(times['plain'])} batches of {args.batch_rows:,} rows on each table "
           f"({count:,} images)")
