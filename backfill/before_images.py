@@ -17,8 +17,9 @@ subtasks (``backfill.restore.index_before_restoring``), never by the owner
 nor on the forward path: ``python -m bench.images_index`` (three runs,
 2026-11-23) measured forward batches 1.05-1.13x as slow in all with the
 images indexed from prepare on, against a one-off build at rollback of
-0.03-0.06x the forward batches' time, paid only by the jobs that roll back. Built in the owner's fenced revert plan, as they
-were, a big job's index was one long statement in the owner's tick (issue 12).
+0.03-0.06x the forward batches' time, paid only by the jobs that roll back.
+Built in the owner's fenced revert plan, as they were, a big job's index was
+one long statement in the owner's tick (issue 12).
 """
 
 from __future__ import annotations
