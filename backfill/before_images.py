@@ -10,6 +10,16 @@ for old values that are not NULL; ``batches`` keeps (range, xid) per batch,
 so rows whose old value was NULL are found by range and xid without a row
 each. No savepoints in a batch: rows updated in one would carry the
 subtransaction's id.
+
+Restore batches look the images up by key, so a rollback needs them
+indexed. The indexes are built when a rollback needs them, by the revert
+subtasks (``backfill.restore.index_before_restoring``), never by the owner
+nor on the forward path: ``python -m bench.images_index`` (three runs,
+2026-11-23) measured forward batches 1.05-1.13x as slow in all with the
+images indexed from prepare on, against a one-off build at rollback of
+0.03-0.06x the forward batches' time, paid only by the jobs that roll back.
+Built in the owner's fenced revert plan, as they were, a big job's index was
+one long statement in the owner's tick (issue 12).
 """
 
 from __future__ import annotations
@@ -42,8 +52,8 @@ class BeforeImages:
         return KeySpec.of(self.key_columns, self.key.types)
 
     def create(self, column_type: str, *, temporary: bool = False) -> list[str]:
-        # No indexes: one append per row on the hot path; the revert plan
-        # indexes them once (``index_for_restore``).
+        # No indexes: one append per row on the hot path; a rollback's
+        # revert subtasks index them once (``index_for_restore``).
         create = "CREATE TEMP TABLE" if temporary else "CREATE TABLE IF NOT EXISTS"
         tail = " ON COMMIT DROP" if temporary else ""
         keys = ", ".join(f"{c} {t} NOT NULL"
@@ -77,16 +87,24 @@ class BeforeImages:
 
     def index_for_restore(self) -> list[str]:
         """Indexes a range's restore batches look up by key: the images by
-        key, the batches by their key range (created once, when the revert
-        step is planned; the writes never pay for them). A key of any type
+        key, the batches by their key range (built once, when a rollback
+        needs them; the forward writes never pay for them). A key of any type
         has no range type: its batches are found by transaction id."""
-        images = (f"CREATE INDEX IF NOT EXISTS {_index_name(self.images, 'k')} "
-                  f"ON {self.images} ({', '.join(self.key_columns)})")
-        if self.key.integer:
-            return [images, f"CREATE INDEX IF NOT EXISTS {_index_name(self.batches, 'range')} "
-                            f"ON {self.batches} USING gist (int8range(lo, hi))"]
-        return [images, f"CREATE INDEX IF NOT EXISTS {_index_name(self.batches, 'xid')} "
-                        f"ON {self.batches} USING hash ((CAST(xid AS xid)))"]
+        return [f"CREATE INDEX IF NOT EXISTS {_index_name(self.images, 'k')} "
+                f"ON {self.images} ({', '.join(self.key_columns)})",
+                f"CREATE INDEX IF NOT EXISTS {_index_name(self.batches, self._batches_index)} "
+                + (f"ON {self.batches} USING gist (int8range(lo, hi))" if self.key.integer
+                   else f"ON {self.batches} USING hash ((CAST(xid AS xid)))")]
+
+    @property
+    def _batches_index(self) -> str:
+        return "range" if self.key.integer else "xid"
+
+    def indexed_for_restore(self) -> str:
+        """One boolean: both ``index_for_restore`` indexes exist (committed)."""
+        return (f"SELECT to_regclass('{_qualified_index(self.images, 'k')}') IS NOT NULL "
+                f"AND to_regclass('{_qualified_index(self.batches, self._batches_index)}') "
+                "IS NOT NULL")
 
     def restore_range(self, target: str, ref: str, column: str, *,
                       bounded: bool = True) -> list[str]:
@@ -124,3 +142,11 @@ def _index_name(table: str, column: str) -> str:
     assert match, table
     name = match.group(1).replace('""', '"')
     return quote(f"{name}_{column}")
+
+
+def _qualified_index(table: str, column: str) -> str:
+    """``"schema"."t"`` -> ``"schema"."t_<column>"``, as a SQL string literal's
+    contents (quotes doubled)."""
+    match = _RELATION.search(table)
+    assert match, table
+    return (table[:match.start()] + _index_name(table, column)).replace("'", "''")

@@ -43,3 +43,34 @@ def restore_in_batches(ctx: SubtaskContext, engine: Engine, *,
             ctx.checkpoint(conn, upper, restored)
         curr = upper
         ctx.throttle(restored, time.monotonic() - started)
+
+
+def index_before_restoring(ctx: SubtaskContext, engine: Engine, *, table: str, built: str,
+                           statements: list[str]) -> None:
+    """Before a revert subtask's first restore batch: build the indexes its
+    batches look up by (``statements``, CREATE INDEX IF NOT EXISTS on the
+    job's own work table ``table`` and its kin) unless ``built`` (a query of
+    one boolean) says they exist. A worker's job, not the owner's: the build
+    reads every row the job kept, which must not stall the owner's tick
+    (backfill.before_images says why they are not built up front).
+
+    The first revert subtask of the job to get here builds them; the others
+    queue behind its lock on ``table`` (SHARE ROW EXCLUSIVE conflicts with
+    itself, not with the readers of a restore batch), then find them built.
+    A plain CREATE INDEX, not CONCURRENTLY: nothing writes a job's work
+    tables while it reverts, and in one transaction a builder that is killed
+    or stopped leaves nothing behind; the next one starts over. No
+    statement or lock timeout: the build and the wait take as long as the
+    table is big, and the lease bounds them instead (a lost lease or a stop
+    cancels the statement)."""
+    with engine.begin() as conn:
+        if conn.execute(text(built)).scalar():
+            return
+    with engine.begin() as conn, ctx.cancel_on_stop(conn):
+        conn.execute(text("SET LOCAL statement_timeout = 0"))
+        conn.execute(text("SET LOCAL lock_timeout = 0"))
+        conn.execute(text(f"LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE"))
+        for stmt in statements:
+            conn.execute(text(stmt))
+        faults.hit("worker.in_restore_index")
+

@@ -9,8 +9,14 @@ from framework.jobtype import RetryableError
 from framework.redact import redact
 
 # SQLSTATEs of transient conditions: serialization failure, deadlock, lock or
-# statement timeout, admin shutdown / crash recovery, too many connections.
-_RETRYABLE_SQLSTATES = {"40001", "40P01", "55P03", "57014", "57P01", "57P02", "57P03", "53300"}
+# statement timeout, admin shutdown / crash recovery, too many connections,
+# disk full. Disk full is retried (a vacuum, a log rotation or an operator may
+# free space between attempts; tests/fault/test_disk_full.py); once the
+# attempts run out the job fails and reverts, or pauses for ``reorg retry``.
+# (psycopg raises all of class 53 as OperationalError, retried anyway: the
+# codes are named here so the decision does not rest on that mapping.)
+_RETRYABLE_SQLSTATES = {"40001", "40P01", "55P03", "57014", "57P01", "57P02", "57P03", "53300",
+                        "53100"}
 
 
 def is_retryable(exc: BaseException) -> bool:

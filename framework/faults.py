@@ -68,6 +68,7 @@ POINTS: tuple[str, ...] = (
     "worker.after_checkpoint",    # worker: checkpoint written, batch not yet committed
     "worker.after_batch",         # subtask: a batch and its checkpoint committed
     "worker.in_restore_batch",    # revert subtask: a restore batch ran, not yet committed
+    "worker.in_restore_index",    # revert subtask: restore indexes built, not yet committed
     "subtask.stop",               # subtask: asked to stop (pause, drain, cancel, lease lost)
     "alter_type.before_verify",   # alter-type: a verify subtask about to check its first batch
     "alter_type.before_build",    # alter-type: a build-indexes subtask about to build or validate

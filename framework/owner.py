@@ -411,6 +411,7 @@ class Owner:
                 step_ranges=following.ranges, step_subtasks=count,
                 row_estimate=plan.row_count if plan else None,
                 schema_state=following.schema_state, actor=self._actor(term),
+                step_names=(declared[job.step - 1].name, following.name),
                 detail=f"step {declared[job.step - 1].name} done{tail_detail}; "
                        + _step_detail(declared, number, detail)):
             raise _Raced()
@@ -465,7 +466,7 @@ class Owner:
                     faults.hit("owner.after_revert_plan")
                     if not jobs.start_revert_step(
                             self.db, conn, term, job.id, from_step=job.step,
-                            actor=self._actor(term),
+                            from_name=_step_name(kind, job.step), actor=self._actor(term),
                             detail=f"revert step: {count} ranges to restore"):
                         raise _Raced()
                     return f"reverting {count} ranges"
@@ -604,6 +605,12 @@ class _Raced(RuntimeError):
     """A compare-and-set found the job moved by someone else (e.g. a cancel
     raced an advance): the transaction rolls back and the job is looked at
     again next tick."""
+
+
+def _step_name(kind: jobtype.JobType, number: int) -> str:
+    """Forward step ``number``'s name, for the event of a step change."""
+    declared = jobtype.steps_of(kind)
+    return declared[number - 1].name if 1 <= number <= len(declared) else str(number)
 
 
 def _step_detail(declared: tuple[Step, ...], number: int, subtasks: str) -> str:

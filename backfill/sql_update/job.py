@@ -32,7 +32,7 @@ from sqlalchemy.engine import Connection, Engine
 from backfill.batch_bounds import next_bound
 from backfill.expressions import one_expression, optional_expression
 from backfill.ranged_update import UpdateSql, alias_of, check_update_statement
-from backfill.restore import restore_in_batches
+from backfill.restore import index_before_restoring, restore_in_batches
 from backfill.tables import (
     inspect_table,
     parse_assignment,
@@ -134,14 +134,15 @@ class SqlUpdate:
             return False
         _restore_legacy_images(conn, job)
         sql = update_sql(job)
-        if not (sql.batches and relation_exists(conn, sql.batches)):
-            return False
-        for stmt in sql.kept.index_for_restore():
-            conn.execute(text(stmt))
-        return True
+        # The images' indexes are the revert subtasks' to build, not this
+        # fenced transaction's (backfill.before_images).
+        return bool(sql.batches and relation_exists(conn, sql.batches))
 
     def revert_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
         job = ctx.job
+        kept = update_sql(job).kept
+        index_before_restoring(ctx, engine, table=kept.images, built=kept.indexed_for_restore(),
+                               statements=kept.index_for_restore())
         restore_in_batches(ctx, engine, paced_by=(job.target_table, job.key),
                            statements=lambda bounded: update_sql(job, bounded).restore_range())
 

@@ -196,12 +196,13 @@ def start(
 def advance_step(
     db: Database, conn: Connection, term: OwnerTerm, job_id: int, *, from_step: int,
     to_step: int, step_ranges: bool, step_subtasks: int, row_estimate: int | None,
-    schema_state: str | None, actor: str, detail: str,
+    schema_state: str | None, actor: str, detail: str, step_names: tuple[str, str],
 ) -> bool:
     """A running job moves from forward step ``from_step`` to ``to_step`` once
     every subtask of ``from_step`` succeeded and the next step's subtasks are
     inserted (in the same transaction, DESIGN 7). The state stays ``running``:
-    a compare-and-set of the step, its audit event in the same statement. The
+    a compare-and-set of the step, its audit event in the same statement,
+    from and to the steps' names (``step_names``), which is what changed. The
     step's progress counters start again; ``row_estimate`` is the new step's
     split (kept when None: a fixed step)."""
     moved = conn.execute(
@@ -217,9 +218,10 @@ def advance_step(
                 RETURNING j.id),
             event AS (
                 INSERT INTO {{s}}.job_events (job_id, actor, from_state, to_state, detail)
-                SELECT id, :actor, 'running', 'running', :detail FROM moved)
+                SELECT id, :actor, :from_event, :to_event, :detail FROM moved)
             SELECT count(*) FROM moved"""),
         {"job_id": job_id, "from_step": from_step, "to_step": to_step,
+         "from_event": step_event(step_names[0]), "to_event": step_event(step_names[1]),
          "step_ranges": step_ranges, "step_subtasks": step_subtasks,
          "row_estimate": row_estimate, "schema_state": schema_state, "actor": actor,
          "detail": detail, **term.params()},
@@ -227,6 +229,16 @@ def advance_step(
     if moved:
         notify(db, conn)  # idle workers claim the new step's subtasks at once
     return moved
+
+
+# A step change keeps the job's state; its event names the steps instead,
+# e.g. "step fill" -> "step verify", "step run" -> "step revert".
+REVERT_STEP_NAME = "revert"
+
+
+def step_event(name: str) -> str:
+    """How a job event's from / to names a step (a job state never starts so)."""
+    return f"step {name}"
 
 
 def fail(
@@ -348,12 +360,13 @@ def finish_revert(
 
 def start_revert_step(
     db: Database, conn: Connection, term: OwnerTerm, job_id: int, *, from_step: int,
-    actor: str, detail: str,
+    from_name: str, actor: str, detail: str,
 ) -> bool:
-    """A reverting job at forward step ``from_step`` moves to STEP_REVERT once
-    its revert subtasks are inserted (workers claim them from then on). The
-    state stays ``reverting``, so this is a compare-and-set of the step, not a
-    transition; its audit event is written in the same statement."""
+    """A reverting job at forward step ``from_step`` (named ``from_name``)
+    moves to STEP_REVERT once its revert subtasks are inserted (workers claim
+    them from then on). The state stays ``reverting``, so this is a
+    compare-and-set of the step, not a transition; its audit event, from that
+    step to the revert step, is written in the same statement."""
     moved = conn.execute(
         db.sql(f"""
             WITH moved AS (
@@ -363,9 +376,10 @@ def start_revert_step(
                 RETURNING j.id),
             event AS (
                 INSERT INTO {{s}}.job_events (job_id, actor, from_state, to_state, detail)
-                SELECT id, :actor, 'reverting', 'reverting', :detail FROM moved)
+                SELECT id, :actor, :from_event, :to_event, :detail FROM moved)
             SELECT count(*) FROM moved"""),
         {"job_id": job_id, "from_step": from_step, "actor": actor, "detail": detail,
+         "from_event": step_event(from_name), "to_event": step_event(REVERT_STEP_NAME),
          **term.params()},
     ).scalar_one() == 1
     if moved:
