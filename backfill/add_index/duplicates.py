@@ -93,8 +93,8 @@ def find_duplicates(conn: Connection, *, table: str, key: KeySpec, columns: list
 
 def describe(found: list[Duplicate], columns: list[str]) -> str:
     """The one line a job fails with: the first duplicate keys and their rows."""
-    shown = "; ".join(f"({', '.join(columns)})={d.key} in {d.rows} rows "
+    named = "; ".join(f"({', '.join(columns)})={d.key} in {d.rows} rows "
                       f"(keys {', '.join(map(shown, d.first_keys))}"
                       f"{', ...' if d.rows > len(d.first_keys) else ''})" for d in found)
-    return (f"duplicate keys, no unique index can be built: {shown}; remove the duplicates "
+    return (f"duplicate keys, no unique index can be built: {named}; remove the duplicates "
             "or submit without --unique")
