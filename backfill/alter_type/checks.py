@@ -106,8 +106,11 @@ def _check_key_column(conn: Connection, table: TableInfo, column: str, type_name
             conn.execute(text(f"CREATE UNIQUE INDEX ON {probe} (k)"))
             savepoint.rollback()
     except Exception as exc:
-        raise InvalidParams(f"{where} is in the key of {table.display} "
-                            f"({table.key_spec.described()}) and its unique index cannot be "
+        described = table.key_spec.described()
+        if not described.startswith("("):
+            described = f"({described})"
+        raise InvalidParams(f"{where} is in the key of {table.display} {described} and its "
+                            "unique index cannot be "
                             f"rebuilt on type {type_name}: {one_line(exc)}; choose a type with "
                             f"a btree order (e.g. bigint, text, numeric), or {USE_ALTER}") from None
 
