@@ -6,7 +6,8 @@ Refused, because a swap of columns cannot carry them over safely:
 partitioned tables and tables in an inheritance tree; identity and generated
 columns; a column referenced by a foreign key; a column a view, materialized
 view, generated column, trigger, policy, rule or extended statistics depend
-on; an exclusion constraint on the column."""
+on; an exclusion constraint on the column; a column of the table's key (of
+any type, ``framework.keys``) to a type no unique btree index takes."""
 
 from __future__ import annotations
 
