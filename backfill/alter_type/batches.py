@@ -3,10 +3,10 @@ step, and the fixed subtasks of the build-indexes step.
 
 A backfill batch is one ``UPDATE`` of a keyset page of the table's key, of
 any type (``backfill.batch_bounds``: the next ``batch_rows`` keys from
-``curr_key``), committed with its fenced checkpoint (DESIGN 3). PostgreSQL evaluates the expression on the row
-version it locks, and the trigger sets the shadow column on every
-application write, so a concurrent write is never overwritten from an older
-read (DESIGN 9). A value that does not convert raises in the UPDATE: the
+``curr_key``), committed with its fenced checkpoint (DESIGN 3). PostgreSQL
+evaluates the expression on the row version it locks, and the trigger sets
+the shadow column on every application write, so a concurrent write is
+never overwritten from an older read (DESIGN 9). A value that does not convert raises in the UPDATE: the
 subtask fails and so does the job, whose rollback drops what it added."""
 
 from __future__ import annotations
