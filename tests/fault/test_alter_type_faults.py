@@ -109,7 +109,7 @@ def test_an_owner_killed_during_the_cut_over_leaves_it_undone_and_its_heir_cuts_
 
 
 # A composite primary key, and the job alters one of its own columns (n).
-COMPOSITE_KEYS = AppKeys(("region", "n"), lambda n: ("zz", n))  # above the table's keys
+COMPOSITE_KEYS = AppKeys(("region", "n"), lambda n: ("app", n))  # between 'ap' and 'eu'
 
 
 def _make_composite_table(url: str) -> None:

@@ -26,6 +26,10 @@ from framework.submit import SubmitRequest, submit
 ROWS = 2_000
 
 
+def _uuid(n: int) -> uuid.UUID:
+    return uuid.UUID(hashlib.md5(f"app {n}".encode()).hexdigest())
+
+
 @dataclass(frozen=True)
 class Kind:
     columns: str  # the key's column definitions (and constraint)
@@ -33,23 +37,21 @@ class Kind:
     keys: AppKeys  # the key as the application writes it
 
 
-# The application's keys sort above the table's own. A row inserted between
-# the owner's split and prepare's trigger with a key below the table's
-# smallest lies in no range (the first range starts at that key; report:
-# known gap of the framework's split); keys above it fall in the last range,
-# which has no upper bound.
+# The application's keys fall below, between and above the table's own:
+# a row inserted below the first key before prepare must still be in a range
+# (test_rows_committed_between_the_split_and_prepare_below_every_key_get_a_range).
 KINDS = {
     "text": Kind("k text PRIMARY KEY", "'k ' || md5(g::text)",
-                 AppKeys(("k",), lambda n: (f"z app é {n}",))),
+                 AppKeys(("k",), lambda n: (f"app é {n}",))),
     "uuid": Kind("k uuid PRIMARY KEY", "md5(g::text)::uuid",
-                 AppKeys(("k",), lambda n: (uuid.UUID(int=(0xFFFFFFFF << 96) | n),))),
+                 AppKeys(("k",), lambda n: (_uuid(n),))),
     "numeric": Kind("k numeric(12, 4) PRIMARY KEY", "round(g / 7.0, 4)",
-                    AppKeys(("k",), lambda n: (Decimal(1_000_000 + n) / 4,))),
+                    AppKeys(("k",), lambda n: (Decimal(-1 - n) / 4,))),
     "composite": Kind("region text, n integer, PRIMARY KEY (region, n)",
                       "(ARRAY['eu', 'us', 'ap'])[g % 3 + 1], g / 3",
-                      AppKeys(("region", "n"), lambda n: ("zz", n))),
+                      AppKeys(("region", "n"), lambda n: ("app", n))),
     "unique-not-null": Kind("code varchar(40) NOT NULL UNIQUE", "'c' || g",
-                            AppKeys(("code",), lambda n: (f"z{n}",))),
+                            AppKeys(("code",), lambda n: (f"app{n}",))),
 }
 
 
@@ -230,3 +232,37 @@ def test_add_index_names_duplicates_by_the_tables_keys(db, settings, start_node,
     assert f"(b)=(twin) in 2 rows (keys {keys})" in done["error"], done["error"]
     assert column_catalog(url) == before
     assert table_as_oracle(url, keys=KINDS[kind].keys) == rows
+
+
+@pytest.mark.parametrize("empty", [False, True], ids=["below-the-first-key", "empty-table"])
+@pytest.mark.parametrize("job_type", ["alter-type", "add-column"])
+def test_rows_committed_between_the_split_and_prepare_below_every_key_get_a_range(
+        db, settings, start_node, job_type, empty):
+    """The split reads its snapshot before prepare: a row committed in between
+    with a key below the split's first (or into a table that was empty) must
+    still lie in a range (DESIGN 5): the owner's first range reaches back to
+    the smallest key once prepare holds its lock (framework.keyset_split.reach_back)."""
+    url = settings.database_url
+    _make_table(url, "text")
+    if empty:
+        execute(url, "DELETE FROM items; ANALYZE items")
+    faults.arm("owner.after_split", "block")
+    params = ({"table": "items", "column": "a", "type": "bigint"} if job_type == "alter-type"
+              else {"table": "items", "column": "w:bigint", "value": "a * 2"})
+    job_id = submit(db, SubmitRequest(job_type, params, rows_per_subtask=400,
+                                      batch_rows=150)).job_id
+    start_node("n1", slots=2)
+    faults.wait_blocked("owner.after_split", 60)
+    # Below every key of the table ('k ...'), committed after the split's snapshot.
+    execute(url, "INSERT INTO items (k, a, b) SELECT 'a early ' || g, g, 'early' "
+                 "FROM generate_series(1, 5) g")
+    faults.release("owner.after_split")
+    done = wait_state(db, job_id, timeout=120)
+    assert done["state"] == "succeeded", done
+    if job_type == "alter-type":
+        assert scalar(db, "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE "
+                          "attrelid = 'items'::regclass AND attname = 'a'") == "bigint"
+        assert scalar(db, "SELECT sum(a) FROM items WHERE b = 'early'") == 15
+    else:
+        assert scalar(db, "SELECT count(*) FROM items WHERE w IS DISTINCT FROM a * 2") == 0
+        assert scalar(db, "SELECT sum(w) FROM items WHERE b = 'early'") == 30
