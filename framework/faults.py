@@ -54,6 +54,7 @@ from pathlib import Path
 POINTS: tuple[str, ...] = (
     "owner.after_analyse",        # owner: a job's input accepted (JobType.analyse), not yet split
     "owner.before_split",         # owner: job prepared, the key space not yet split
+    "owner.after_split",          # owner: the split read its snapshot; prepare not yet run
     "owner.after_prepare",        # owner: prepare ran, its fenced transaction still open
     "owner.after_advance_step",   # owner: a step advanced, transaction still open
     "owner.after_next_step",      # owner: next step's DDL and subtasks done, transaction open

@@ -6,7 +6,9 @@ in the key's own order (row comparisons on the key's btree index). The first
 range starts at the smallest key and the last one ends at ``END``, so the
 ranges tile the whole key space (DESIGN 5): ``[k0, k1), [k1, k2), ...,
 [kn, END)``. Keys arriving during the job past the largest one fall in the
-last range, so no catch-up is needed.
+last range, so no catch-up is needed; rows committed below ``k0`` before the
+job's prepare commits are taken into the first range by the owner
+(``reach_back``).
 
 - Small tables (up to ``exact_max_rows`` estimated rows) are cut exactly at
   every ``rows_per_range``-th key: a walk of the key index, one probe a cut
@@ -22,6 +24,7 @@ last range, so no catch-up is needed.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
@@ -127,3 +130,24 @@ def _sampled(conn: Connection, table: str, key: KeySpec, rows_per_range: int | N
     cuts: list[Key] = [decode(first)]
     cuts += [decode(k) for k in sampled][:ranges - 1]
     return SplitPlan(ranges_from_cuts(cuts), estimate, per)
+
+
+def reach_back(conn: Connection, table: str, key: KeySpec, plan: SplitPlan) -> SplitPlan:
+    """``plan`` with its first range starting at the table's smallest key as
+    ``conn`` sees it now, when a row below the split's first key (or in a
+    table that was empty) was committed after the split's snapshot: no key
+    arithmetic makes a "minus infinity" for a text or a uuid, and without
+    this such a row lies in no range. One index probe. The owner calls it in
+    the transaction that prepares the job and inserts its ranges."""
+    where, bounds = "", {}
+    if plan.ranges:
+        where = f"WHERE {key.expr()} < {key.param('first')}"
+        bounds = {"first": key.bind(plan.ranges[0][0])}
+    below = conn.execute(
+        text(f"SELECT {key.as_stored()} FROM {table} {where} "
+             f"ORDER BY {key.order_by()} LIMIT 1"), bounds).scalar()
+    if below is None:
+        return plan
+    if not plan.ranges:
+        return replace(plan, ranges=[(decode(below), END)])
+    return replace(plan, ranges=[(decode(below), plan.ranges[0][1]), *plan.ranges[1:]])

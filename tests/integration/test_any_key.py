@@ -191,8 +191,6 @@ def test_a_table_without_a_usable_key_is_refused_in_one_line(db, ddl, message):
 
 
 @pytest.mark.parametrize("job_type, params", [
-    ("alter-type", {"table": "t", "column": "v", "type": "numeric"}),
-    ("add-index", {"table": "t", "columns": "v"}),
     ("checksum", {"table": "t", "target_table": "t"}),
 ])
 def test_types_that_need_one_integer_key_refuse_any_other_in_one_line(db, job_type, params):
