@@ -119,16 +119,19 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--batch-rows", type=int, default=10_000)
     parser.add_argument("--slots", type=int, default=2)
+    parser.add_argument("--db", help="an empty database to use instead of a throwaway server")
     args = parser.parse_args()
     logging.getLogger("apscheduler").setLevel(logging.ERROR)
     from framework.localpg.cluster import LocalPostgres
     from framework.node import Node
 
-    data_dir = Path(tempfile.mkdtemp(prefix="reorg-bench-keys-", dir="/tmp"))
-    server = LocalPostgres(data_dir, durable=True)
-    server.init()
-    server.start()
-    url = server.url()
+    server, url, data_dir = None, args.db, None
+    if url is None:
+        data_dir = Path(tempfile.mkdtemp(prefix="reorg-bench-keys-", dir="/tmp"))
+        server = LocalPostgres(data_dir, durable=True)
+        server.init()
+        server.start()
+        url = server.url()
     report: dict[str, Any] = {"rows": args.rows, "batch_rows": args.batch_rows,
                               "slots": args.slots, "kinds": {}}
     try:
@@ -157,8 +160,9 @@ def main() -> None:
             node.drain()
             db.dispose()
     finally:
-        server.stop()
-        shutil.rmtree(data_dir, ignore_errors=True)
+        if server is not None:
+            server.stop()
+            shutil.rmtree(data_dir or "", ignore_errors=True)
     print(json.dumps(report, indent=2))
 
 

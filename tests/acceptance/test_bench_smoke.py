@@ -105,3 +105,16 @@ def test_images_index_benchmark_runs_on_a_small_table(fresh_db):
     for line in ("indexed / not indexed: total ", "building the indexes afterwards over all "
                  "20,000 images: "):
         assert line in done.stdout
+
+
+@pytest.mark.slow
+def test_keys_benchmark_runs_on_a_small_table(fresh_db):
+    """``python -m bench.keys`` on 3,000 rows: every key kind, both contenders,
+    reorg's result checked by the bench itself."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.keys", "--db", fresh_db, "--rows", "3000",
+         "--batch-rows", "500"],
+        cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for kind in ("bigint", "uuid", "text+int"):
+        assert f"{kind} {{'reorg_seconds': " in done.stdout
