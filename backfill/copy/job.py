@@ -44,10 +44,6 @@ from backfill.spark.warmup import start_worker_spark
 from backfill.tables import relation_exists, set_ddl_lock_timeout
 from framework import jobtype
 from framework.jobtype import InvalidParams, Job, SubtaskContext, Target
-from framework.keys import KeySpec
-
-# The keys table of copied rows (``CopySpec.keys``): one bigint column ``k``.
-COPIED_KEY = KeySpec(("k",), ("bigint",))
 
 
 def spec_of(job: Job) -> CopySpec:
@@ -59,11 +55,15 @@ def spec_of(job: Job) -> CopySpec:
         where=p.get("where"), created=bool(p["create_target"]),
         work_schema=p.get("work_schema", "reorg"),
         target_seconds=float(p.get("target_batch_seconds", 1.0)),
+        key_spec=None if job.key.integer else job.key,
     )
 
 
 class CopyJobType:
     name = "copy"
+    # Ranges of any key (framework.keys): read in keyset predicates, upserted
+    # and recorded on every key column.
+    keys_of_any_type = True
     # `reorg submit copy` options, imported by that command alone (cli.plugin).
     submit_options = "backfill.copy.options:copy"
 
@@ -120,8 +120,8 @@ class CopyJobType:
 
     def revert_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
         spec = spec_of(ctx.job)
-        restore_in_batches(ctx, engine, paced_by=(spec.keys, COPIED_KEY),
-                           statements=lambda _bounded: [spec.delete_copied_range()])
+        restore_in_batches(ctx, engine, paced_by=(spec.keys, spec.copied_key),
+                           statements=lambda bounded: [spec.delete_copied_range(bounded)])
 
     def revert(self, conn: Connection, job: Job) -> None:
         spec = spec_of(job)

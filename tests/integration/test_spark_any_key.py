@@ -90,3 +90,25 @@ def test_a_cancelled_backfill_on_a_composite_key_restores_the_table(spark, db, s
     faults.release("worker.after_batch")
     assert wait_state(db, job_id, TERMINAL, 180)["state"] == "cancelled"
     assert rows_of(db, "t") == before
+
+
+def test_rows_written_under_a_backfill_batch_on_a_composite_key_are_recomputed(spark, db,
+                                                                                start_node):
+    """DESIGN 9 on keys of any type: rows the application changes after Spark
+    read them are found on every key column, read again by their keys and
+    computed from their new values."""
+    make_table(db, "composite", 1_000)
+    run(db, "ALTER TABLE t ADD COLUMN c text")
+    faults.arm("spark.before_apply", "block")
+    job_id = submit(db, SubmitRequest("backfill", {"table": "t", "set": "c=concat('v', v)"},
+                                      rows_per_subtask=2_000, batch_rows=400)).job_id
+    start_node("n1", slots=1)
+    faults.wait_blocked("spark.before_apply", 90)
+    # The first batch is read (the smallest keys), not yet merged: change some of its rows.
+    changed = run(db, "UPDATE t SET v = v + 100000 WHERE (region, n) IN (SELECT region, n "
+                      "FROM t ORDER BY region, n LIMIT 50) AND n % 2 = 0").rowcount
+    assert changed > 0
+    faults.release("spark.before_apply")
+    assert wait_state(db, job_id, TERMINAL, 180)["state"] == "succeeded"
+    assert run(db, "SELECT count(*) FROM t WHERE c IS DISTINCT FROM 'v' || v").scalar_one() == 0
+    assert run(db, "SELECT count(*) FROM t WHERE v > 100000").scalar_one() == changed
