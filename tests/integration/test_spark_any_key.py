@@ -112,3 +112,52 @@ def test_rows_written_under_a_backfill_batch_on_a_composite_key_are_recomputed(s
     assert wait_state(db, job_id, TERMINAL, 180)["state"] == "succeeded"
     assert run(db, "SELECT count(*) FROM t WHERE c IS DISTINCT FROM 'v' || v").scalar_one() == 0
     assert run(db, "SELECT count(*) FROM t WHERE v > 100000").scalar_one() == changed
+
+
+def key_columns(kind: str) -> list[str]:
+    return list(KINDS[kind][1])
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS)
+def test_copy_into_a_created_target_copies_every_row_on_any_key(spark, db, start_node, kind):
+    make_table(db, kind, 3_000)
+    keys = key_columns(kind)
+    job_id = submit(db, SubmitRequest("copy", {
+        "table": "t", "target": "t_copy", "create_target": True,
+        "select": [*keys, "v * 2 AS w", "v"]}, rows_per_subtask=1_000, batch_rows=300)).job_id
+    start_node("n1", slots=2)
+    job = wait_state(db, job_id, TERMINAL, 180)
+    assert job["state"] == "succeeded", job
+    cols = ", ".join(keys)
+    assert rows_of(db, "t_copy") == sorted(
+        map(tuple, run(db, f"SELECT {cols}, v * 2, v FROM t").all()), key=repr)
+    # The key carried over exactly: the same key, the same primary key columns.
+    assert run(db, f"SELECT count(*) FROM t JOIN t_copy USING ({cols})").scalar_one() == 3_000
+    assert_every_range_done_once(db, job_id, 3_000)
+
+
+@pytest.mark.parametrize("kind", ["composite", "text"])
+def test_a_cancelled_copy_on_any_key_removes_exactly_what_it_copied(spark, db, start_node,
+                                                                     kind):
+    make_table(db, kind, 3_000)
+    keys = key_columns(kind)
+    columns, *_ = KINDS[kind]
+    run(db, f"CREATE TABLE t_copy ({columns}, v bigint)")
+    # Rows of the target's own, outside the source's keys: they stay.
+    run(db, f"INSERT INTO t_copy SELECT {KINDS[kind][3]}, -i FROM generate_series(5001, 5010) i")
+    before = rows_of(db, "t_copy")
+    faults.arm("worker.after_batch", "block")  # each slot stops after its first batch
+    job_id = submit(db, SubmitRequest("copy", {"table": "t", "target": "t_copy",
+                                               "select": [*keys, "v"]},
+                                      rows_per_subtask=1_000, batch_rows=200,
+                                      concurrency=2)).job_id
+    start_node("n1", slots=2)
+    faults.wait_blocked("worker.after_batch", 90, count=2)
+    assert len(rows_of(db, "t_copy")) > len(before)
+    control.cancel(db, job_id)
+    faults.release("worker.after_batch")
+    done = wait_state(db, job_id, TERMINAL, 180)
+    assert done["state"] == "cancelled"
+    assert rows_of(db, "t_copy") == before
+    assert done["revert_total"] >= 2 and done["revert_done"] == done["revert_total"]
+    assert run(db, "SELECT to_regclass(:t)", t=f"reorg.copy_{job_id}_keys").scalar() is None
