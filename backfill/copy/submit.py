@@ -106,11 +106,11 @@ def _existing_target(conn: Connection, src: TableInfo, name: str) -> TableInfo:
     except InvalidParams as exc:
         raise InvalidParams(
             f"target {name}: {exc}".replace("reorg needs", "copy needs")) from None
-    if src.key_spec.integer and dst.key != src.key:
+    if dst.key != src.key:
         raise InvalidParams(
             f"target {dst.display} has primary key ({dst.key}) but the key of "
             f"{src.display} is {src.key}; the target needs the same key column")
-    if not src.key_spec.integer and dst.key_spec != src.key_spec:
+    if not (src.key_spec.integer and dst.key_spec.integer) and dst.key_spec != src.key_spec:
         # The key's values are copied as PostgreSQL's text of them: the same
         # columns of the same types, or a row could land under another key.
         raise InvalidParams(
