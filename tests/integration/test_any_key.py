@@ -2,8 +2,9 @@
 timestamp, several columns or a unique NOT NULL index are split into ranges
 that tile the whole key space (DESIGN 5, a property test over each kind),
 run by ``sql-update`` batch by batch with keyset bounds, and rolled back
-exactly; job types that need one integer column refuse such tables in one
-line, and so does a table with no usable key."""
+exactly (the Spark types on such keys: test_spark_any_key.py); job types that
+need one integer column refuse such tables in one line, and so does a table
+with no usable key."""
 
 from __future__ import annotations
 
@@ -193,7 +194,6 @@ def test_a_table_without_a_usable_key_is_refused_in_one_line(db, ddl, message):
 @pytest.mark.parametrize("job_type, params", [
     ("alter-type", {"table": "t", "column": "v", "type": "numeric"}),
     ("add-index", {"table": "t", "columns": "v"}),
-    ("checksum", {"table": "t", "target_table": "t"}),
 ])
 def test_types_that_need_one_integer_key_refuse_any_other_in_one_line(db, job_type, params):
     make_table(db, "composite", 10)
