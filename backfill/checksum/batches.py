@@ -291,8 +291,8 @@ class ChecksumPipeline(RangePipeline):
 
     def compute(self, lo: Any, hi: Any, scanned: int) -> Compared:
         spec, ctx, key = self.spec, self.ctx, self.keys
-        read_lo: Key | None = None if (self._head and lo == ctx.start_key) else lo
-        read_hi: Key | None = hi
+        read_lo: Any = None if (self._head and lo == ctx.start_key) else lo
+        read_hi: Any = hi
         if hi is END or (hi == ctx.end_key and not self._any_source(
                 f"{key.expr()} >= {key.param('k')}", ctx.end_key)):
             read_hi = None  # the last range: also every key above it
@@ -335,7 +335,7 @@ class ChecksumPipeline(RangePipeline):
 
         def side(table: str) -> DataFrame:
             df = keyset_read.read_batch(self.spark, self.jdbc, spec.side_query(table),
-                                        self.keys, lo, hi, [])  # type: ignore[arg-type]
+                                        self.keys, lo, hi, [])
             return df.select(F.col("__reorg_k").alias("k"), *[
                 F.col(f"__reorg_c{i}").alias(f"c{i}") for i in range(len(spec.columns))])
 

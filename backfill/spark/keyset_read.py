@@ -88,14 +88,15 @@ def partition_cuts(conn: Connection, table: str, key: KeySpec, lo: Key, hi: Key,
     return [decode(k) for k in found]
 
 
-def predicates(key: KeySpec, lo: Key, hi: Key, cuts: list[Key]) -> list[str]:
-    """One predicate per partition: ``[lo, c1), [c1, c2), ..., [cn, hi)``."""
-    edges: list[Key] = [lo, *cuts, hi]
+def predicates(key: KeySpec, lo: Key | None, hi: Key | None, cuts: list[Key]) -> list[str]:
+    """One predicate per partition: ``[lo, c1), [c1, c2), ..., [cn, hi)``
+    (None: no bound on that side)."""
+    edges: list[Key | None] = [lo, *cuts, hi]
     return [range_sql(key, a, b) for a, b in zip(edges, edges[1:], strict=False)]
 
 
-def read_batch(spark: SparkSession, target: JdbcTarget, query: str, key: KeySpec, lo: Key,
-               hi: Key, cuts: list[Key]) -> DataFrame:
+def read_batch(spark: SparkSession, target: JdbcTarget, query: str, key: KeySpec,
+               lo: Key | None, hi: Key | None, cuts: list[Key]) -> DataFrame:
     """``query``'s rows (a ``dbtable`` exposing the key's columns by name) in
     ``[lo, hi)``, one JDBC partition per predicate."""
     return spark.read.jdbc(target.url, query, predicates=predicates(key, lo, hi, cuts),

@@ -13,12 +13,14 @@ import sqlalchemy as sa
 from support import TERMINAL, wait_state
 from test_any_key import KINDS, make_table, run
 
+from backfill.checksum.cli import describe
 from backfill.checksum.job import register as register_checksum
 from backfill.checksum.report import report
 from backfill.copy.job import register as register_copy
 from backfill.spark_backfill.job import register as register_backfill
 from framework import control, faults
 from framework.jobtype import Job
+from framework.keys import decode, shown
 from framework.store import history, jobs
 from framework.submit import SubmitRequest, submit
 
@@ -204,3 +206,33 @@ def test_checksum_finds_exactly_the_differences_on_any_key(spark, db, start_node
             (("different", first), ("missing_in_target", middle),
              ("missing_in_source", last))}
     assert {k["kind"]: k["key"] for k in found["keys"]} == stored
+    # `reorg checksum-report` shows them as keys, not JSON.
+    lines = describe(found)
+    for kind_, key in stored.items():
+        assert any(line.strip() == f"{shown(decode(key))}  {kind_}" for line in lines), lines
+
+
+def test_a_batch_of_a_composite_key_is_read_in_keyset_partitions(spark, target_db):
+    """The explicit predicates of a batch (keyset_read): every row of
+    ``[lo, hi)`` once, in as many JDBC partitions as asked, cut at every
+    (rows / parts)-th key, in PostgreSQL's order of the key."""
+    from backfill.spark.jdbc import jdbc_target, read_query
+    from backfill.spark.keyset_read import partition_cuts, read_batch, text_columns
+    from framework.keys import KeySpec
+
+    make_table(target_db, "composite", 3_000)
+    key = KeySpec.of(["region", "n"], ["text", "integer"])
+    ordered = [tuple(r) for r in run(target_db, "SELECT region, n FROM t ORDER BY region, n")]
+    lo, hi = ordered[100], ordered[2_100]  # the batch: 2,000 keys
+    with target_db.connect() as conn:
+        cuts = partition_cuts(conn, '"public"."t"', key, lo, hi, 2_000, 4)
+    assert cuts == [ordered[600], ordered[1_100], ordered[1_600]]
+    df = read_batch(spark, jdbc_target(target_db.url), read_query(
+        '"public"."t"', None, columns=text_columns(key)), key, lo, hi, cuts)
+    assert df.rdd.getNumPartitions() == 4
+    assert df.rdd.glom().map(len).collect() == [500, 500, 500, 500]
+    read = sorted((r["region"], r["n"]) for r in df.select("region", "n").collect())
+    assert read == sorted(ordered[100:2_100])
+    # The text of each key column, as staged, parses back to the very key.
+    texts = {(r["__reorg_key_0"], r["__reorg_key_1"]) for r in df.collect()}
+    assert texts == {(a, str(b)) for a, b in ordered[100:2_100]}
