@@ -19,7 +19,7 @@ from backfill.checksum.report import report
 from backfill.copy.job import register as register_copy
 from backfill.spark_backfill.job import register as register_backfill
 from framework import control, faults
-from framework.jobtype import Job
+from framework.jobtype import InvalidParams, Job
 from framework.keys import decode, shown
 from framework.store import history, jobs
 from framework.submit import SubmitRequest, submit
@@ -236,3 +236,29 @@ def test_a_batch_of_a_composite_key_is_read_in_keyset_partitions(spark, target_d
     # The text of each key column, as staged, parses back to the very key.
     texts = {(r["__reorg_key_0"], r["__reorg_key_1"]) for r in df.collect()}
     assert texts == {(a, str(b)) for a, b in ordered[100:2_100]}
+
+
+@pytest.mark.parametrize("job_type, params, says", [
+    ("copy", {"table": "t", "target": "t_other", "select": ["region", "n", "v"]},
+     "target public.t_other is keyed by (region text, n bigint) but public.t by "
+     "(region text, n integer); the target needs the same key columns of the same types"),
+    ("checksum", {"table": "t", "target": "t_other"},
+     "target public.t_other is keyed by (region text, n bigint) but public.t by "
+     "(region text, n integer); checksum matches rows on the key, so both need the same "
+     "key columns of the same types"),
+    ("copy", {"table": "t", "target": "t_copy", "create_target": True,
+              "select": ["region", "v"]},
+     "--select must copy the key column n unchanged; add --select n"),
+    ("backfill", {"table": "t", "set": "n=1"},
+     "column n is part of the key (region text, n integer); reorg never rewrites keys"),
+])
+def test_a_target_keyed_otherwise_is_refused_in_one_line(spark, db, job_type, params, says):
+    make_table(db, "composite", 100)
+    run(db, "CREATE TABLE t_other (region text, n bigint, v bigint, PRIMARY KEY (region, n))")
+    before = rows_of(db, "t"), rows_of(db, "t_other")
+    with pytest.raises(InvalidParams) as refused:
+        submit(db, SubmitRequest(job_type, params))
+    assert str(refused.value) == says
+    assert run(db, "SELECT count(*) FROM reorg.jobs").scalar_one() == 0
+    assert (rows_of(db, "t"), rows_of(db, "t_other")) == before
+    assert run(db, "SELECT to_regclass('t_copy')").scalar() is None
