@@ -191,13 +191,12 @@ class SubtaskRunner(RangePipeline):
     def apply(self, conn: Connection, raw: Any, batch: Batch) -> Merged:
         m, keys = self.spec.merge, self.spec.keys
         bounds = {"lo": keys.bind(batch.lo), "hi": keys.bind(batch.hi)}
-        merge = m.merge() if keys.integer else m.merge(bounded=batch.hi is not END)
-        staging = None if keys.integer else keys  # a single integer key: its own stage
+        merge = m.merge(bounded=batch.hi is not END)  # END: the last batch of a key of any type
         rounds = recomputed = 0
-        conn.exec_driver_sql(landing.create_staging_sql(self.spec.column_type, staging))
+        conn.exec_driver_sql(landing.create_staging_sql(self.spec.column_type, keys))
         staged: Staged = batch.payload
         while staged.rows:
-            landing.copy_in(raw, self.spec.column_type, m.stage_columns, staged.data, staging)
+            landing.copy_in(raw, self.spec.column_type, m.stage_columns, staged.data, keys)
             faults.hit("spark.after_stage")
             result = conn.execute(text(merge), bounds)
             applied = result.scalar_one() if m.overwrite else result.rowcount
@@ -221,7 +220,6 @@ class SubtaskRunner(RangePipeline):
             return Staged(b"", 0)
         if round_no > MAX_ROUNDS:
             raise RetryableError(f"{len(keys)} rows kept changing under batch; retrying the subtask")
-        listed = [decode(k) for k in keys]  # a key of any type: stored keys (jsonb)
         if round_no > OPTIMISTIC_ROUNDS:
             bound = keys if self.spec.keys.integer else json.dumps(keys)
             conn.execute(text(m.lock()), {"keys": bound})
@@ -231,6 +229,7 @@ class SubtaskRunner(RangePipeline):
             df = read_keys(self.spark, self.jdbc, self.spec.table, self.spec.key, keys,
                            where=self.spec.where)
         else:
+            listed = [decode(k) for k in keys]  # a key of any type: stored keys (jsonb)
             df = read_listed_keys(self.spark, self.jdbc, self.spec.table, self.spec.keys,
                                   listed, where=self.spec.where)
         return self._stage(df)

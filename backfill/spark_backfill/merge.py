@@ -38,8 +38,6 @@ class MergeSql:
     # Every key column with its type; None: the single integer ``key``.
     key_spec: KeySpec | None = None
 
-    STAGE_COLUMNS = ("k", "ver", "new")  # what Spark computes; never the old value
-
     @property
     def keys(self) -> KeySpec:
         return self.key_spec or KeySpec.integer_column(self.key)
@@ -56,8 +54,6 @@ class MergeSql:
 
     @property
     def stage(self) -> str:
-        if self.keys.integer:
-            return quote(staging_name(self.column_type))
         return quote(staging_name(self.column_type, self.keys))
 
     @property

@@ -2,9 +2,10 @@
 which may call a Python function given as ``module:function`` (registered
 under the function's name, e.g. ``--udf mylib:normalise --set c=normalise(b)``).
 
-Every batch becomes the same three columns, in the order the staging table
-has them (``MergeSql.STAGE_COLUMNS``): ``k`` (key), ``ver`` (row version
-read) and ``new`` (computed value). The old value never travels through
+Every batch becomes the same columns, in the order the staging table has
+them (``MergeSql.stage_columns``): ``k`` (key; ``k0``, ``k1``, ... for a key
+of any type, as PostgreSQL's text of each column), ``ver`` (row version read)
+and ``new`` (computed value). The old value never travels through
 Spark: its types do not carry every PostgreSQL value exactly, so the merge
 takes before-images inside PostgreSQL (``merge``). Spark prunes the target
 column from the read unless the expression uses it.
