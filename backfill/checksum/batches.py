@@ -34,7 +34,9 @@ The subtask whose range starts at that table's smallest key also compares
 every key below it in either table, and the one whose range ends past its
 largest key every key above, so rows of the second table outside the first
 table's key span are found too. (Rows added to the first table beyond its
-largest key after the job split it are not compared.)
+largest key after the job split it are not compared.) A key of any type
+(``framework.keys``) tiles ``[min, END)``: the last range has no upper bound
+anyway, and its findings keep each key as its stored JSON array.
 
 Findings go into the subtask's meta with its checkpoint (one transaction,
 exactly once): counts by kind, the batch ranges that mismatched, and up to

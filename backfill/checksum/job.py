@@ -2,7 +2,8 @@
 
     reorg submit checksum --table A --target B [--columns c1,c2,...]
 
-Rows are matched by A's key column (B must have it as its primary key) and
+Rows are matched by A's key (one integer column, or any key:
+``framework.keys``; B must have the same key) and
 compared on the listed columns (default: every column of A but the key;
 each must exist in B, with a type comparable to A's). How a range is
 compared: ``backfill.checksum.batches``.

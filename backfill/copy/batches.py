@@ -20,7 +20,9 @@ target that existed before, every key the job writes is recorded in
 only fires for keys already recorded: a row the job did not write is never
 overwritten (``submit`` refuses targets that already hold keys the copy would
 write; a row an application inserts during the job stops the job instead).
-Rollback deletes exactly the recorded keys.
+Rollback deletes exactly the recorded keys. For a key of any type
+(``framework.keys``) the conflict, the check and the record are on every key
+column, and the keys table has the key's own columns (``k0, k1, ...``).
 """
 
 from __future__ import annotations

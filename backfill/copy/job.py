@@ -5,14 +5,16 @@
 
 Each EXPR is a Spark SQL expression over SRC's columns naming one target
 column (``id``, ``CAST(a AS bigint) AS a``, ``upper(b) AS b_up``). SRC's key
-column must be copied unchanged under its own name (``--select id``): the
-copy runs range by range over SRC's key, and a range's rows keep their keys,
-so each range is idempotent. PRED is a PostgreSQL predicate on SRC.
+columns (one integer, or any key: ``framework.keys``) must be copied
+unchanged under their own names (``--select id``): the copy runs range by
+range over SRC's key, and a range's rows keep their keys, so each range is
+idempotent. PRED is a PostgreSQL predicate on SRC.
 
 ``--create-target``: the prepare step creates DST with one column per select
 (a verbatim source column keeps its PostgreSQL type; a computed one gets the
 type Spark gives it, mapped to PostgreSQL) and the key as primary key.
-Without it DST must exist, have the key as its primary key, have every
+Without it DST must exist, have the key as its primary key (for a key of
+any type: the same columns of the same types), have every
 selected column with a type the result can land in, and hold none of the
 keys the copy would write (checked at submit, so rows that were in DST
 before the job keep their values; rows that appear there during the job
