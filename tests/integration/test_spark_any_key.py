@@ -63,6 +63,25 @@ def test_backfill_sets_every_row_once_on_any_key(spark, db, start_node, kind):
     assert run(db, "SELECT to_regclass(:t)", t=f"reorg.backfill_{job_id}_images").scalar() is None
 
 
+def test_a_retried_backfill_subtask_on_a_text_key_resumes_at_its_checkpoint(spark, db,
+                                                                             start_node):
+    """A batch that fails retryably (its transaction rolled back) is redone
+    by the retried subtask from ``curr_key``, a tuple here: every row is
+    right and counted once, none written twice."""
+    make_table(db, "text", 3_000)
+    run(db, "ALTER TABLE t ADD COLUMN c text")
+    faults.arm("spark.before_apply", "retryable@3")  # the third batch fails once
+    job_id = submit(db, SubmitRequest("backfill", {"table": "t", "set": "c=concat('v', v)"},
+                                      rows_per_subtask=3_000, batch_rows=400)).job_id
+    start_node("n1", slots=1, retry_backoff_seconds=0.2)
+    assert wait_state(db, job_id, TERMINAL, 180)["state"] == "succeeded"
+    assert run(db, "SELECT count(*) FROM t WHERE c IS DISTINCT FROM 'v' || v").scalar_one() == 0
+    assert_every_range_done_once(db, job_id, 3_000)
+    with db.begin() as conn:
+        (subtask,) = history.subtasks_of_job(db, conn, job_id)
+    assert subtask["attempts"] >= 2  # it was retried, not run once
+
+
 @pytest.mark.parametrize("kind", ["composite"])
 def test_a_failed_backfill_on_a_composite_key_is_rolled_back_exactly(spark, db, start_node,
                                                                      kind):
