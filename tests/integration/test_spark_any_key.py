@@ -281,3 +281,24 @@ def test_a_target_keyed_otherwise_is_refused_in_one_line(spark, db, job_type, pa
     assert run(db, "SELECT count(*) FROM reorg.jobs").scalar_one() == 0
     assert (rows_of(db, "t"), rows_of(db, "t_other")) == before
     assert run(db, "SELECT to_regclass('t_copy')").scalar() is None
+
+
+def test_a_row_an_application_writes_into_the_target_stops_a_composite_copy(spark, db,
+                                                                             start_node):
+    """A key the copy is about to write appears in the existing target (an
+    application's row): the copy stops rather than overwrite it, names the
+    key, and its rollback leaves that row alone."""
+    make_table(db, "composite", 2_000)
+    run(db, "CREATE TABLE t_copy (region text, n integer, v bigint, PRIMARY KEY (region, n))")
+    job_id = submit(db, SubmitRequest("copy", {"table": "t", "target": "t_copy",
+                                               "select": ["region", "n", "v"]},
+                                      rows_per_subtask=5_000, batch_rows=200)).job_id
+    region, n = run(db, "SELECT region, n FROM t ORDER BY region, n OFFSET 1000 LIMIT 1").one()
+    run(db, "INSERT INTO t_copy VALUES (:r, :n, -1)", r=region, n=n)  # after submit
+    start_node("n1", slots=1, max_attempts=1)
+    job = wait_state(db, job_id, TERMINAL, 180)
+    assert job["state"] == "reverted"
+    with db.begin() as conn:
+        errors = [s["error"] or "" for s in history.subtasks_of_job(db, conn, job_id)]
+    assert any(f"key ({region!r}, {n}) already exists in" in e for e in errors), errors
+    assert rows_of(db, "t_copy") == [(region, n, -1)]
