@@ -184,6 +184,12 @@ def test_a_cancelled_copy_on_any_key_removes_exactly_what_it_copied(spark, db, s
     assert run(db, "SELECT to_regclass(:t)", t=f"reorg.copy_{job_id}_keys").scalar() is None
 
 
+# A key below every key make_table writes, per kind.
+BELOW = {"text": "''", "uuid": "'00000000-0000-0000-0000-000000000000'", "numeric": "-99999",
+         "timestamptz": "'2000-01-01 00:00:00+00'", "composite": "'', 0",
+         "unique-not-null": "''"}
+
+
 def checksum_report(db, job_id: int) -> dict:
     with db.begin() as conn:
         job = jobs.get(db, conn, job_id)
@@ -207,6 +213,10 @@ def test_checksum_finds_exactly_the_differences_on_any_key(spark, db, start_node
     run(db, f"UPDATE t_copy SET v = -1 WHERE {match}", **first._asdict())
     run(db, f"DELETE FROM t_copy WHERE {match}", **middle._asdict())  # missing in the target
     run(db, f"DELETE FROM t WHERE {match}", **last._asdict())  # missing in the source
+    # Missing in the source, below its smallest key: the first range looks there too.
+    run(db, f"INSERT INTO t_copy ({cols}, v) VALUES ({BELOW[kind]}, 0)")
+    below = run(db, f"SELECT jsonb_build_array({cols}) FROM t_copy ORDER BY {cols} LIMIT 1"
+                ).scalar()
     before = rows_of(db, "t"), rows_of(db, "t_copy")
     job_id = submit(db, SubmitRequest("checksum", {"table": "t", "target": "t_copy",
                                                    "compare_in": mode},
@@ -216,7 +226,7 @@ def test_checksum_finds_exactly_the_differences_on_any_key(spark, db, start_node
     assert (rows_of(db, "t"), rows_of(db, "t_copy")) == before  # read-only
     found = checksum_report(db, job_id)
     assert found["complete"] and found["rows_compared"] == 2_999
-    assert found["by_kind"] == {"missing_in_target": 1, "missing_in_source": 1, "different": 1}
+    assert found["by_kind"] == {"missing_in_target": 1, "missing_in_source": 2, "different": 1}
     # Each finding names its row by the whole key, in the key's stored form.
     with db.begin() as conn:
         stored = {kind_: conn.execute(sa.text(
@@ -224,10 +234,12 @@ def test_checksum_finds_exactly_the_differences_on_any_key(spark, db, start_node
             ") k"), {c: row._asdict()[c] for c in keys}).scalar() for kind_, row in
             (("different", first), ("missing_in_target", middle),
              ("missing_in_source", last))}
-    assert {k["kind"]: k["key"] for k in found["keys"]} == stored
+    expected = sorted([*((k, v) for k, v in stored.items()), ("missing_in_source", below)],
+                      key=repr)
+    assert sorted(((k["kind"], k["key"]) for k in found["keys"]), key=repr) == expected
     # `reorg checksum-report` shows them as keys, not JSON.
     lines = describe(found)
-    for kind_, key in stored.items():
+    for kind_, key in expected:
         assert any(line.strip() == f"{shown(decode(key))}  {kind_}" for line in lines), lines
 
 
