@@ -170,6 +170,9 @@ def target_column(conn: Connection, table: TableInfo, column: str,
     existing column's. Never the key."""
     if column == table.key:
         raise InvalidParams(f"column {column} is the primary key; reorg never rewrites keys")
+    if column in table.key_spec.columns:
+        raise InvalidParams(f"column {column} is part of the key {table.key_spec.described()}; "
+                            "reorg never rewrites keys")
     if add_column:
         added, type_ = parse_column_spec(add_column)
         if added != column:

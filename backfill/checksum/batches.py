@@ -34,7 +34,9 @@ The subtask whose range starts at that table's smallest key also compares
 every key below it in either table, and the one whose range ends past its
 largest key every key above, so rows of the second table outside the first
 table's key span are found too. (Rows added to the first table beyond its
-largest key after the job split it are not compared.)
+largest key after the job split it are not compared.) A key of any type
+(``framework.keys``) tiles ``[min, END)``: the last range has no upper bound
+anyway, and its findings keep each key as its stored JSON array.
 
 Findings go into the subtask's meta with its checkpoint (one transaction,
 exactly once): counts by kind, the batch ranges that mismatched, and up to
@@ -43,6 +45,7 @@ exactly once): counts by kind, the batch ranges that mismatched, and up to
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -50,10 +53,12 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
+from backfill.spark import keyset_read
 from backfill.spark.pipeline import Batch, RangePipeline, key_between
 from backfill.spark.sizing import READ_ONLY_RANGE_ABOVE
 from backfill.tables import quote
 from framework.jobtype import SubtaskContext
+from framework.keys import END, Key, KeySpec, stored_json
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -87,15 +92,32 @@ class ChecksumSpec:
     columns: tuple[CompareColumn, ...]
     compare_in: str = "postgres"  # or "spark"
     target_seconds: float = 1.0
+    # Every key column with its type, in both tables; None: the single integer ``key``.
+    key_spec: KeySpec | None = None
+
+    @property
+    def keys(self) -> KeySpec:
+        return self.key_spec or KeySpec.integer_column(self.key)
 
     def side_query(self, table: str) -> str:
-        """One side as Spark reads it: the key as ``k`` and each column's text as c0, c1, ..."""
+        """One side as Spark reads it: the key as ``k`` and each column's text as
+        c0, c1, ... A key of any type: its columns under their own names (for
+        the batch's predicates), ``k`` the text of its stored form (jsonb), and
+        the columns' text as ``__reorg_c0``, ... (``spark_side`` names them)."""
+        if not self.keys.integer:
+            key = self.keys
+            cols = "".join(f", {c.as_text()} AS {quote(f'__reorg_c{i}')}"
+                           for i, c in enumerate(self.columns))
+            return (f"(SELECT {key.order_by()}, CAST({key.as_stored()} AS text) AS "
+                    f"{quote('__reorg_k')}{cols} FROM {table}) reorg_cmp")
         cols = "".join(f", {c.as_text()} AS c{i}" for i, c in enumerate(self.columns))
         return f"(SELECT {self.key} AS k{cols} FROM {table}) reorg_cmp"
 
     def compare_sql(self, cond: str) -> str:
         """The mismatching keys among rows matching ``cond`` (over the key
         column), in one statement: one snapshot of both tables."""
+        if not self.keys.integer:
+            return self._keyset_compare_sql(cond)
         k = self.key
         # Composite values compare NULL fields as equal: a null-safe row compare.
         row_a = ", ".join(c.as_text("a") for c in self.columns) or "0"
@@ -111,7 +133,39 @@ class ChecksumSpec:
             WHERE x.k IS NULL OR y.k IS NULL OR x.r IS DISTINCT FROM y.r
             ORDER BY 1"""
 
-    def range_cond(self, lo: int | None, hi: int | None) -> tuple[str, dict[str, int]]:
+    def _keyset_compare_sql(self, cond: str) -> str:
+        """``compare_sql`` for a key of any type: joined on every key column,
+        each mismatching key as its stored form (jsonb)."""
+        key = self.keys
+        n = len(key.columns)
+        row_a = ", ".join(c.as_text("a") for c in self.columns) or "0"
+        row_b = ", ".join(c.as_text("b") for c in self.columns) or "0"
+        read_a = ", ".join(f"{name} AS k{i}" for i, name in enumerate(key.names("a")))
+        read_b = ", ".join(f"{name} AS k{i}" for i, name in enumerate(key.names("b")))
+        joined = " AND ".join(f"x.k{i} = y.k{i}" for i in range(n))
+        found = ", ".join(f"coalesce(x.k{i}, y.k{i})" for i in range(n))
+        return f"""
+            SELECT jsonb_build_array({found}) AS k,
+                   CASE WHEN y.k0 IS NULL THEN 'missing_in_target'
+                        WHEN x.k0 IS NULL THEN 'missing_in_source' ELSE 'different' END AS kind
+            FROM (SELECT {read_a}, ROW({row_a}) AS r FROM {self.source} a
+                  WHERE {cond.format(t='a')}) x
+            FULL JOIN (SELECT {read_b}, ROW({row_b}) AS r FROM {self.target} b
+                       WHERE {cond.format(t='b')}) y ON {joined}
+            WHERE x.k0 IS NULL OR y.k0 IS NULL OR x.r IS DISTINCT FROM y.r
+            ORDER BY {found}"""
+
+    def range_cond(self, lo: Key | None, hi: Key | None) -> tuple[str, dict[str, Any]]:
+        if not self.keys.integer:
+            key = self.keys
+            conds, bound = ["TRUE"], {}
+            if lo is not None:
+                conds.append(f"{key.expr('{t}')} >= {key.param('lo')}")
+                bound["lo"] = key.bind(lo)
+            if hi is not None and hi is not END:
+                conds.append(f"{key.expr('{t}')} < {key.param('hi')}")
+                bound["hi"] = key.bind(hi)
+            return " AND ".join(conds), bound
         conds, params = ["TRUE"], {}
         if lo is not None:
             conds.append(f"{{t}}.{self.key} >= :lo")
@@ -122,7 +176,21 @@ class ChecksumSpec:
         return " AND ".join(conds), params
 
     def keys_cond(self) -> str:
+        """The listed keys: ints, or for a key of any type one jsonb array of them."""
+        if not self.keys.integer:
+            key = self.keys
+            values = ", ".join(f"CAST(e ->> {i} AS {t})" for i, t in enumerate(key.types))
+            return (f"{key.expr('{t}')} IN (SELECT {values} FROM "
+                    "jsonb_array_elements(CAST(:keys AS jsonb)) e)")
         return f"{{t}}.{self.key} = ANY(CAST(:keys AS bigint[]))"
+
+    def bind_keys(self, keys: list[Any]) -> Any:
+        return keys if self.keys.integer else json.dumps(keys)
+
+    def found_key(self, value: Any) -> Any:
+        """A key as the comparison returns it, as findings keep it: an int, or
+        a key of any type's stored form (a JSON array)."""
+        return int(value) if self.keys.integer else list(value)
 
 
 def spark_diff(a: DataFrame, b: DataFrame, ncols: int) -> DataFrame:
@@ -174,7 +242,7 @@ class Findings:
         return {META_KEY: {"mismatches": self.mismatches, **self.counts, "ranges": self.ranges,
                            "keys": self.keys, "ranges_dropped": self.ranges_dropped}}
 
-    def add(self, lo: int | None, hi: int | None, found: list[tuple[int, str]]) -> None:
+    def add(self, lo: Any, hi: Any, found: list[tuple[Any, str]]) -> None:
         if not found:
             return
         for key, kind in found:
@@ -193,9 +261,10 @@ class Findings:
 
 @dataclass
 class Compared:
-    lo: int | None  # None: unbounded (the first subtask's head)
-    hi: int | None  # None: unbounded (the last subtask's tail)
-    found: list[tuple[int, str]]  # candidates (spark) or final (postgres)
+    # Keys as findings keep them: ints, or a key of any type's stored form (lists).
+    lo: Any  # None: unbounded (the first subtask's head)
+    hi: Any  # None: unbounded (the last subtask's tail)
+    found: list[tuple[Any, str]]  # candidates (spark) or final (postgres)
 
 
 class ChecksumPipeline(RangePipeline):
@@ -214,26 +283,30 @@ class ChecksumPipeline(RangePipeline):
         # The first batch of the range that starts at the source's smallest key
         # also covers every key below it (in either table).
         self._head = ctx.curr_key == ctx.start_key and not self._any_source(
-            f"{spec.key} < :k", ctx.start_key)
+            f"{self.keys.expr()} < {self.keys.param('k')}", ctx.start_key)
 
-    def _any_source(self, cond: str, key: int) -> bool:
+    def _any_source(self, cond: str, key: Key) -> bool:
         with self.engine.connect() as conn:
             return bool(conn.execute(text(
-                f"SELECT EXISTS (SELECT 1 FROM {self.spec.source} WHERE {cond})"), {"k": key}
-            ).scalar())
+                f"SELECT EXISTS (SELECT 1 FROM {self.spec.source} WHERE {cond})"),
+                {"k": self.keys.bind(key)}).scalar())
 
-    def compute(self, lo: int, hi: int, scanned: int) -> Compared:
-        spec, ctx = self.spec, self.ctx
-        read_lo: int | None = None if (self._head and lo == ctx.start_key) else lo
-        read_hi: int | None = hi
-        if hi == ctx.end_key and not self._any_source(f"{spec.key} >= :k", ctx.end_key):
+    def compute(self, lo: Any, hi: Any, scanned: int) -> Compared:
+        spec, ctx, key = self.spec, self.ctx, self.keys
+        read_lo: Any = None if (self._head and lo == ctx.start_key) else lo
+        read_hi: Any = hi
+        if hi is END or (hi == ctx.end_key and not self._any_source(
+                f"{key.expr()} >= {key.param('k')}", ctx.end_key)):
             read_hi = None  # the last range: also every key above it
         if spec.compare_in == "postgres":
             cond, params = spec.range_cond(read_lo, read_hi)
             with self.engine.begin() as conn, ctx.cancel_on_stop(conn):
                 conn.exec_driver_sql("SET LOCAL jit = off")
                 rows = conn.execute(text(spec.compare_sql(cond)), params).all()
-            return Compared(read_lo, read_hi, [(int(r.k), r.kind) for r in rows])
+            return self._compared(read_lo, read_hi, [(spec.found_key(r.k), r.kind)
+                                                     for r in rows])
+        if not key.integer:
+            return self._keyset_spark_compare(read_lo, read_hi)
         if self._sides is None:
             props = self.jdbc.read_props()
             self._sides = (
@@ -247,14 +320,41 @@ class ChecksumPipeline(RangePipeline):
         kinds = table.column("kind").to_pylist()
         return Compared(read_lo, read_hi, sorted(zip(keys, kinds, strict=True)))
 
-    def apply(self, conn: Connection, raw: Any, batch: Batch) -> list[tuple[int, str]]:
+    def _compared(self, lo: Key | None, hi: Key | None, found: list[tuple[Any, str]]
+                  ) -> Compared:
+        """Findings keep a key of any type in its stored form (JSON)."""
+        if self.keys.integer:
+            return Compared(lo, hi, found)
+        return Compared(None if lo is None else stored_json(lo),
+                        None if hi is None else stored_json(hi), found)
+
+    def _keyset_spark_compare(self, lo: Key | None, hi: Key | None) -> Compared:
+        """``compare_in = "spark"`` for a key of any type: each side read in
+        a keyset predicate (``keyset_read``), keyed by its stored form's text."""
+        from pyspark.sql import functions as F
+
+        spec = self.spec
+
+        def side(table: str) -> DataFrame:
+            df = keyset_read.read_batch(self.spark, self.jdbc, spec.side_query(table),
+                                        self.keys, lo, hi, [])
+            return df.select(F.col("__reorg_k").alias("k"), *[
+                F.col(f"__reorg_c{i}").alias(f"c{i}") for i in range(len(spec.columns))])
+
+        diff = spark_diff(side(spec.source), side(spec.target), len(spec.columns))
+        table = diff.toArrow()
+        keys = [json.loads(k) for k in table.column("k").to_pylist()]
+        kinds = table.column("kind").to_pylist()
+        return self._compared(lo, hi, list(zip(keys, kinds, strict=True)))
+
+    def apply(self, conn: Connection, raw: Any, batch: Batch) -> list[tuple[Any, str]]:
         compared: Compared = batch.payload
         found = compared.found
         if found and self.spec.compare_in != "postgres":
             # Confirm in one snapshot: the two Spark reads were two.
             rows = conn.execute(text(self.spec.compare_sql(self.spec.keys_cond())),
-                                {"keys": [k for k, _ in found]}).all()
-            found = [(int(r.k), r.kind) for r in rows]
+                                {"keys": self.spec.bind_keys([k for k, _ in found])}).all()
+            found = [(self.spec.found_key(r.k), r.kind) for r in rows]
         self._pending = self.findings.copy()
         self._pending.add(compared.lo, compared.hi, found)
         return found

@@ -20,6 +20,7 @@ import typer
 from cli.plugin import count, database, print_json, table_name
 from framework.db import Database
 from framework.jobtype import InvalidParams
+from framework.keys import decode, shown
 from framework.states import JobState
 from framework.store import history, jobs
 
@@ -113,9 +114,9 @@ def describe(found: dict[str, Any]) -> list[str]:
         shown = (count(len(keys)) if len(keys) == found["mismatches"]
                  else f"first {count(len(keys))} of {count(found['mismatches'])}")
         lines.append(f"  mismatching keys: {shown}")
-        key_width = max(len(str(k["key"])) for k in keys)
+        key_width = max(len(_key(k["key"])) for k in keys)
         for k in keys:
-            lines.append(f"    {k['key']:>{key_width}}  {k['kind']}")
+            lines.append(f"    {_key(k['key']):>{key_width}}  {k['kind']}")
     if found["keys_not_listed"] and keys:
         lines.append(f"    ... {count(found['keys_not_listed'])} more (a larger --max-keys "
                      "lists more; up to 1,000 per subtask are recorded)")
@@ -145,9 +146,15 @@ def _plural(n: int, word: str) -> str:
     return f"{count(n)} {word}{'' if n == 1 else 's'}"
 
 
-def _range(start: int | None, end: int | None) -> str:
-    lo = "(-inf" if start is None else f"[{start}"
-    hi = "+inf)" if end is None else f"{end})"
+def _key(value: Any) -> str:
+    """A recorded key for people: ``42``, or a key of any type (its stored
+    JSON array) as ``'a1'`` or ``('eu', 3)``."""
+    return shown(decode(value)) if isinstance(value, list) else str(value)
+
+
+def _range(start: Any, end: Any) -> str:
+    lo = "(-inf" if start is None else f"[{_key(start)}"
+    hi = "+inf)" if end is None else f"{_key(end)})"
     return f"{lo}, {hi}"
 
 

@@ -2,7 +2,8 @@
 
     reorg submit checksum --table A --target B [--columns c1,c2,...]
 
-Rows are matched by A's key column (B must have it as its primary key) and
+Rows are matched by A's key (one integer column, or any key:
+``framework.keys``; B must have the same key) and
 compared on the listed columns (default: every column of A but the key;
 each must exist in B, with a type comparable to A's). How a range is
 compared: ``backfill.checksum.batches``.
@@ -43,16 +44,19 @@ def spec_of(job: Job) -> ChecksumSpec:
         columns=tuple(CompareColumn(c["name"], c.get("common")) for c in p["columns"]),
         compare_in=p.get("compare_in", "postgres"),
         target_seconds=float(p.get("target_batch_seconds", 1.0)),
+        key_spec=None if job.key.integer else job.key,
     )
 
 
 class ChecksumJobType:
     name = "checksum"
+    # Rows matched on every key column of any type (framework.keys).
+    keys_of_any_type = True
     # `reorg submit checksum` options, imported by that command alone (cli.plugin).
     submit_options = "backfill.checksum.options:checksum"
 
     def validate(self, conn: Connection, params: dict[str, Any]) -> Target:
-        a = inspect_table(conn, params.get("table", ""))
+        a = inspect_table(conn, params.get("table", ""), any_key=True)
         b = self._target(conn, a, (params.get("target") or "").strip())
         names = _column_names(params.get("columns"))
         if names:
@@ -61,9 +65,9 @@ class ChecksumJobType:
                 if name not in a.columns:
                     raise InvalidParams(f"column {name} does not exist in {a.display}; check "
                                         "--columns")
-            names = [n for n in dict.fromkeys(names) if n != a.key]
+            names = [n for n in dict.fromkeys(names) if n not in a.key_spec.columns]
         else:
-            names = [n for n in a.columns if n != a.key]
+            names = [n for n in a.columns if n not in a.key_spec.columns]
         missing = [n for n in names if n not in b.columns]
         if missing:
             raise InvalidParams(
@@ -79,16 +83,19 @@ class ChecksumJobType:
                 f"table {a.display} is empty, so there are no key ranges to compare over"
                 + (f"; every one of the {others} rows of {b.display} is missing from it"
                    if others else "; so is " + b.display))
-        spec = ChecksumSpec(a.qualified, b.qualified, a.key_sql, a.key, tuple(columns))
+        spec = ChecksumSpec(a.qualified, b.qualified, a.key_sql, a.key, tuple(columns),
+                            key_spec=None if a.key_spec.integer else a.key_spec)
         # Plans (and type-checks) the comparison on both tables without running it.
-        explain_select_or_fail(conn, spec.compare_sql(spec.range_cond(0, 1)[0]).replace(":lo", "0")
-                        .replace(":hi", "1"), "--columns", f"{a.display} and {b.display}")
+        cond = (spec.range_cond(0, 1)[0].replace(":lo", "0").replace(":hi", "1")
+                if a.key_spec.integer else "TRUE")
+        explain_select_or_fail(conn, spec.compare_sql(cond), "--columns",
+                               f"{a.display} and {b.display}")
         normalised = {k: v for k, v in params.items() if v is not None}
         normalised |= {"key": a.key, "target": b.display, "target_table": b.qualified,
                        "columns": [{"name": c.name, "common": c.common} for c in columns],
                        "compare_in": compare_in}
         normalised.setdefault("rows_per_subtask", ROWS_PER_SUBTASK)
-        return Target(a.qualified, a.key_sql, normalised)
+        return Target(a.qualified, a.key_sql, normalised, key=a.key_spec)
 
     @staticmethod
     def _target(conn: Connection, a: TableInfo, name: str) -> TableInfo:
@@ -98,7 +105,7 @@ class ChecksumJobType:
         if not relation_exists(conn, name):
             raise InvalidParams(f"target table {name!r} does not exist; check the name")
         try:
-            b = inspect_table(conn, name)
+            b = inspect_table(conn, name, any_key=True)
         except InvalidParams:
             raise InvalidParams(
                 f"target {name} has no primary key ({a.key}); checksum matches rows by the key "
@@ -106,6 +113,11 @@ class ChecksumJobType:
         if b.qualified == a.qualified:
             raise InvalidParams(f"--target {b.display} is the same table as --table; compare "
                                 "two different tables")
+        if not (a.key_spec.integer and b.key_spec.integer) and b.key_spec != a.key_spec:
+            raise InvalidParams(
+                f"target {b.display} is keyed by {b.key_spec.described()} but {a.display} by "
+                f"{a.key_spec.described()}; checksum matches rows on the key, so both need the "
+                "same key columns of the same types")
         if b.key != a.key:
             raise InvalidParams(
                 f"target {b.display} has primary key ({b.key}) but the key of {a.display} is "

@@ -36,8 +36,8 @@ def report(job: Job, subtasks: list[dict[str, Any]], max_keys: int = 1000) -> di
                    for lo, hi, n in found.get("ranges", [])]
         keys += [{"key": k, "kind": kind} for k, kind in found.get("keys", [])]
         dropped += int(found.get("ranges_dropped", 0))
-    low = -(2 ** 63)
-    ranges.sort(key=lambda r: low if r["start_key"] is None else r["start_key"])
+    # None (unbounded) first; keys of any type are JSON arrays, compared as such.
+    ranges.sort(key=lambda r: (r["start_key"] is not None, r["start_key"] or 0))
     keys.sort(key=lambda r: r["key"])
     mismatches = sum(by_kind.values())
     return {

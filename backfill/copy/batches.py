@@ -20,7 +20,9 @@ target that existed before, every key the job writes is recorded in
 only fires for keys already recorded: a row the job did not write is never
 overwritten (``submit`` refuses targets that already hold keys the copy would
 write; a row an application inserts during the job stops the job instead).
-Rollback deletes exactly the recorded keys.
+Rollback deletes exactly the recorded keys. For a key of any type
+(``framework.keys``) the conflict, the check and the record are on every key
+column, and the keys table has the key's own columns (``k0, k1, ...``).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from backfill.spark.expression_guard import check_spark_expression
 from backfill.spark.pipeline import Batch, RangePipeline, key_between, spark_column
 from backfill.tables import quote
 from framework.jobtype import SubtaskContext
+from framework.keys import KeySpec, decode, shown
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -79,6 +82,22 @@ class CopySpec:
     created: bool  # the job created the target (rollback drops it)
     work_schema: str
     target_seconds: float = 1.0
+    # Every key column with its type (same names in source and target);
+    # None: the single integer ``key``.
+    key_spec: KeySpec | None = None
+
+    @property
+    def source_key(self) -> KeySpec:
+        return self.key_spec or KeySpec.integer_column(self.key)
+
+    @property
+    def copied_key(self) -> KeySpec:
+        """The key as the table of copied keys (``keys``) holds it: one
+        ``k bigint``, or ``k0, k1, ...`` in the key's own types."""
+        if self.source_key.integer:
+            return KeySpec(("k",), ("bigint",))
+        types = self.source_key.types
+        return KeySpec.of([f"k{i}" for i in range(len(types))], types)
 
     # --- Spark -----------------------------------------------------------------
 
@@ -129,6 +148,8 @@ class CopySpec:
 
     def upsert(self) -> str:
         """Stage -> target. Returns the number of rows written in a row."""
+        if not self.source_key.integer:
+            return self._keyset_upsert()
         cols, k = self.column_list(), self.key
         others = [quote(c.name) for c in self.columns if c.name != self.key_name] or [k]
         sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in others)
@@ -143,8 +164,33 @@ class CopySpec:
                 f"rec AS (INSERT INTO {self.keys} (k) SELECT k FROM up ON CONFLICT DO NOTHING) "
                 "SELECT count(*) FROM up")
 
+    def _keyset_upsert(self) -> str:
+        """``upsert`` for a key of any type: the conflict, the check and the
+        record on every key column."""
+        cols, key, copied = self.column_list(), self.source_key, self.copied_key
+        names = set(key.columns)
+        others = [quote(c.name) for c in self.columns if c.name not in names] or key.names()
+        sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in others)
+        insert = (f"INSERT INTO {self.target} AS t ({cols}) SELECT {cols} FROM {self.stage} "
+                  f"ON CONFLICT ({key.order_by()}) DO UPDATE SET {sets}")
+        if self.created:
+            return f"WITH up AS ({insert} RETURNING 1) SELECT count(*) FROM up"
+        returned = ", ".join(f"{name} AS {c}" for name, c in
+                             zip(key.names("t"), copied.columns, strict=True))
+        return (f"WITH up AS ({insert} WHERE EXISTS (SELECT 1 FROM {self.keys} w "
+                f"WHERE {copied.expr('w')} = {key.expr('t')}) RETURNING {returned}), "
+                f"rec AS (INSERT INTO {self.keys} ({copied.order_by()}) "
+                f"SELECT {copied.order_by()} FROM up ON CONFLICT DO NOTHING) "
+                "SELECT count(*) FROM up")
+
     def foreign_key(self) -> str:
-        """A staged key the upsert skipped: it is in the target but not the job's."""
+        """A staged key the upsert skipped: it is in the target but not the job's
+        (a key of any type as its stored form, jsonb)."""
+        key, copied = self.source_key, self.copied_key
+        if not key.integer:
+            return (f"SELECT {key.as_stored('s')} FROM {self.stage} s WHERE NOT EXISTS "
+                    f"(SELECT 1 FROM {self.keys} w WHERE {copied.expr('w')} = {key.expr('s')}) "
+                    f"ORDER BY {key.order_by('s')} LIMIT 1")
         return (f"SELECT s.{self.key} FROM {self.stage} s WHERE NOT EXISTS "
                 f"(SELECT 1 FROM {self.keys} w WHERE w.k = s.{self.key}) ORDER BY 1 LIMIT 1")
 
@@ -153,18 +199,30 @@ class CopySpec:
 
     def create_target(self) -> list[str]:
         cols = ", ".join(f"{quote(c.name)} {c.pg_type}" for c in self.columns)
-        return [f"CREATE TABLE {self.target} ({cols}, PRIMARY KEY ({self.key}))",
+        return [f"CREATE TABLE {self.target} ({cols}, PRIMARY KEY ({self.source_key.order_by()}))",
                 f"COMMENT ON TABLE {self.target} IS '{self.marker()}'"]
 
     def create_keys(self) -> str:
-        return f"CREATE TABLE IF NOT EXISTS {self.keys} (k bigint PRIMARY KEY)"
+        if self.source_key.integer:
+            return f"CREATE TABLE IF NOT EXISTS {self.keys} (k bigint PRIMARY KEY)"
+        copied = self.copied_key
+        cols = ", ".join(f"{c} {t} NOT NULL" for c, t in zip(copied.columns, copied.types,
+                                                               strict=True))
+        return (f"CREATE TABLE IF NOT EXISTS {self.keys} ({cols}, "
+                f"PRIMARY KEY ({copied.order_by()}))")
 
     def drop_keys(self) -> str:
         return f"DROP TABLE IF EXISTS {self.keys}"
 
-    def delete_copied_range(self) -> str:
+    def delete_copied_range(self, bounded: bool = True) -> str:
         """Delete the rows the job copied with keys in ``[:lo, :hi)``: one
-        batch of a revert subtask."""
+        batch of a revert subtask (``bounded`` False: no upper bound)."""
+        key, copied = self.source_key, self.copied_key
+        if not key.integer:
+            return (f"DELETE FROM {self.target} t USING {self.keys} w "
+                    f"WHERE {key.expr('t')} = {copied.expr('w')} "
+                    f"AND {copied.in_range('w', bounded=bounded)} "
+                    f"AND {key.in_range('t', bounded=bounded)}")
         return (f"DELETE FROM {self.target} t USING {self.keys} w "
                 f"WHERE t.{self.key} = w.k AND w.k >= :lo AND w.k < :hi "
                 f"AND t.{self.key} >= :lo AND t.{self.key} < :hi")
@@ -201,7 +259,11 @@ class CopyPipeline(RangePipeline):
                 self._types = {f.name: f.dataType for f in probe.schema.fields}
         return self._types
 
-    def compute(self, lo: int, hi: int, scanned: int) -> Staged:
+    def compute(self, lo: Any, hi: Any, scanned: int) -> Staged:
+        if not self.keys.integer:
+            df = self.keyset_frame(self.spec.base_query(), lo, hi, scanned)
+            table = self.spec.output(df, self._target_types()).toArrow()
+            return Staged(landing.to_csv(table), table.num_rows)
         if self._base is None:
             self._base = self.spark.read.jdbc(self.jdbc.url, self.spec.base_query(),
                                               properties=self.jdbc.read_props())
@@ -222,7 +284,8 @@ class CopyPipeline(RangePipeline):
         copy_rows(raw, spec, staged.data)
         written = conn.execute(text(spec.upsert())).scalar_one()
         if written != staged.rows:
-            key = conn.execute(text(spec.foreign_key())).scalar()
+            found = conn.execute(text(spec.foreign_key())).scalar()
+            key = found if spec.source_key.integer else shown(decode(found))
             raise CopyConflict(
                 f"key {key} already exists in {spec.target} and was not written by this job "
                 "(another writer inserted it during the copy); the copy stops rather than "

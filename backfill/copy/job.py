@@ -5,14 +5,16 @@
 
 Each EXPR is a Spark SQL expression over SRC's columns naming one target
 column (``id``, ``CAST(a AS bigint) AS a``, ``upper(b) AS b_up``). SRC's key
-column must be copied unchanged under its own name (``--select id``): the
-copy runs range by range over SRC's key, and a range's rows keep their keys,
-so each range is idempotent. PRED is a PostgreSQL predicate on SRC.
+columns (one integer, or any key: ``framework.keys``) must be copied
+unchanged under their own names (``--select id``): the copy runs range by
+range over SRC's key, and a range's rows keep their keys, so each range is
+idempotent. PRED is a PostgreSQL predicate on SRC.
 
 ``--create-target``: the prepare step creates DST with one column per select
 (a verbatim source column keeps its PostgreSQL type; a computed one gets the
 type Spark gives it, mapped to PostgreSQL) and the key as primary key.
-Without it DST must exist, have the key as its primary key, have every
+Without it DST must exist, have the key as its primary key (for a key of
+any type: the same columns of the same types), have every
 selected column with a type the result can land in, and hold none of the
 keys the copy would write (checked at submit, so rows that were in DST
 before the job keep their values; rows that appear there during the job
@@ -44,10 +46,6 @@ from backfill.spark.warmup import start_worker_spark
 from backfill.tables import relation_exists, set_ddl_lock_timeout
 from framework import jobtype
 from framework.jobtype import InvalidParams, Job, SubtaskContext, Target
-from framework.keys import KeySpec
-
-# The keys table of copied rows (``CopySpec.keys``): one bigint column ``k``.
-COPIED_KEY = KeySpec(("k",), ("bigint",))
 
 
 def spec_of(job: Job) -> CopySpec:
@@ -59,11 +57,15 @@ def spec_of(job: Job) -> CopySpec:
         where=p.get("where"), created=bool(p["create_target"]),
         work_schema=p.get("work_schema", "reorg"),
         target_seconds=float(p.get("target_batch_seconds", 1.0)),
+        key_spec=None if job.key.integer else job.key,
     )
 
 
 class CopyJobType:
     name = "copy"
+    # Ranges of any key (framework.keys): read in keyset predicates, upserted
+    # and recorded on every key column.
+    keys_of_any_type = True
     # `reorg submit copy` options, imported by that command alone (cli.plugin).
     submit_options = "backfill.copy.options:copy"
 
@@ -120,8 +122,8 @@ class CopyJobType:
 
     def revert_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
         spec = spec_of(ctx.job)
-        restore_in_batches(ctx, engine, paced_by=(spec.keys, COPIED_KEY),
-                           statements=lambda _bounded: [spec.delete_copied_range()])
+        restore_in_batches(ctx, engine, paced_by=(spec.keys, spec.copied_key),
+                           statements=lambda bounded: [spec.delete_copied_range(bounded)])
 
     def revert(self, conn: Connection, job: Job) -> None:
         spec = spec_of(job)

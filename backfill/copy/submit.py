@@ -26,13 +26,14 @@ from backfill.tables import (
 )
 from framework import privileges
 from framework.jobtype import InvalidParams, Job, Target
+from framework.keys import decode, shown
 from framework.privileges import run_as
 
 
 def validate(conn: Connection, params: dict[str, Any]) -> Target:
     """What PostgreSQL answers: the tables, the key, --where, no clashing keys.
     The selects are analysed on Spark by ``analyse``."""
-    src = inspect_table(conn, params.get("table", ""))
+    src = inspect_table(conn, params.get("table", ""), any_key=True)
     selects = [s.strip() for s in params.get("select") or [] if s and s.strip()]
     if not selects:
         raise InvalidParams(
@@ -59,7 +60,7 @@ def validate(conn: Connection, params: dict[str, Any]) -> Target:
     normalised |= {"select": selects, "where": where, "create_target": create,
                    "key": src.key, "target_table": target_sql, "target": target_display}
     normalised.setdefault("rows_per_subtask", ROWS_PER_SUBTASK)
-    return Target(src.qualified, src.key_sql, normalised)
+    return Target(src.qualified, src.key_sql, normalised, key=src.key_spec)
 
 
 def _check_submitter_may(conn: Connection, src: TableInfo, dst: TableInfo | None,
@@ -84,8 +85,8 @@ def analyse(conn: Connection, job: Job) -> dict[str, Any]:
     returns the params with the target's columns (name, type, source)."""
     p = job.params
     start_spark_first(conn, job.target_table)
-    src = inspect_table(conn, job.target_table)
-    dst = None if p["create_target"] else inspect_table(conn, p["target_table"])
+    src = inspect_table(conn, job.target_table, any_key=True)
+    dst = None if p["create_target"] else inspect_table(conn, p["target_table"], any_key=True)
     from backfill.spark.quiet import quiet_analysis_errors
 
     with quiet_analysis_errors():
@@ -101,7 +102,7 @@ def _existing_target(conn: Connection, src: TableInfo, name: str) -> TableInfo:
             f"target table {name!r} does not exist; create it, or pass --create-target "
             "to have the copy create it")
     try:
-        dst = inspect_table(conn, name)
+        dst = inspect_table(conn, name, any_key=True)
     except InvalidParams as exc:
         raise InvalidParams(
             f"target {name}: {exc}".replace("reorg needs", "copy needs")) from None
@@ -109,6 +110,13 @@ def _existing_target(conn: Connection, src: TableInfo, name: str) -> TableInfo:
         raise InvalidParams(
             f"target {dst.display} has primary key ({dst.key}) but the key of "
             f"{src.display} is {src.key}; the target needs the same key column")
+    if not (src.key_spec.integer and dst.key_spec.integer) and dst.key_spec != src.key_spec:
+        # The key's values are copied as PostgreSQL's text of them: the same
+        # columns of the same types, or a row could land under another key.
+        raise InvalidParams(
+            f"target {dst.display} is keyed by {dst.key_spec.described()} but "
+            f"{src.display} by {src.key_spec.described()}; the target needs the same key "
+            "columns of the same types")
     return dst
 
 
@@ -138,12 +146,13 @@ def _check_with_spark(conn: Connection, src: TableInfo, dst: TableInfo | None,
                                 "its own name (... AS name)")
         seen.add(name.lower())
         columns.append(_output_column(expr, name, dtype, source, src, dst, dst_types))
-    if not any(c.name == src.key for c in columns):
-        raise InvalidParams(
-            f"--select must copy the key column {src.key} unchanged; add --select {src.key}")
+    for key_column in src.key_spec.columns:
+        if not any(c.name == key_column for c in columns):
+            raise InvalidParams(f"--select must copy the key column {key_column} unchanged; "
+                                f"add --select {key_column}")
     spec = CopySpec(job_id=0, source=src.qualified, key=src.key_sql, key_name=src.key,
                     target="", columns=tuple(columns), where=where, created=dst is None,
-                    work_schema="")
+                    work_schema="", key_spec=None if src.key_spec.integer else src.key_spec)
     with dry_run("--select", src.display, where):
         sample = spark.read.jdbc(jdbc.url, spec.base_query(limit=DRY_RUN_ROWS),
                                  properties=jdbc.read_props())
@@ -164,10 +173,10 @@ def _output_column(expr: str, name: str, dtype: Any, source: str | None, src: Ta
     source column it copies verbatim (None: computed by Spark)."""
     from backfill.spark import compat
 
-    if name == src.key and source != src.key:
+    if name in src.key_spec.columns and source != name:
         raise InvalidParams(
-            f"--select {expr!r} changes the key column {src.key}; copy keeps keys "
-            f"as they are: use --select {src.key}")
+            f"--select {expr!r} changes the key column {name}; copy keeps keys "
+            f"as they are: use --select {name}")
     if dst is None:
         if source is not None:
             return OutputColumn(name, expr, src.columns[source], source)
@@ -294,6 +303,9 @@ def _check_no_overlap(conn: Connection, src: TableInfo, dst: TableInfo, where: s
     """Refuse a target that already holds keys the copy would write: its rows
     must keep their values, and rollback removes only what the job wrote.
     Two index probes when the key spans do not meet; a semi-join otherwise."""
+    if not src.key_spec.integer:
+        _check_no_overlap_any_key(conn, src, dst, where)
+        return
     k = src.key_sql
     lo, hi = conn.execute(text(f"SELECT min({k}), max({k}) FROM {src.qualified}")).one()
     if lo is None:
@@ -310,6 +322,35 @@ def _check_no_overlap(conn: Connection, src: TableInfo, dst: TableInfo, where: s
         raise InvalidParams(
             f"target {dst.display} already has rows with keys the copy would write "
             f"(e.g. {src.key} = {clash}); copy only fills keys the target does not have: "
+            "delete those rows or exclude them with --where")
+
+
+def _check_no_overlap_any_key(conn: Connection, src: TableInfo, dst: TableInfo,
+                              where: str | None) -> None:
+    """``_check_no_overlap`` for a key of any type: the source's smallest and
+    largest keys by index (no min() of a row), then the same two steps."""
+    key = src.key_spec
+    first, last = (conn.execute(text(
+        f"SELECT {key.as_stored()} FROM {src.qualified} ORDER BY {order} LIMIT 1")).scalar()
+        for order in (key.order_by(), ", ".join(f"{c} DESC" for c in key.names())))
+    if first is None:
+        return
+    span = (f"{key.expr('d')} >= {key.param('lo')} AND {key.expr('d')} <= {key.param('hi')}")
+    bounds = {"lo": key.bind(decode(first)), "hi": key.bind(decode(last))}
+    near = conn.execute(text(f"SELECT EXISTS (SELECT 1 FROM {dst.qualified} d WHERE {span})"),
+                        bounds).scalar()
+    if not near:
+        return
+    clash = conn.execute(text(
+        f"SELECT {key.as_stored('d')} FROM {dst.qualified} d WHERE {span} AND EXISTS "
+        f"(SELECT 1 FROM {src.qualified} s WHERE {key.expr('s')} = {key.expr('d')} "
+        f"AND {embed(where or 'TRUE')}) ORDER BY {key.order_by('d')} LIMIT 1"), bounds).scalar()
+    if clash is not None:
+        names = key.columns[0] if len(key.columns) == 1 else "(" + ", ".join(key.columns) + ")"
+        raise InvalidParams(
+            f"target {dst.display} already has rows with keys the copy would write "
+            f"(e.g. {names} = {shown(decode(clash))}); copy only fills keys the target does "
+            "not have: "
             "delete those rows or exclude them with --where")
 
 

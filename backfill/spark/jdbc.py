@@ -10,6 +10,7 @@ from sqlalchemy.engine import make_url
 
 from backfill.expressions import embed
 from backfill.spark.session import DRIVER_CLASS
+from framework.keys import Key, KeySpec
 from framework.privileges import quote_role
 
 if TYPE_CHECKING:
@@ -94,12 +95,14 @@ def jdbc_target(url: Any, role: str | None = None) -> JdbcTarget:
 
 
 def read_query(table: str, where: str | None, extra: str | None = None,
-               limit: int | None = None) -> str:
+               limit: int | None = None, columns: str = "") -> str:
+    """``columns``: more of the select list (``, expr AS name ...``), e.g. the
+    text of a key of any type (``keyset_read.text_columns``)."""
     # ``where`` is the user's (checked by expressions.one_expression); embedded,
     # it can neither end its parenthesis nor comment out what follows.
     conds = " AND ".join(embed(c) for c in (where, extra) if c) or "TRUE"
     tail = f" LIMIT {int(limit)}" if limit is not None else ""
-    return f"(SELECT *, {VERSION_SQL} FROM {table} WHERE {conds}{tail}) reorg_src"
+    return f"(SELECT *, {VERSION_SQL}{columns} FROM {table} WHERE {conds}{tail}) reorg_src"
 
 
 def read_base(spark: SparkSession, target: JdbcTarget, table: str,
@@ -119,6 +122,16 @@ def read_keys(spark: SparkSession, target: JdbcTarget, table: str, key: str, key
     """The listed rows (those that changed under a batch), with their versions."""
     array = "{" + ",".join(str(int(k)) for k in keys) + "}"
     return spark.read.jdbc(target.url, read_query(table, where, f"{key} = ANY('{array}'::bigint[])"),
+                           properties=target.read_props())
+
+
+def read_listed_keys(spark: SparkSession, target: JdbcTarget, table: str, key: KeySpec,
+                     keys: list[Key], *, where: str | None = None) -> DataFrame:
+    """``read_keys`` for a key of any type, with the key columns' text."""
+    from backfill.spark.keyset_read import in_list_sql, text_columns
+
+    return spark.read.jdbc(target.url, read_query(table, where, in_list_sql(key, keys),
+                                                  columns=text_columns(key)),
                            properties=target.read_props())
 
 

@@ -31,12 +31,13 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
-from backfill.spark import failures, session, sizing
+from backfill.spark import failures, keyset_read, session, sizing
 from backfill.spark.failures import SparkBatchError
 from backfill.spark.jdbc import JdbcTarget, jdbc_target
 from backfill.spark.sizing import BatchSizer
 from framework import faults
 from framework.jobtype import LeaseLost, RetryableError, Stopped, SubtaskContext
+from framework.keys import END, Key, KeySpec, decode
 from framework.privileges import run_as
 
 if TYPE_CHECKING:
@@ -68,8 +69,10 @@ _active = _Active()
 
 @dataclass
 class Batch:
-    lo: int
-    hi: int
+    # Keys (framework.keys): ints for a single integer key, else tuples, and
+    # ``hi`` END for the last batch of a step's last range.
+    lo: Key
+    hi: Key
     scanned: int  # rows of the split table in [lo, hi), for progress
     payload: Any  # what compute() returned
     seconds: float  # bounds + compute time
@@ -79,8 +82,8 @@ class Batch:
 class BatchStat:
     """Per-batch timings and outcome, kept for tests and measurements."""
 
-    lo: int
-    hi: int
+    lo: Key
+    hi: Key
     scanned: int
     read_seconds: float
     apply_seconds: float
@@ -103,6 +106,9 @@ class RangePipeline(ABC):
         self.table = table  # quoted, schema-qualified: the table whose key space is split
         self.key = key  # quoted key column
         self.key_name = key_name  # unquoted key column
+        # Every key column with its type: ``key``/``key_name`` are the first
+        # column's, the whole key for a single integer one (the fast path).
+        self.keys: KeySpec = ctx.job.key
         self.stats: list[BatchStat] = []
         # Spark reads as the job's submitter, never as the worker (security.md).
         self.jdbc: JdbcTarget = jdbc_target(engine.url, run_as(ctx.job))
@@ -133,7 +139,7 @@ class RangePipeline(ABC):
     # --- what a job type provides -------------------------------------------
 
     @abstractmethod
-    def compute(self, lo: int, hi: int, scanned: int) -> Any:
+    def compute(self, lo: Any, hi: Any, scanned: int) -> Any:
         """Read thread: the batch's Spark work, ending in driver-side data."""
 
     @abstractmethod
@@ -211,7 +217,8 @@ class RangePipeline(ABC):
         pool = ThreadPoolExecutor(1, thread_name_prefix=f"read-{ctx.subtask_id}")
         pending: Future[Batch] | None = None
         try:
-            if ctx.curr_key < ctx.end_key:
+            # != rather than <: keys of any type are tuples, the last one END.
+            if ctx.curr_key != ctx.end_key:
                 pending = pool.submit(self._read, ctx.curr_key, self._size())
             last_commit = time.monotonic()
             while pending is not None:
@@ -225,7 +232,7 @@ class RangePipeline(ABC):
                     raise
                 pending = None
                 ctx.raise_if_stopped()
-                if batch.hi < ctx.end_key:
+                if batch.hi != ctx.end_key:
                     pending = pool.submit(self._read, batch.hi, self._size())
                 apply_seconds = self._apply(batch)
                 self.sizer.observe(batch.scanned, max(batch.seconds, apply_seconds))
@@ -249,7 +256,7 @@ class RangePipeline(ABC):
 
     # --- read thread: bounds, then compute -------------------------------------
 
-    def _read(self, lo: int, rows: int) -> Batch:
+    def _read(self, lo: Key, rows: int) -> Batch:
         self.ctx.raise_if_stopped()
         started = time.monotonic()
         hi, scanned = self.bounds(lo, rows)
@@ -271,12 +278,14 @@ class RangePipeline(ABC):
         spare = self.spark.sparkContext.defaultParallelism // max(_active.count, 1)
         return max(1, min(spare, rows // ROWS_PER_PARTITION))
 
-    def bounds(self, lo: int, rows: int) -> tuple[int, int]:
+    def bounds(self, lo: Any, rows: int) -> tuple[Any, int]:
         """The batch's exclusive upper key and its row count: ``rows`` keys of
         ``table`` in key order, so gappy keys still make even batches,
         deterministic in the table's keys. A remainder under half a batch joins
         this one: a tiny last batch would cost a whole batch's fixed Spark and
         commit overhead."""
+        if not self.keys.integer:
+            return self._keyset_bounds(lo, rows)
         t, k, end = self.table, self.key, self.ctx.end_key
 
         def nth(param: str) -> str:
@@ -291,6 +300,40 @@ class RangePipeline(ABC):
             left = conn.execute(text(f"SELECT count(*) FROM {t} WHERE {k} >= :lo AND {k} < :end"),
                                 {"lo": lo, "end": end}).scalar()
             return end, int(left or 0)
+
+    def _keyset_bounds(self, lo: Key, rows: int) -> tuple[Key, int]:
+        """``bounds`` for a key of any type: the same two probes as keyset
+        pages in the key's own order (row comparisons on its index)."""
+        key, end = self.keys, self.ctx.end_key
+        where = key.in_range(None, bounded=end is not END, lo="lo", hi="end")
+        bind = {"lo": key.bind(lo), "end": key.bind(end)}
+
+        def nth(param: str) -> str:
+            return (f"(SELECT {key.as_stored()} FROM {self.table} WHERE {where} "
+                    f"ORDER BY {key.order_by()} OFFSET :{param} LIMIT 1)")
+
+        with self.engine.connect() as conn:
+            cut, far = conn.execute(text(f"SELECT {nth('n')}, {nth('n2')}"),
+                                    {**bind, "n": rows, "n2": rows + rows // 2}).one()
+            if cut is not None and far is not None:
+                return decode(cut), rows
+            left = conn.execute(text(f"SELECT count(*) FROM {self.table} WHERE {where}"),
+                                bind).scalar()
+            return end, int(left or 0)
+
+    def keyset_frame(self, query: str, lo: Key, hi: Key, scanned: int) -> DataFrame:
+        """Rows of ``query`` (a JDBC ``dbtable`` with the key's columns under
+        their own names) in ``[lo, hi)`` for a key of any type: Spark's numeric
+        ``partitionColumn`` cannot split it, so the batch is read in explicit
+        keyset predicates, one JDBC partition each, cut at every
+        (rows / parts)-th key of the batch."""
+        parts = self.partitions(scanned)
+        cuts: list[Key] = []
+        if parts > 1:
+            with self.engine.connect() as conn:
+                cuts = keyset_read.partition_cuts(conn, self.table, self.keys, lo, hi,
+                                                  scanned, parts)
+        return keyset_read.read_batch(self.spark, self.jdbc, query, self.keys, lo, hi, cuts)
 
     # --- main thread: the batch transaction -------------------------------------
 

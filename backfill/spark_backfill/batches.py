@@ -15,6 +15,7 @@ re-read and recomputed, optimistically first, then under ``FOR UPDATE``
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,13 +25,15 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
 from backfill.spark import landing
-from backfill.spark.jdbc import jdbc_target, read_base, read_keys
+from backfill.spark.jdbc import jdbc_target, read_base, read_keys, read_listed_keys, read_query
+from backfill.spark.keyset_read import text_columns
 from backfill.spark.pipeline import Batch, BatchStat, RangePipeline, key_between
 from backfill.spark.session import on_session_stop
 from backfill.spark_backfill.merge import MergeSql
 from backfill.spark_backfill.transform import Transform
 from framework import faults
 from framework.jobtype import RetryableError, SubtaskContext
+from framework.keys import END, KeySpec, decode
 from framework.privileges import run_as
 
 if TYPE_CHECKING:
@@ -99,6 +102,11 @@ class BackfillSpec:
     def overwrite(self) -> bool:
         return self.merge.overwrite
 
+    @property
+    def keys(self) -> KeySpec:
+        """Every key column with its type (``merge`` carries them)."""
+        return self.merge.keys
+
 
 @dataclass(frozen=True)
 class Staged:
@@ -151,7 +159,11 @@ class SubtaskRunner(RangePipeline):
 
     # --- read: Spark, Arrow (read thread) ---------------------------------------
 
-    def compute(self, lo: int, hi: int, scanned: int) -> Staged:
+    def compute(self, lo: Any, hi: Any, scanned: int) -> Staged:
+        if not self.keys.integer:
+            query = read_query(self.spec.table, self.spec.where,
+                               columns=text_columns(self.keys))
+            return self._stage(self.keyset_frame(query, lo, hi, scanned))
         base = self.cache.get(self.spark, "base", lambda: read_base(
             self.spark, self.jdbc, self.spec.table, self.spec.where))
         return self._stage(key_between(base, self.key_name, lo, hi,
@@ -166,7 +178,8 @@ class SubtaskRunner(RangePipeline):
             return target_type
 
         target_type = self.cache.get(self.spark, "target_type", register)
-        table = self.spec.transform.output(df, self.key_name, target_type).toArrow()
+        table = self.spec.transform.output(df, self.key_name, target_type,
+                                           self.spec.keys).toArrow()
         return Staged(landing.to_csv(table), table.num_rows)
 
     # --- merge (main thread, in the batch transaction) ---------------------------
@@ -176,15 +189,16 @@ class SubtaskRunner(RangePipeline):
         conn.exec_driver_sql("SET LOCAL work_mem = '64MB'")
 
     def apply(self, conn: Connection, raw: Any, batch: Batch) -> Merged:
-        m = self.spec.merge
-        bounds = {"lo": batch.lo, "hi": batch.hi}
+        m, keys = self.spec.merge, self.spec.keys
+        bounds = {"lo": keys.bind(batch.lo), "hi": keys.bind(batch.hi)}
+        merge = m.merge(bounded=batch.hi is not END)  # END: the last batch of a key of any type
         rounds = recomputed = 0
-        conn.exec_driver_sql(landing.create_staging_sql(self.spec.column_type))
+        conn.exec_driver_sql(landing.create_staging_sql(self.spec.column_type, keys))
         staged: Staged = batch.payload
         while staged.rows:
-            landing.copy_in(raw, self.spec.column_type, list(m.STAGE_COLUMNS), staged.data)
+            landing.copy_in(raw, self.spec.column_type, m.stage_columns, staged.data, keys)
             faults.hit("spark.after_stage")
-            result = conn.execute(text(m.merge()), bounds)
+            result = conn.execute(text(merge), bounds)
             applied = result.scalar_one() if m.overwrite else result.rowcount
             if applied == staged.rows:
                 break
@@ -207,11 +221,17 @@ class SubtaskRunner(RangePipeline):
         if round_no > MAX_ROUNDS:
             raise RetryableError(f"{len(keys)} rows kept changing under batch; retrying the subtask")
         if round_no > OPTIMISTIC_ROUNDS:
-            conn.execute(text(m.lock()), {"keys": keys})
+            bound = keys if self.spec.keys.integer else json.dumps(keys)
+            conn.execute(text(m.lock()), {"keys": bound})
         self.ctx.raise_if_stopped()
         self.tag_spark_jobs()  # on the main thread: a hard stop cancels this read too
-        df = read_keys(self.spark, self.jdbc, self.spec.table, self.spec.key, keys,
-                       where=self.spec.where)
+        if self.spec.keys.integer:
+            df = read_keys(self.spark, self.jdbc, self.spec.table, self.spec.key, keys,
+                           where=self.spec.where)
+        else:
+            listed = [decode(k) for k in keys]  # a key of any type: stored keys (jsonb)
+            df = read_listed_keys(self.spark, self.jdbc, self.spec.table, self.spec.keys,
+                                  listed, where=self.spec.where)
         return self._stage(df)
 
     def stat(self, batch: Batch, result: Merged, seconds: float) -> BatchStats:

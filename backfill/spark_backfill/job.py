@@ -49,7 +49,8 @@ from framework.privileges import as_role, run_as
 def merge_sql(job: Job) -> MergeSql:
     p = job.params
     return MergeSql(job.id, job.target_table, job.key_column, p["column"], p["column_type"],
-                    p.get("work_schema", "reorg"), bool(p["overwrite"]))
+                    p.get("work_schema", "reorg"), bool(p["overwrite"]),
+                    None if job.key.integer else job.key)
 
 
 def spec_of(job: Job) -> Any:
@@ -67,6 +68,9 @@ def spec_of(job: Job) -> Any:
 
 class BackfillJobType:
     name = "backfill"
+    # Batches of any key (framework.keys): read in keyset predicates, merged on
+    # every key column (backfill.spark.keyset_read, merge.MergeSql).
+    keys_of_any_type = True
     # `reorg submit backfill` options, imported by that command alone (cli.plugin).
     submit_options = "backfill.spark_backfill.options:backfill"
 
@@ -74,7 +78,7 @@ class BackfillJobType:
 
     def validate(self, conn: Connection, params: dict[str, Any]) -> Target:
         """The checks PostgreSQL answers; Spark's analysis of EXPR is ``analyse``'s."""
-        table = inspect_table(conn, params.get("table", ""))
+        table = inspect_table(conn, params.get("table", ""), any_key=True)
         column, expr = parse_assignment(params.get("set", ""))
         udf = (params.get("udf") or "").strip() or None
         column_type = target_column(conn, table, column, params.get("add_column"))
@@ -99,14 +103,14 @@ class BackfillJobType:
                        "column_type": column_type, "overwrite": not params.get("add_column"),
                        "key": table.key}
         normalised.setdefault("rows_per_subtask", ROWS_PER_SUBTASK)
-        return Target(table.qualified, table.key_sql, normalised)
+        return Target(table.qualified, table.key_sql, normalised, key=table.key_spec)
 
     def analyse(self, conn: Connection, job: Job) -> dict[str, Any]:
         """EXPR on Spark against the table's schema, then dry-run on sample
         rows (owner, or ``reorg submit`` where no owner runs)."""
         p = job.params
         start_spark_first(conn, job.target_table)
-        table = inspect_table(conn, job.target_table)
+        table = inspect_table(conn, job.target_table, any_key=True)
         from backfill.spark.quiet import quiet_analysis_errors
 
         # PySpark would log each rejected expression (a JSON record) and the
@@ -129,12 +133,16 @@ class BackfillJobType:
         a temporary table inside a savepoint that is rolled back."""
         from backfill.spark import compat, landing
         from backfill.spark.jdbc import jdbc_target, read_query, schema_probe
+        from backfill.spark.keyset_read import text_columns
         from backfill.spark.session import get_validation_spark
         from backfill.spark_backfill.transform import Transform
 
         spark = get_validation_spark()
         jdbc = jdbc_target(conn.engine.url, role)  # the sample is read as the submitter
-        sample = spark.read.jdbc(jdbc.url, read_query(table.qualified, where, limit=DRY_RUN_ROWS),
+        keys = None if table.key_spec.integer else table.key_spec
+        key_text = "" if keys is None else text_columns(keys)
+        sample = spark.read.jdbc(jdbc.url, read_query(table.qualified, where, limit=DRY_RUN_ROWS,
+                                                      columns=key_text),
                                  properties=jdbc.read_props())
         # The expression is analysed on the sample's schema (the table's
         # columns as the subtasks read them): no JDBC schema query of its own
@@ -167,12 +175,13 @@ class BackfillJobType:
                 f"{shown} yields {result.simpleString()} but {column} is {column_type}; "
                 f"wrap it in CAST(... AS {target.simpleString()})")
         with dry_run(shown, table.display, where):
-            rows = transform.output(sample, table.key, target).toArrow()
+            rows = transform.output(sample, table.key, target, keys).toArrow()
             with conn.begin_nested() as savepoint:
                 raw = conn.connection.driver_connection
-                conn.exec_driver_sql(landing.create_staging_sql(column_type))
-                landing.copy_in(raw, column_type, list(MergeSql.STAGE_COLUMNS),
-                                landing.to_csv(rows))
+                conn.exec_driver_sql(landing.create_staging_sql(column_type, keys))
+                landing.copy_in(raw, column_type,
+                                [*landing.stage_key_columns(keys), "ver", "new"],
+                                landing.to_csv(rows), keys)
                 savepoint.rollback()
 
     # --- owner steps --------------------------------------------------------
@@ -232,7 +241,7 @@ class BackfillJobType:
                                built=m.kept.indexed_for_restore(),
                                statements=m.kept.index_for_restore())
         restore_in_batches(ctx, engine, paced_by=(ctx.job.target_table, ctx.job.key),
-                           statements=lambda _bounded: m.restore_range())
+                           statements=lambda bounded: m.restore_range(bounded))
 
     def revert(self, conn: Connection, job: Job) -> None:
         p = job.params

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from backfill.before_images import BeforeImages
-from backfill.spark.landing import staging_name
+from backfill.spark.landing import stage_key_columns, staging_name
 from backfill.tables import quote
 from framework.keys import KeySpec
 
@@ -35,12 +35,26 @@ class MergeSql:
     column_type: str  # its PostgreSQL type
     work_schema: str
     overwrite: bool  # True: keep before-images; False: the job added the column
+    # Every key column with its type; None: the single integer ``key``.
+    key_spec: KeySpec | None = None
 
-    STAGE_COLUMNS = ("k", "ver", "new")  # what Spark computes; never the old value
+    @property
+    def keys(self) -> KeySpec:
+        return self.key_spec or KeySpec.integer_column(self.key)
+
+    @property
+    def stage_columns(self) -> list[str]:
+        """What Spark computes, in the staging table's order: the key, the
+        row version read, the new value; never the old value."""
+        return [*stage_key_columns(self.keys), "ver", "new"]
+
+    @property
+    def _staged_key(self) -> KeySpec:
+        return KeySpec.of(stage_key_columns(self.keys), self.keys.types)
 
     @property
     def stage(self) -> str:
-        return quote(staging_name(self.column_type))
+        return quote(staging_name(self.column_type, self.keys))
 
     @property
     def images(self) -> str:
@@ -50,12 +64,14 @@ class MergeSql:
     def batches(self) -> str:
         return f"{quote(self.work_schema)}.{quote(f'backfill_{self.job_id}_batches')}"
 
-    def merge(self) -> str:
+    def merge(self, bounded: bool = True) -> str:
         """Apply staged rows still at their read version. In overwrite mode it
         also keeps their before-images and returns the count applied in a row;
         otherwise the statement's rowcount is it. The key range (on ``o`` too:
         PostgreSQL does not carry ranges across the join's equality) lets the
         planner scan only the batch's slice of the index."""
+        if not self.keys.integer:
+            return self._keyset_merge(bounded)
         t, k, col = self.table, self.key, quote(self.column)
         where = f"t.{k} >= :lo AND t.{k} < :hi AND t.{k} = s.k AND t.xmin = s.ver"
         if not self.overwrite:
@@ -78,8 +94,31 @@ class MergeSql:
                 f"img AS ({self.kept.keep('applied')}) "
                 f"SELECT count(*) FROM applied")
 
+    def _keyset_merge(self, bounded: bool) -> str:
+        """``merge`` for a key of any type: the same statement, joined on every
+        key column (``bounded`` False: the batch ends at END, no upper bound)."""
+        t, col, key, staged = self.table, quote(self.column), self.keys, self._staged_key
+        where = (f"{key.in_range('t', bounded=bounded)} AND {key.expr('t')} = {staged.expr('s')} "
+                 "AND t.xmin = s.ver")
+        if not self.overwrite:
+            return f"UPDATE {t} t SET {col} = s.new FROM {self.stage} s WHERE {where}"
+        returned = ", ".join(f"{name} AS {kept}" for name, kept in
+                             zip(key.names("t"), self.kept.key_columns, strict=True))
+        return (f"WITH applied AS (UPDATE {t} t SET {col} = s.new FROM {self.stage} s, {t} o "
+                f"WHERE {where} AND {key.expr('o')} = {key.expr('t')} "
+                f"AND {key.in_range('o', bounded=bounded)} "
+                f"RETURNING {returned}, o.{col} AS old), "
+                f"img AS ({self.kept.keep('applied')}) "
+                f"SELECT count(*) FROM applied")
+
     def changed(self) -> str:
-        """Staged keys this transaction did not write: changed or deleted since the read."""
+        """Staged keys this transaction did not write: changed or deleted since
+        the read (a key of any type: as stored keys, jsonb)."""
+        if not self.keys.integer:
+            key, staged = self.keys, self._staged_key
+            return (f"SELECT {staged.as_stored('s')} FROM {self.stage} s "
+                    f"LEFT JOIN {self.table} t ON {key.expr('t')} = {staged.expr('s')} "
+                    f"WHERE t.xmin IS DISTINCT FROM {XID} ORDER BY {staged.order_by('s')}")
         return (f"SELECT s.k FROM {self.stage} s LEFT JOIN {self.table} t ON t.{self.key} = s.k "
                 f"WHERE t.xmin IS DISTINCT FROM {XID} ORDER BY s.k")
 
@@ -88,14 +127,20 @@ class MergeSql:
 
     def lock(self) -> str:
         """Lock the rows still changing under us, in key order (no deadlock among
-        reorg workers); a concurrent writer now waits for this batch to commit."""
+        reorg workers); a concurrent writer now waits for this batch to commit.
+        Binds ``keys``: ints, or for a key of any type one jsonb array of them."""
+        if not self.keys.integer:
+            key = self.keys
+            values = ", ".join(f"CAST(e ->> {i} AS {t})" for i, t in enumerate(key.types))
+            return (f"SELECT 1 FROM {self.table} WHERE {key.expr()} IN (SELECT {values} "
+                    f"FROM jsonb_array_elements(CAST(:keys AS jsonb)) e) "
+                    f"ORDER BY {key.order_by()} FOR UPDATE")
         return (f"SELECT {self.key} FROM {self.table} WHERE {self.key} = ANY(:keys) "
                 f"ORDER BY {self.key} FOR UPDATE")
 
     @property
     def kept(self) -> BeforeImages:
-        # Spark backfills run on single integer keys (keys_of_any_type unset).
-        return BeforeImages(self.images, self.batches, KeySpec.integer_column(self.key))
+        return BeforeImages(self.images, self.batches, self.keys)
 
     def record_batch(self) -> str:
         return self.kept.record_batch()
@@ -108,6 +153,6 @@ class MergeSql:
     def drop_images(self) -> list[str]:
         return self.kept.drop()
 
-    def restore_range(self) -> list[str]:
+    def restore_range(self, bounded: bool = True) -> list[str]:
         """``restore`` for one batch ``[:lo, :hi)`` of a revert subtask."""
-        return self.kept.restore_range(f"{self.table} t", "t", self.column)
+        return self.kept.restore_range(f"{self.table} t", "t", self.column, bounded=bounded)

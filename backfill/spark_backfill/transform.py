@@ -2,9 +2,10 @@
 which may call a Python function given as ``module:function`` (registered
 under the function's name, e.g. ``--udf mylib:normalise --set c=normalise(b)``).
 
-Every batch becomes the same three columns, in the order the staging table
-has them (``MergeSql.STAGE_COLUMNS``): ``k`` (key), ``ver`` (row version
-read) and ``new`` (computed value). The old value never travels through
+Every batch becomes the same columns, in the order the staging table has
+them (``MergeSql.stage_columns``): ``k`` (key; ``k0``, ``k1``, ... for a key
+of any type, as PostgreSQL's text of each column), ``ver`` (row version read)
+and ``new`` (computed value). The old value never travels through
 Spark: its types do not carry every PostgreSQL value exactly, so the merge
 takes before-images inside PostgreSQL (``merge``). Spark prunes the target
 column from the read unless the expression uses it.
@@ -25,8 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 from backfill.spark.expression_guard import check_spark_expression
 from backfill.spark.jdbc import VERSION_COLUMN
+from backfill.spark.keyset_read import TEXT_KEY_PREFIX, stage_column
 from backfill.spark.pipeline import spark_column
 from backfill.spark.session import on_session_stop
+from framework.keys import KeySpec
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -126,11 +129,19 @@ class Transform:
             spark.udf.register(name, func, return_type)
             _registered.add(token)
 
-    def output(self, df: DataFrame, key: str, target_type: DataType) -> DataFrame:
-        """The batch rows as (k, ver, new); ``new`` cast to the target's Spark type."""
+    def output(self, df: DataFrame, key: str, target_type: DataType,
+               keys: KeySpec | None = None) -> DataFrame:
+        """The batch rows as (k, ver, new); ``new`` cast to the target's Spark
+        type. A key of any type (``keys``) is (k0, k1, ..., ver, new), each key
+        column as PostgreSQL's text of it, read alongside (``keyset_read``)."""
         from pyspark.sql import functions as F
 
         # Again on the worker: a job row need not come from submit.
         check_spark_expression(df.sparkSession, self.expr, "--set")
-        return df.select(spark_column(key).alias("k"), F.col(VERSION_COLUMN).alias("ver"),
+        if keys is None or keys.integer:
+            key_columns = [spark_column(key).alias("k")]
+        else:
+            key_columns = [spark_column(f"{TEXT_KEY_PREFIX}{i}").alias(stage_column(i))
+                           for i in range(len(keys.columns))]
+        return df.select(*key_columns, F.col(VERSION_COLUMN).alias("ver"),
                          F.expr(self.expr).cast(target_type).alias("new"))

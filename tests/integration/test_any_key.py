@@ -2,8 +2,9 @@
 timestamp, several columns or a unique NOT NULL index are split into ranges
 that tile the whole key space (DESIGN 5, a property test over each kind),
 run by ``sql-update`` batch by batch with keyset bounds, and rolled back
-exactly; job types that need one integer column refuse such tables in one
-line, and so does a table with no usable key."""
+exactly (the Spark types on such keys: test_spark_any_key.py); job types that
+need one integer column refuse such tables in one line, and so does a table
+with no usable key."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support import TERMINAL, wait_state
 
-from framework import faults
-from framework.jobtype import InvalidParams
+from backfill.tables import inspect_table
+from framework import faults, jobtype
+from framework.jobtype import InvalidParams, Target
 from framework.keys import END, KeySpec
 from framework.splitting import plan_split
 from framework.store import history
@@ -229,14 +231,26 @@ def test_a_table_without_a_usable_key_is_refused_in_one_line(db, ddl, message):
     assert run(db, "SELECT count(*) FROM reorg.jobs").scalar_one() == 0
 
 
-@pytest.mark.parametrize("job_type, params", [
-    ("checksum", {"table": "t", "target_table": "t"}),
-])
-def test_types_that_need_one_integer_key_refuse_any_other_in_one_line(db, job_type, params):
+class _IntegerKeyedType:
+    """A job type that names its table's key but never said it takes keys of
+    any type (no ``keys_of_any_type``): its SQL may do key arithmetic."""
+
+    name = "test-integer-keyed"
+
+    def validate(self, conn, params):
+        table = inspect_table(conn, params["table"], any_key=True)
+        return Target(table.qualified, table.key_sql, dict(params), key=table.key_spec)
+
+
+def test_a_job_type_that_takes_only_integer_keys_is_refused_by_the_framework(db):
+    """Every built-in type takes keys of any type; one from another package
+    that does not say so is refused at submit, in one line, before any row."""
     make_table(db, "composite", 10)
+    jobtype.register(_IntegerKeyedType())
     with pytest.raises(InvalidParams) as refused:
-        submit(db, SubmitRequest(job_type, params))
+        submit(db, SubmitRequest("test-integer-keyed", {"table": "t"}))
     assert str(refused.value) == (
-        "table public.t is keyed by (region text, n integer); this job type needs a "
-        "single-column integer key (smallint, integer or bigint)")
+        "test-integer-keyed runs only on tables keyed by one integer column (smallint, integer "
+        "or bigint); public.t is keyed by (region text, n integer); use a job type that takes "
+        "keys of any type (e.g. sql-update)")
     assert run(db, "SELECT count(*) FROM reorg.jobs").scalar_one() == 0
