@@ -33,7 +33,7 @@ def next_bound(conn: Connection, relation: str, key: KeySpec, curr: Key, end: Ke
     where = key.in_range(None, bounded=end is not END, lo="curr", hi="end")
     bounds = {"curr": key.bind(curr), "end": key.bind(end)}
     after = conn.execute(
-        text(f"SELECT {key.as_stored()} FROM {relation} WHERE {where} "
+        text(f"SELECT {key.read()} FROM {relation} WHERE {where} "
              f"ORDER BY {key.order_by()} OFFSET :n LIMIT 1"),
         {**bounds, "n": n},
     ).scalar()

@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Final
 
 INTEGER_TYPES = frozenset({"smallint", "integer", "bigint"})
@@ -58,12 +59,21 @@ Key = int | tuple[Any, ...] | _End
 
 
 def encode(key: Key) -> str:
-    """The jsonb text of a key, for a bind parameter."""
+    """The jsonb text of a key, for a bind parameter. Numbers are written
+    exactly (a ``numeric`` key's Decimal digit for digit, never a float)."""
     if key is END:
         return "{}"
     if isinstance(key, tuple):
-        return json.dumps(list(key))
-    return json.dumps(int(key))  # type: ignore[arg-type]
+        return "[" + ", ".join(_json_value(v) for v in key) + "]"
+    return str(int(key))  # type: ignore[arg-type]
+
+
+def _json_value(value: Any) -> str:
+    if isinstance(value, Decimal):
+        if not value.is_finite():
+            raise ValueError(f"a key value of {value} has no JSON form")
+        return str(value)
+    return json.dumps(value)
 
 
 def stored_json(key: Key) -> Any:
@@ -72,13 +82,15 @@ def stored_json(key: Key) -> Any:
 
 
 def decode(value: Any) -> Key:
-    """A key as psycopg returns its jsonb (already parsed)."""
+    """A key read back: jsonb text (``KeySpec.read``, ``CAST(... AS text)``),
+    or jsonb already parsed by psycopg, whose floats are exact only for
+    integers: keys that carry a ``numeric`` are read as text."""
     if isinstance(value, dict):
         return END
     if isinstance(value, list):
         return tuple(value)
-    if isinstance(value, str):  # jsonb read as text
-        return decode(json.loads(value))
+    if isinstance(value, str):  # jsonb read as text (``KeySpec.read``): numbers exact
+        return decode(json.loads(value, parse_float=Decimal))
     return int(value)
 
 
@@ -142,6 +154,11 @@ class KeySpec:
         if self.integer:
             return f"to_jsonb({self.expr(alias)})"
         return f"jsonb_build_array({self.order_by(alias)})"
+
+    def read(self, alias: str | None = None) -> str:
+        """``as_stored`` as text, for a SELECT list read into Python
+        (``decode`` then parses its numbers exactly)."""
+        return f"CAST({self.as_stored(alias)} AS text)"
 
     def from_stored(self, jsonb_sql: str) -> str:
         """SQL turning a stored key (a jsonb expression) back into the key's

@@ -73,7 +73,7 @@ def _walked(conn: Connection, table: str, key: KeySpec, per: int) -> SplitPlan:
                         WHERE {key.expr()} >= {key.from_stored("cuts.k")}
                         ORDER BY {order} OFFSET :per LIMIT 1)
                 FROM cuts WHERE cuts.k IS NOT NULL)
-            SELECT k FROM cuts WHERE k IS NOT NULL"""),
+            SELECT CAST(k AS text) FROM cuts WHERE k IS NOT NULL"""),
         {"per": per},
     ).scalars()]
     if not cuts:
@@ -92,7 +92,7 @@ def _numbered(conn: Connection, table: str, key: KeySpec,
         return SplitPlan([], 0, per)
     cuts = [decode(k) for k in conn.execute(
         text(f"""
-            SELECT k FROM (
+            SELECT CAST(k AS text) FROM (
                 SELECT {key.as_stored()} AS k,
                        row_number() OVER (ORDER BY {key.order_by()}) AS rn
                 FROM {table}) numbered
@@ -105,7 +105,7 @@ def _numbered(conn: Connection, table: str, key: KeySpec,
 def _sampled(conn: Connection, table: str, key: KeySpec, rows_per_range: int | None,
              estimate: int, pages: int) -> SplitPlan:
     first = conn.execute(
-        text(f"SELECT {key.as_stored()} FROM {table} ORDER BY {key.order_by()} LIMIT 1")
+        text(f"SELECT {key.read()} FROM {table} ORDER BY {key.order_by()} LIMIT 1")
     ).scalar()
     per = rows_per_range or rows_per_range_for(estimate)
     if first is None:
@@ -118,7 +118,7 @@ def _sampled(conn: Connection, table: str, key: KeySpec, rows_per_range: int | N
     # Every (sampled / ranges)-th sampled key, in key order, past the first.
     sampled = conn.execute(
         text(f"""
-            SELECT k FROM (
+            SELECT CAST(k AS text) FROM (
                 SELECT {key.as_stored()} AS k,
                        row_number() OVER (ORDER BY {key.order_by()}) AS rn,
                        count(*) OVER () AS n
@@ -144,7 +144,7 @@ def reach_back(conn: Connection, table: str, key: KeySpec, plan: SplitPlan) -> S
         where = f"WHERE {key.expr()} < {key.param('first')}"
         bounds = {"first": key.bind(plan.ranges[0][0])}
     below = conn.execute(
-        text(f"SELECT {key.as_stored()} FROM {table} {where} "
+        text(f"SELECT {key.read()} FROM {table} {where} "
              f"ORDER BY {key.order_by()} LIMIT 1"), bounds).scalar()
     if below is None:
         return plan

@@ -169,7 +169,7 @@ class AddColumn:
         except IntegrityError:
             with engine.begin() as conn:
                 key = conn.execute(text(
-                    f"SELECT {job.key.as_stored()} FROM {job.target_table} "
+                    f"SELECT {job.key.read()} FROM {job.target_table} "
                     f"WHERE {ddl.column} IS NULL ORDER BY {job.key.order_by()} LIMIT 1")).scalar()
             raise ValueError(
                 f"--not-null: column {job.params['column']} is NULL in some rows (e.g. key "

@@ -80,7 +80,7 @@ def verify_batch(ctx: SubtaskContext, engine: Engine) -> int:
     with engine.begin() as conn, ctx.cancel_on_stop(conn):
         upper, count = next_bound(conn, t, key, ctx.curr_key, ctx.end_key, job.batch_rows)
         wrong = run(conn, (
-            f"SELECT {key.as_stored()} FROM {t} "
+            f"SELECT {key.read()} FROM {t} "
             f"WHERE {_in_batch(key, ctx.curr_key, upper)} "
             f"AND NOT ({stored} IS NOT DISTINCT FROM {wanted}) "
             f"ORDER BY {key.order_by()} LIMIT 1"))

@@ -331,7 +331,7 @@ def _check_no_overlap_any_key(conn: Connection, src: TableInfo, dst: TableInfo,
     largest keys by index (no min() of a row), then the same two steps."""
     key = src.key_spec
     first, last = (conn.execute(text(
-        f"SELECT {key.as_stored()} FROM {src.qualified} ORDER BY {order} LIMIT 1")).scalar()
+        f"SELECT {key.read()} FROM {src.qualified} ORDER BY {order} LIMIT 1")).scalar()
         for order in (key.order_by(), ", ".join(f"{c} DESC" for c in key.names())))
     if first is None:
         return

@@ -80,7 +80,7 @@ def partition_cuts(conn: Connection, table: str, key: KeySpec, lo: Key, hi: Key,
     found = conn.execute(
         text(f"""
             SELECT k FROM (
-                SELECT {key.as_stored()} AS k, row_number() OVER (ORDER BY {key.order_by()}) AS rn
+                SELECT {key.read()} AS k, row_number() OVER (ORDER BY {key.order_by()}) AS rn
                 FROM {table} WHERE {where}) numbered
             WHERE rn > 1 AND (rn - 1) % :step = 0 ORDER BY rn LIMIT :cuts"""),
         {"lo": key.bind(lo), "hi": key.bind(hi), "step": step, "cuts": parts - 1},

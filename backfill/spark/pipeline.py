@@ -309,7 +309,7 @@ class RangePipeline(ABC):
         bind = {"lo": key.bind(lo), "end": key.bind(end)}
 
         def nth(param: str) -> str:
-            return (f"(SELECT {key.as_stored()} FROM {self.table} WHERE {where} "
+            return (f"(SELECT {key.read()} FROM {self.table} WHERE {where} "
                     f"ORDER BY {key.order_by()} OFFSET :{param} LIMIT 1)")
 
         with self.engine.connect() as conn:

@@ -15,7 +15,6 @@ re-read and recomputed, optimistically first, then under ``FOR UPDATE``
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -221,7 +220,8 @@ class SubtaskRunner(RangePipeline):
         if round_no > MAX_ROUNDS:
             raise RetryableError(f"{len(keys)} rows kept changing under batch; retrying the subtask")
         if round_no > OPTIMISTIC_ROUNDS:
-            bound = keys if self.spec.keys.integer else json.dumps(keys)
+            # A key of any type: each one jsonb text (``KeySpec.read``), kept exact.
+            bound = keys if self.spec.keys.integer else "[" + ", ".join(keys) + "]"
             conn.execute(text(m.lock()), {"keys": bound})
         self.ctx.raise_if_stopped()
         self.tag_spark_jobs()  # on the main thread: a hard stop cancels this read too

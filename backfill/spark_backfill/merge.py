@@ -116,7 +116,7 @@ class MergeSql:
         the read (a key of any type: as stored keys, jsonb)."""
         if not self.keys.integer:
             key, staged = self.keys, self._staged_key
-            return (f"SELECT {staged.as_stored('s')} FROM {self.stage} s "
+            return (f"SELECT {staged.read('s')} FROM {self.stage} s "
                     f"LEFT JOIN {self.table} t ON {key.expr('t')} = {staged.expr('s')} "
                     f"WHERE t.xmin IS DISTINCT FROM {XID} ORDER BY {staged.order_by('s')}")
         return (f"SELECT s.k FROM {self.stage} s LEFT JOIN {self.table} t ON t.{self.key} = s.k "

@@ -154,8 +154,8 @@ def insert_split_chunk(
     row = conn.execute(
         db.sql("""
             SELECT step, inserted, cardinality(los) AS total, meta,
-                   los[inserted + 1 : inserted + :chunk] AS los,
-                   his[inserted + 1 : inserted + :chunk] AS his,
+                   CAST(los[inserted + 1 : inserted + :chunk] AS text[]) AS los,
+                   CAST(his[inserted + 1 : inserted + :chunk] AS text[]) AS his,
                    metas[inserted + 1 : inserted + :chunk] AS metas
             FROM {s}.job_split_pending WHERE job_id = :job_id FOR UPDATE"""),
         {"job_id": job_id, "chunk": chunk},
@@ -210,15 +210,17 @@ def progressed_ranges(db: Database, conn: Connection, job_id: int,
         return []
     rows = conn.execute(
         db.sql("""
-            SELECT step, start_key, curr_key FROM {s}.background_subtask
+            SELECT step, start_key::text, curr_key::text, start_key AS lo
+            FROM {s}.background_subtask
             WHERE job_id = :job_id AND step = ANY(:from_steps) AND curr_key > start_key
             UNION ALL
-            SELECT step, start_key, curr_key FROM {s}.background_subtask_history
+            SELECT step, start_key::text, curr_key::text, start_key
+            FROM {s}.background_subtask_history
             WHERE job_id = :job_id AND step = ANY(:from_steps) AND curr_key > start_key
-            ORDER BY step, start_key"""),
+            ORDER BY step, lo"""),
         {"job_id": job_id, "from_steps": from_steps},
     ).all()
-    return [(int(step), decode(lo), decode(hi)) for step, lo, hi in rows]
+    return [(int(step), decode(lo), decode(hi)) for step, lo, hi, _ in rows]
 
 
 
@@ -282,7 +284,8 @@ def last_range(db: Database, conn: Connection, job_id: int, step: int) -> LastRa
     alike (ordinals grow with keys, so the last ordinal ends the coverage)."""
     row = conn.execute(
         db.sql("""
-            SELECT ordinal, end_key, coalesce((meta->>'catch_up')::int, 0) AS catch_up_round
+            SELECT ordinal, end_key::text AS end_key,
+                   coalesce((meta->>'catch_up')::int, 0) AS catch_up_round
             FROM (
                 (SELECT ordinal, end_key, meta FROM {s}.background_subtask
                  WHERE job_id = :job_id AND step = :step ORDER BY ordinal DESC LIMIT 1)

@@ -115,7 +115,9 @@ def claim(db: Database, conn: Connection, exec_id: str, limit: int = 1) -> list[
                 updated_at = clock_timestamp()
             FROM candidate, {{s}}.jobs j
             WHERE st.id = candidate.id AND j.id = st.job_id
-            RETURNING st.id, st.job_id, st.start_key, st.end_key, st.curr_key, st.epoch,
+            RETURNING st.id, st.job_id, CAST(st.start_key AS text) AS start_key,
+                      CAST(st.end_key AS text) AS end_key, CAST(st.curr_key AS text) AS curr_key,
+                      st.epoch,
                       st.attempts, st.meta, j.concurrency - candidate.room AS running_before,
                       {", ".join(f"j.{c.strip()} AS {_JOB}{c.strip()}"
                                  for c in JOB_COLUMNS.split(","))}"""),
