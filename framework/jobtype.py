@@ -19,11 +19,13 @@ import threading
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoints, entry_points
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from sqlalchemy.engine import Connection
 
 from framework import faults
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
 
 log = logging.getLogger("reorg.worker")
 

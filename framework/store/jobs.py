@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
-
-from framework.db import Database
+from framework.db import Database, ReadConnection, ReadDatabase
 from framework.jobtype import STEP_REVERT, Job
 from framework.states import (
     JOB_ACTIVE,
@@ -24,6 +21,9 @@ from framework.states import (
     check_job_transition,
 )
 from framework.store.owner_lease import FENCE, OwnerTerm
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
 
 JOB_COLUMNS = (
     "id, type, state, step, params, target_table, key_column, batch_rows, "
@@ -73,6 +73,8 @@ def insert(
     active = active_on_table(db, conn, target_table)
     if active is not None:
         raise ActiveJobExists(target_table, active)
+    from sqlalchemy.exc import IntegrityError
+
     try:
         with conn.begin_nested():
             job_id = conn.execute(
@@ -98,7 +100,7 @@ def insert(
                     "on_failure": on_failure,
                 },
             ).scalar_one()
-    except sa.exc.IntegrityError:
+    except IntegrityError:
         # Lost a race with another submit: report whichever job won.
         if job_key is not None:
             won = conn.execute(
@@ -556,7 +558,7 @@ def get(db: Database, conn: Connection, job_id: int) -> Job | None:
     return Job(**row) if row else None
 
 
-def state(db: Database, conn: Connection, job_id: int) -> JobState | None:
+def state(db: ReadDatabase, conn: ReadConnection, job_id: int) -> JobState | None:
     value = conn.execute(
         db.sql("SELECT state FROM {s}.jobs WHERE id = :id"), {"id": job_id}
     ).scalar()
@@ -585,7 +587,7 @@ def events(db: Database, conn: Connection, job_id: int) -> list[dict[str, Any]]:
 
 def notify(db: Database, conn: Connection) -> None:
     """Wake idle workers and the owner; delivered when the transaction commits."""
-    conn.execute(sa.text("SELECT pg_notify(:channel, '')"), {"channel": channel(db)})
+    conn.execute(db.sql("SELECT pg_notify(:channel, '')"), {"channel": channel(db)})
 
 
 def channel(db: Database) -> str:

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.engine import Connection
 
 from framework.db import Database
 from framework.jobtype import FIXED_SUBTASK_UNITS, STEP_REVERT
 from framework.states import SubtaskState
 from framework.store.owner_lease import FENCE, OwnerTerm
 from framework.store.subtasks import LEASE_LIVE, guard_into
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
 
 S = SubtaskState
 
