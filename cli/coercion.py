@@ -107,6 +107,7 @@ def install() -> bool:
         return False
     if getattr(parameter.get_runtime_param, "_reorg_plain", False):
         return True
+    full: Callable[[Any], Any] = build
 
     @dataclass(frozen=True)
     class PlainRuntimeParam(base):  # type: ignore[misc, valid-type]
@@ -121,7 +122,7 @@ def install() -> bool:
             if converted is not DEFER:
                 return converted
             if not self._full:
-                self._full.append(build(self.descriptor))
+                self._full.append(full(self.descriptor))
             return self._full[0]._coerce_value(value, param, ctx)
 
     def get_runtime_param(self: Any) -> Any:
@@ -130,7 +131,7 @@ def install() -> bool:
             convert = (plain_converter(d.annotation, d.parameter_info)
                        if d.file_annotation is None else None)
             self._runtime_param = (
-                build(d) if convert is None else PlainRuntimeParam(
+                full(d) if convert is None else PlainRuntimeParam(
                     parameter_info=d.parameter_info, annotation=d.annotation,
                     convert=convert, descriptor=d))
         return self._runtime_param

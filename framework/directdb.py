@@ -20,6 +20,7 @@ from functools import lru_cache
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import make_conninfo
 
 from framework.config import Settings
 from framework.db import (
@@ -121,10 +122,10 @@ class DirectDatabase:
             # The same URL, session settings and socket limits as the engine's.
             url = sqlalchemy_url(self.settings.database_url).replace(
                 "postgresql+psycopg://", "postgresql://", 1)
+            conninfo = make_conninfo(url, options=session_options(self.settings, "cli"),
+                                     **socket_options(self.settings))
             try:
-                self._conn = psycopg.connect(
-                    url, autocommit=True, options=session_options(self.settings, "cli"),
-                    **socket_options(self.settings))
+                self._conn = psycopg.connect(conninfo, autocommit=True)
             except psycopg.OperationalError as exc:
                 raise unreachable(self.settings.database_url, exc) from exc
         return self._conn

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from importlib.metadata import EntryPoints, entry_points
 from typing import TYPE_CHECKING, Any, Protocol
 
-
 from framework import faults
 
 if TYPE_CHECKING:

@@ -19,10 +19,8 @@ for a lock) holds the fence.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from dataclasses import dataclass
-
+from typing import TYPE_CHECKING
 
 from framework.db import Database
 

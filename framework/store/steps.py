@@ -12,7 +12,6 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-
 from framework.db import Database
 from framework.jobtype import FIXED_SUBTASK_UNITS, STEP_REVERT
 from framework.states import SubtaskState

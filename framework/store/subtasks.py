@@ -14,7 +14,6 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-
 from framework.db import Database
 from framework.jobtype import STEP_REVERT, Job
 from framework.states import SubtaskState, subtask_sources
