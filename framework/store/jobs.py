@@ -247,13 +247,16 @@ def accept(
     """Record a queued job's accepted input: its params, as the analysis
     completed them, with the verdict. Not a transition: the job stays queued
     until prepared and split."""
-    return conn.execute(
+    accepted = conn.execute(
         db.sql(f"""UPDATE {{s}}.jobs SET params = CAST(:params AS jsonb),
                        updated_at = clock_timestamp()
                    WHERE id = :job_id AND state = 'queued' AND {FENCE}"""),
         {"job_id": job_id, "params": json.dumps({**params, VERDICT: ACCEPTED}),
          **term.params()},
     ).rowcount == 1
+    if accepted:
+        notify_verdict(db, conn, job_id)
+    return accepted
 
 
 def reject(
@@ -262,10 +265,13 @@ def reject(
     """queued -> failed: the analysis rejected the job's input, before
     anything was done to any table. Its submit, if still waiting, reports
     ``error`` and discards the job (``discard_rejected``)."""
-    return _move(db, conn, job_id, {J.QUEUED}, J.FAILED, actor=actor, term=term,
+    left = _move(db, conn, job_id, {J.QUEUED}, J.FAILED, actor=actor, term=term,
                  detail="input rejected",
                  sets="error = :error, params = j.params || CAST(:verdict AS jsonb)",
                  error=error, verdict=json.dumps({VERDICT: REJECTED}))
+    if left is not None:
+        notify_verdict(db, conn, job_id)
+    return left
 
 
 def verdict(db: Database, conn: Connection, job_id: int) -> tuple[JobState, str | None,
@@ -592,6 +598,17 @@ def notify(db: Database, conn: Connection) -> None:
 
 def channel(db: Database) -> str:
     return f"reorg_{db.schema}"
+
+
+def notify_verdict(db: Database, conn: Connection, job_id: int) -> None:
+    """Wake a submit waiting for the verdict on ``job_id``'s input (at commit).
+    A channel of its own: workers and the owner have nothing to do for it."""
+    conn.execute(db.sql("SELECT pg_notify(:channel, :job)"),
+                 {"channel": verdict_channel(db), "job": str(job_id)})
+
+
+def verdict_channel(db: Database) -> str:
+    return f"reorg_{db.schema}_verdict"
 
 
 __all__ = ["JOB_ACTIVE", "ActiveJobExists", "insert", "get", "live", "events"]
