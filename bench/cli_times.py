@@ -126,20 +126,21 @@ def worker(run: Run, log: Path) -> Iterator[None]:
             proc.wait()
 
 
-def measure(run: Run, label: str, repeats: int, log_dir: Path) -> dict[str, Times]:
+def measure(run: Run, tag: str, repeats: int, log_dir: Path) -> dict[str, Times]:
+    """The measures of one checkout; ``tag`` names its tables and log."""
     times: dict[str, Times] = {}
-    print(f"{label}: {run.checkout} (load average {os.getloadavg()[0]:.1f})", flush=True)
-    with worker(run, log_dir / f"{label}.log"):
+    print(f"{tag}: {run.checkout} (load average {os.getloadavg()[0]:.1f})", flush=True)
+    with worker(run, log_dir / f"worker-{tag}.log"):
         for job_type in SPARK_TYPES:  # the worker's first analysis of each type
             first = times.setdefault(f"first `reorg submit {job_type}`", Times())
-            job = json.loads(run.reorg("submit", job_type, *submit_args(job_type, f"{label}_w"),
+            job = json.loads(run.reorg("submit", job_type, *submit_args(job_type, f"{tag}_w"),
                                        "--json", times=first))["id"]
             run.reorg("wait", str(job))
         for attempt in range(repeats):
             for job_type in JOB_TYPES:
                 lap = times.setdefault(f"`reorg submit {job_type}`", Times())
                 job = json.loads(run.reorg("submit", job_type,
-                                           *submit_args(job_type, f"{label}_{attempt}"),
+                                           *submit_args(job_type, f"{tag}_{attempt}"),
                                            "--json", times=lap))["id"]
                 run.reorg("wait", str(job))
             run.reorg("status", str(job), "--json",
@@ -197,8 +198,10 @@ def main(argv: Sequence[str] | None = None) -> None:
                         "migrations"], cwd=checkout, check=True, stdout=subprocess.DEVNULL)
     with database(args.db) as server:
         prepare(server.url, REPO)
-        for label, checkout in checkouts.items():
-            results[label] = measure(Run(checkout, server.url), label, args.repeats, log_dir)
+        for index, (label, checkout) in enumerate(checkouts.items()):
+            results[label] = measure(Run(checkout, server.url), f"v{index}", args.repeats,
+                                     log_dir)
+            print("\n".join(report({label: results[label]})), flush=True)
     print(f"\n{os.cpu_count()} CPUs; worker logs in {log_dir}\n")
     print("\n".join(report(results)))
 

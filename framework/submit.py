@@ -204,6 +204,7 @@ def _await_verdict(db: Database, conn: Connection, job_id: int, table: str,
         # Between transactions, where PostgreSQL delivers notifications; any
         # one (another job's verdict too) is a reason to look again.
         listening = conn.connection.driver_connection
-        for _ in listening.notifies(timeout=min(left, VERDICT_RECHECK_SECONDS),  # type: ignore[union-attr]
+        assert listening is not None  # a checked-out connection has its driver's
+        for _ in listening.notifies(timeout=min(left, VERDICT_RECHECK_SECONDS),
                                     stop_after=1):
             pass
