@@ -5,11 +5,12 @@ baseline checkout (``--baseline PATH``, e.g. a ``git worktree`` of main).
 
     python -m bench.cli_times --baseline /tmp/reorg-main
 
-Per code version: a throwaway PostgreSQL (or ``--db``), one ``reorg worker
---slots 2 --spark-warmup`` of that version (a submit of a Spark type waits
-for its owner's analysis), one untimed submit of each Spark type (a worker's
-first analysis also warms its JVM's code paths: reported apart), then
-``--repeats`` rounds of: a submit of each type (each job waited for before the
+One throwaway PostgreSQL (or ``--db``). ``--phases`` phases per checkout,
+the checkouts alternating (so load that drifts during the run favours
+neither); a phase starts one ``reorg worker --slots 2 --spark-warmup`` of that
+checkout (a submit of a Spark type waits for its owner's analysis), submits
+each Spark type once (a worker's first analysis also warms its JVM's code
+paths: reported apart), then runs ``--repeats`` rounds of: a submit of each type (each job waited for before the
 next), ``reorg status JOB --json``, ``reorg status JOB`` (the table), and
 ``python -c pass`` (the floor of any Python process on the machine right
 then). Each command is a subprocess run as a user runs it, from its own
@@ -126,9 +127,10 @@ def worker(run: Run, log: Path) -> Iterator[None]:
             proc.wait()
 
 
-def measure(run: Run, tag: str, repeats: int, log_dir: Path) -> dict[str, Times]:
-    """The measures of one checkout; ``tag`` names its tables and log."""
-    times: dict[str, Times] = {}
+def measure(run: Run, tag: str, repeats: int, log_dir: Path,
+            times: dict[str, Times]) -> None:
+    """Add to ``times`` the measures of one checkout; ``tag`` names its
+    tables and log."""
     print(f"{tag}: {run.checkout} (load average {os.getloadavg()[0]:.1f})", flush=True)
     with worker(run, log_dir / f"worker-{tag}.log"):
         for job_type in SPARK_TYPES:  # the worker's first analysis of each type
@@ -148,8 +150,7 @@ def measure(run: Run, tag: str, repeats: int, log_dir: Path) -> dict[str, Times]
             run.reorg("status", str(job), times=times.setdefault("`reorg status JOB`", Times()))
             run.timed([sys.executable, "-c", "pass"],
                       times.setdefault("`python -c pass` (any Python process)", Times()))
-    times["load average (1 min) after"] = Times([os.getloadavg()[0]], [0.0])
-    return times
+    times.setdefault("load average (1 min) after", Times()).wall.append(os.getloadavg()[0])
 
 
 def prepare(url: str, checkout: Path) -> None:
@@ -172,7 +173,8 @@ def report(results: dict[str, dict[str, Times]]) -> list[str]:
         cells = []
         for label in labels:
             t = results[label].get(m, Times())
-            cells.append(f"{t.wall[0]:.1f}" if m.startswith("load") and t.wall else t.cell())
+            cells.append(", ".join(f"{x:.1f}" for x in t.wall) if m.startswith("load")
+                         else t.cell())
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
     return lines
 
@@ -182,7 +184,10 @@ def main(argv: Sequence[str] | None = None) -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--baseline", type=Path,
                         help="a checkout to compare against (e.g. a git worktree of main)")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=3, help="rounds of submits per phase")
+    parser.add_argument("--phases", type=int, default=2,
+                        help="phases per checkout, alternating (a phase is one worker's life): "
+                             "a machine whose load drifts favours neither")
     parser.add_argument("--db", help="postgresql:// URL of an empty database (default: throwaway)")
     args = parser.parse_args(argv)
     checkouts = {"this checkout": REPO}
@@ -198,10 +203,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                         "migrations"], cwd=checkout, check=True, stdout=subprocess.DEVNULL)
     with database(args.db) as server:
         prepare(server.url, REPO)
-        for index, (label, checkout) in enumerate(checkouts.items()):
-            results[label] = measure(Run(checkout, server.url), f"v{index}", args.repeats,
-                                     log_dir)
-            print("\n".join(report({label: results[label]})), flush=True)
+        for phase in range(args.phases):
+            for index, (label, checkout) in enumerate(checkouts.items()):
+                measure(Run(checkout, server.url), f"v{index}p{phase}", args.repeats, log_dir,
+                        results.setdefault(label, {}))
+            print("\n".join(report(results)), flush=True)
     print(f"\n{os.cpu_count()} CPUs; worker logs in {log_dir}\n")
     print("\n".join(report(results)))
 
