@@ -10,8 +10,9 @@ the checkouts alternating (so load that drifts during the run favours
 neither); a phase starts one ``reorg worker --slots 2 --spark-warmup`` of that
 checkout (a submit of a Spark type waits for its owner's analysis), submits
 each Spark type once (a worker's first analysis also warms its JVM's code
-paths: reported apart), then runs ``--repeats`` rounds of: a submit of each type (each job waited for before the
-next), ``reorg status JOB --json``, ``reorg status JOB`` (the table), and
+paths: reported apart), then runs ``--repeats`` rounds of: a submit of each
+type (each job waited for before the next), ``reorg status JOB --json``,
+``reorg status JOB`` (the table), and
 ``python -c pass`` (the floor of any Python process on the machine right
 then). Each command is a subprocess run as a user runs it, from its own
 checkout (``python -m cli.main`` with that directory first on the path); wall
