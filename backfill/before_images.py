@@ -10,6 +10,16 @@ for old values that are not NULL; ``batches`` keeps (range, xid) per batch,
 so rows whose old value was NULL are found by range and xid without a row
 each. No savepoints in a batch: rows updated in one would carry the
 subtransaction's id.
+
+Restore batches look the images up by key, so a rollback needs them
+indexed. The indexes are built when a rollback needs them, by the revert
+subtasks (``backfill.restore.index_before_restoring``), never by the owner
+nor on the forward path: ``python -m bench.images_index`` (three runs,
+2026-11-23) measured forward batches 1.05-1.13x as slow in all with the
+images indexed from prepare on, against a one-off build at rollback of
+0.03-0.06x the forward batches' time, paid only by the jobs that roll back.
+Built in the owner's fenced revert plan, as they were, a big job's index was
+one long statement in the owner's tick (issue 12).
 """
 
 from __future__ import annotations
@@ -18,6 +28,7 @@ import re
 from dataclasses import dataclass
 
 from backfill.tables import quote
+from framework.keys import KeySpec
 
 _RELATION = re.compile(r'"((?:[^"]|"")*)"$')
 
@@ -26,60 +37,101 @@ _RELATION = re.compile(r'"((?:[^"]|"")*)"$')
 class BeforeImages:
     images: str  # quoted, schema-qualified
     batches: str
+    key: KeySpec  # the target table's
+
+    @property
+    def key_columns(self) -> list[str]:
+        """The images' key columns: ``k`` for one integer key (the layout of
+        jobs before keys of any type), else ``k0``, ``k1``, ... of the key's
+        own types. ``keep``'s input names them the same."""
+        return ["k"] if self.key.integer else [f"k{i}" for i in range(len(self.key.columns))]
+
+    @property
+    def _image_key(self) -> KeySpec:
+        """The images' key columns as a key, for range predicates on them."""
+        return KeySpec.of(self.key_columns, self.key.types)
 
     def create(self, column_type: str, *, temporary: bool = False) -> list[str]:
-        # No indexes: one append per row on the hot path; the revert plan
-        # indexes them once (``index_for_restore``).
+        # No indexes: one append per row on the hot path; a rollback's
+        # revert subtasks index them once (``index_for_restore``).
         create = "CREATE TEMP TABLE" if temporary else "CREATE TABLE IF NOT EXISTS"
         tail = " ON COMMIT DROP" if temporary else ""
-        return [f"{create} {self.images} (k bigint NOT NULL, old {column_type}, "
-                f"xid xid8 NOT NULL){tail}",
-                f"{create} {self.batches} (subtask_id bigint NOT NULL, lo bigint NOT NULL, "
-                f"hi bigint NOT NULL, xid xid8 NOT NULL){tail}"]
+        keys = ", ".join(f"{c} {t} NOT NULL"
+                         for c, t in zip(self.key_columns, self.key.types, strict=True))
+        # A batch's bounds as stored keys (jsonb) for a key of any type.
+        bound = "bigint" if self.key.integer else "jsonb"
+        return [f"{create} {self.images} ({keys}, old {column_type}, xid xid8 NOT NULL){tail}",
+                f"{create} {self.batches} (subtask_id bigint NOT NULL, lo {bound} NOT NULL, "
+                f"hi {bound} NOT NULL, xid xid8 NOT NULL){tail}"]
 
     def drop(self) -> list[str]:
         return [f"DROP TABLE IF EXISTS {self.images}", f"DROP TABLE IF EXISTS {self.batches}"]
 
     def keep(self, written: str) -> str:
-        """Keep the images of ``written`` (a CTE with columns ``k``, ``old``).
-        ``num_nulls`` tests the value itself: a composite with a NULL field is
-        neither ``IS NULL`` nor ``IS NOT NULL``, and its old value is needed."""
-        return (f"INSERT INTO {self.images} (k, old, xid) "
-                f"SELECT k, old, pg_current_xact_id() FROM {written} WHERE num_nulls(old) = 0")
+        """Keep the images of ``written`` (a CTE with the ``key_columns`` and
+        ``old``). ``num_nulls`` tests the value itself: a composite with a
+        NULL field is neither ``IS NULL`` nor ``IS NOT NULL``, and its old
+        value is needed."""
+        keys = ", ".join(self.key_columns)
+        return (f"INSERT INTO {self.images} ({keys}, old, xid) "
+                f"SELECT {keys}, old, pg_current_xact_id() FROM {written} "
+                f"WHERE num_nulls(old) = 0")
 
     def record_batch(self) -> str:
-        """The batch's range and transaction id. Binds ``subtask``, ``lo``, ``hi``."""
+        """The batch's range and transaction id. Binds ``subtask``, ``lo``,
+        ``hi`` (as ``KeySpec.bind`` gives them)."""
+        lo, hi = (":lo", ":hi") if self.key.integer else ("CAST(:lo AS jsonb)",
+                                                          "CAST(:hi AS jsonb)")
         return (f"INSERT INTO {self.batches} (subtask_id, lo, hi, xid) "
-                f"VALUES (:subtask, :lo, :hi, pg_current_xact_id())")
+                f"VALUES (:subtask, {lo}, {hi}, pg_current_xact_id())")
 
     def index_for_restore(self) -> list[str]:
         """Indexes a range's restore batches look up by key: the images by
-        ``k``, the batches by their key range (created once, when the revert
-        step is planned; the writes never pay for them)."""
+        key, the batches by their key range (built once, when a rollback
+        needs them; the forward writes never pay for them). A key of any type
+        has no range type: its batches are found by transaction id."""
         return [f"CREATE INDEX IF NOT EXISTS {_index_name(self.images, 'k')} "
-                f"ON {self.images} (k)",
-                f"CREATE INDEX IF NOT EXISTS {_index_name(self.batches, 'range')} "
-                f"ON {self.batches} USING gist (int8range(lo, hi))"]
+                f"ON {self.images} ({', '.join(self.key_columns)})",
+                f"CREATE INDEX IF NOT EXISTS {_index_name(self.batches, self._batches_index)} "
+                + (f"ON {self.batches} USING gist (int8range(lo, hi))" if self.key.integer
+                   else f"ON {self.batches} USING hash ((CAST(xid AS xid)))")]
 
-    def restore_range(self, target: str, ref: str, key: str, column: str) -> list[str]:
+    @property
+    def _batches_index(self) -> str:
+        return "range" if self.key.integer else "xid"
+
+    def indexed_for_restore(self) -> str:
+        """One boolean: both ``index_for_restore`` indexes exist (committed)."""
+        return (f"SELECT to_regclass('{_qualified_index(self.images, 'k')}') IS NOT NULL "
+                f"AND to_regclass('{_qualified_index(self.batches, self._batches_index)}') "
+                "IS NOT NULL")
+
+    def restore_range(self, target: str, ref: str, column: str, *,
+                      bounded: bool = True) -> list[str]:
         """Put back the old values of rows in ``[:lo, :hi)`` (one batch of a
-        revert subtask) that the job wrote and nobody wrote since
-        (``target``: the table as the statement names it, ``ref``: how its
-        columns are referred to). Order matters: rows restored by the first
-        statement get this transaction's xmin, so the second (old value NULL)
-        skips them; a retry after a crash finds every row as before (one
-        transaction)."""
-        col = quote(column)
+        revert subtask; no upper bound unless ``bounded``) that the job wrote
+        and nobody wrote since (``target``: the table as the statement names
+        it, ``ref``: how its columns are referred to). Order matters: rows
+        restored by the first statement get this transaction's xmin, so the
+        second (old value NULL) skips them; a retry after a crash finds every
+        row as before (one transaction)."""
+        col, key, kept = quote(column), self.key, self._image_key
         # The bounds on both sides of each join, as constants: the planner
         # then reads the table, the images and the batch records by index.
-        rows_in = f"{ref}.{key} >= :lo AND {ref}.{key} < :hi"
+        rows_in = key.in_range(ref, bounded=bounded)
+        restore = (f"UPDATE {target} SET {col} = reorg_i.old FROM {self.images} reorg_i "
+                   f"WHERE {key.expr(ref)} = {kept.expr('reorg_i')} "
+                   f"AND {ref}.xmin = CAST(reorg_i.xid AS xid) "
+                   f"AND {kept.in_range('reorg_i', bounded=bounded)} AND {rows_in}")
+        if not key.integer:
+            return [restore, f"UPDATE {target} SET {col} = NULL FROM {self.batches} reorg_b "
+                             f"WHERE {rows_in} AND {ref}.xmin = CAST(reorg_b.xid AS xid)"]
+        k = key.expr(ref)
         return [
-            f"UPDATE {target} SET {col} = reorg_i.old FROM {self.images} reorg_i "
-            f"WHERE {ref}.{key} = reorg_i.k AND {ref}.xmin = CAST(reorg_i.xid AS xid) "
-            f"AND reorg_i.k >= :lo AND reorg_i.k < :hi AND {rows_in}",
+            restore,
             f"UPDATE {target} SET {col} = NULL FROM {self.batches} reorg_b "
             f"WHERE int8range(reorg_b.lo, reorg_b.hi) && int8range(:lo, :hi) AND {rows_in} "
-            f"AND {ref}.{key} >= reorg_b.lo AND {ref}.{key} < reorg_b.hi "
+            f"AND {k} >= reorg_b.lo AND {k} < reorg_b.hi "
             f"AND {ref}.xmin = CAST(reorg_b.xid AS xid)",
         ]
 
@@ -90,3 +142,11 @@ def _index_name(table: str, column: str) -> str:
     assert match, table
     name = match.group(1).replace('""', '"')
     return quote(f"{name}_{column}")
+
+
+def _qualified_index(table: str, column: str) -> str:
+    """``"schema"."t"`` -> ``"schema"."t_<column>"``, as a SQL string literal's
+    contents (quotes doubled)."""
+    match = _RELATION.search(table)
+    assert match, table
+    return (table[:match.start()] + _index_name(table, column)).replace("'", "''")

@@ -20,7 +20,7 @@ from sqlalchemy.engine import Connection
 from backfill.before_images import BeforeImages
 from backfill.expressions import embed
 from backfill.tables import TableInfo, explain_or_fail, quote
-from framework.jobtype import Job
+from framework.keys import KeySpec
 
 _LAST_IDENT = re.compile(r'("(?:[^"]|"")*")$')
 
@@ -41,19 +41,21 @@ def alias_of(qualified: str) -> str:
 class UpdateSql:
     table: str  # quoted, schema-qualified (or submit's temporary clone)
     alias: str  # quoted name of the user's table
-    key: str  # quoted
+    key: KeySpec
     column: str  # unquoted target column
     expr: str  # checked by expressions.one_expression
     where: str | None  # likewise
     images: str | None  # quoted; None: the job added the column, nothing to keep
     batches: str | None = None
+    # False for a range that ends at END (framework.keys): no upper bound.
+    bounded: bool = True
 
     def update(self) -> str:
         """The batch: set the column on the range's rows matching ``where``.
         Binds ``lo`` and ``hi``. In overwrite mode it keeps before-images and
         returns one row: the rows it saw, the rows it wrote; fewer written
         means some changed under it, and ``update_locked`` does those."""
-        t, a, k, col = self.table, self.alias, self.key, quote(self.column)
+        t, a, col = self.table, self.alias, quote(self.column)
         if self.images is None:
             return f"UPDATE {t} AS {a} SET {col} = {embed(self.expr)} WHERE {self._matching()}"
         # No row locks: the old values are read in the statement's snapshot,
@@ -69,12 +71,12 @@ class UpdateSql:
         # (docs/benchmarks.md): each lock is a write of its own.
         return f"""
             WITH reorg_read AS (
-                SELECT {a}.{k} AS reorg_k, {a}.{col} AS reorg_old, {a}.ctid AS reorg_tid
+                SELECT {self._read_keys()}, {a}.{col} AS reorg_old, {a}.ctid AS reorg_tid
                 FROM {t} AS {a} WHERE {self._matching()}),
             reorg_updated AS (
                 UPDATE {t} AS {a} SET {col} = {embed(self.expr)} FROM reorg_read
-                WHERE {a}.ctid = reorg_read.reorg_tid AND {a}.{k} >= :lo AND {a}.{k} < :hi
-                RETURNING reorg_read.reorg_k AS k, reorg_read.reorg_old AS old),
+                WHERE {a}.ctid = reorg_read.reorg_tid AND {self._in_range()}
+                RETURNING {self._kept_keys("reorg_read")}, reorg_read.reorg_old AS old),
             reorg_kept AS ({self.kept.keep("reorg_updated")})
             SELECT (SELECT count(*) FROM reorg_read) AS seen,
                    (SELECT count(*) FROM reorg_updated) AS written"""
@@ -86,29 +88,42 @@ class UpdateSql:
         read from the locked versions; the update then computes from those
         same versions (DESIGN 9). Rare: only rows an application changed
         while the batch ran. Binds ``lo`` and ``hi``."""
-        t, a, k, col = self.table, self.alias, self.key, quote(self.column)
+        t, a, col = self.table, self.alias, quote(self.column)
+        read = KeySpec.of([f"reorg_k{i}" for i in range(len(self.key.columns))], self.key.types)
         # The range on the update's side too: without it PostgreSQL merge-joins
         # from the index's first key, so a batch's cost grows with its key.
         return f"""
             WITH reorg_locked AS (
-                SELECT {a}.{k} AS reorg_k, {a}.{col} AS reorg_old FROM {t} AS {a}
+                SELECT {self._read_keys()}, {a}.{col} AS reorg_old FROM {t} AS {a}
                 WHERE {self._matching()}
                 AND NOT {a}.xmin = CAST(pg_current_xact_id() AS xid)
                 FOR UPDATE OF {a}),
             reorg_updated AS (
                 UPDATE {t} AS {a} SET {col} = {embed(self.expr)} FROM reorg_locked
-                WHERE {a}.{k} = reorg_locked.reorg_k AND {a}.{k} >= :lo AND {a}.{k} < :hi
-                RETURNING reorg_locked.reorg_k AS k, reorg_locked.reorg_old AS old)
+                WHERE {self.key.expr(a)} = {read.expr("reorg_locked")} AND {self._in_range()}
+                RETURNING {self._kept_keys("reorg_locked")}, reorg_locked.reorg_old AS old)
             {self.kept.keep("reorg_updated")}"""
 
+    def _in_range(self) -> str:
+        return self.key.in_range(self.alias, bounded=self.bounded)
+
     def _matching(self) -> str:
-        a, k = self.alias, self.key
-        return f"{a}.{k} >= :lo AND {a}.{k} < :hi AND {embed(self.where or 'TRUE')}"
+        return f"{self._in_range()} AND {embed(self.where or 'TRUE')}"
+
+    def _read_keys(self) -> str:
+        """The key's columns read as ``reorg_k0``, ``reorg_k1``, ..."""
+        return ", ".join(f"{name} AS reorg_k{i}"
+                         for i, name in enumerate(self.key.names(self.alias)))
+
+    def _kept_keys(self, cte: str) -> str:
+        """``_read_keys`` of ``cte`` named as the images name them."""
+        return ", ".join(f"{cte}.reorg_k{i} AS {name}"
+                         for i, name in enumerate(self.kept.key_columns))
 
     @property
     def kept(self) -> BeforeImages:
         assert self.images is not None and self.batches is not None
-        return BeforeImages(self.images, self.batches)
+        return BeforeImages(self.images, self.batches, self.key)
 
     def record_batch(self) -> str:
         return self.kept.record_batch()
@@ -122,24 +137,8 @@ class UpdateSql:
 
     def restore_range(self) -> list[str]:
         """``restore`` for one batch ``[:lo, :hi)`` of a revert subtask."""
-        return self.kept.restore_range(f"{self.table} AS {self.alias}", self.alias, self.key,
-                                       self.column)
-
-
-def next_batch(conn: Connection, job: Job, curr: int, end: int) -> tuple[int, int]:
-    """The batch's exclusive upper key and how many rows it spans: at most
-    ``batch_rows`` rows in key order, so gappy keys still give even batches."""
-    last, count = conn.execute(
-        text(f"""
-            SELECT max(k), count(*) FROM (
-                SELECT {job.key_column} AS k FROM {job.target_table}
-                WHERE {job.key_column} >= :curr AND {job.key_column} < :end
-                ORDER BY {job.key_column} LIMIT :n) batch"""),
-        {"curr": curr, "end": end, "n": job.batch_rows},
-    ).one()
-    if count < job.batch_rows or last is None:
-        return end, count
-    return last + 1, count
+        return self.kept.restore_range(f"{self.table} AS {self.alias}", self.alias,
+                                       self.column, bounded=self.bounded)
 
 
 def check_update_statement(conn: Connection, table: TableInfo, column: str, expr: str,
@@ -150,7 +149,7 @@ def check_update_statement(conn: Connection, table: TableInfo, column: str, expr
     first, with the column set to itself, so an error names the right option
     (``option``: the one that gave ``expr``)."""
     like = "INCLUDING DEFAULTS INCLUDING GENERATED INCLUDING IDENTITY"
-    probe = UpdateSql(_CLONE, alias_of(table.qualified), table.key_sql, column, expr, where,
+    probe = UpdateSql(_CLONE, alias_of(table.qualified), table.key_spec, column, expr, where,
                       None if adding else _CLONE_IMAGES, None if adding else _CLONE_BATCHES)
     with conn.begin_nested() as savepoint:
         conn.execute(text(f"CREATE TEMP TABLE {_CLONE} (LIKE {table.qualified} {like}) "
@@ -171,5 +170,6 @@ def check_update_statement(conn: Connection, table: TableInfo, column: str, expr
 def _explain(conn: Connection, sql: UpdateSql, option: str, shown: str, display: str) -> None:
     statements = [sql.update()] if sql.images is None else [sql.update(), sql.update_locked()]
     for statement in statements:
-        explain_or_fail(conn, statement, {"lo": 0, "hi": 1},
+        # NULL bounds: planned, never evaluated against a key's type.
+        explain_or_fail(conn, statement, {"lo": None, "hi": None},
                         f"{option} {shown!r} does not work on {display}")

@@ -8,42 +8,69 @@ transaction (DESIGN 3), so a killed worker's successor resumes from
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from sqlalchemy import text
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Engine
 
+from backfill.batch_bounds import next_bound
 from framework import faults
 from framework.jobtype import SubtaskContext
+from framework.keys import END, KeySpec
 
 
-def restore_in_batches(ctx: SubtaskContext, engine: Engine, *, paced_by: tuple[str, str],
-                       statements: list[str]) -> None:
-    """Run ``statements`` (each binds ``lo`` and ``hi``) over ctx's range in
-    batches of at most ``batch_rows`` keys of ``paced_by`` (a relation and its
-    key column, both quoted): bounded statements however large the range."""
+def restore_in_batches(ctx: SubtaskContext, engine: Engine, *,
+                       paced_by: tuple[str, KeySpec],
+                       statements: Callable[[bool], list[str]]) -> None:
+    """Run ``statements(bounded)`` (each binds ``lo`` and ``hi`` as
+    ``KeySpec.param`` does; ``bounded`` False: the batch ends at ``END``, no
+    ``hi``) over ctx's range in batches of at most ``batch_rows`` keys of
+    ``paced_by`` (a quoted relation and its key): bounded statements however
+    large the range."""
     relation, key = paced_by
     curr = ctx.curr_key
-    while curr < ctx.end_key:
+    while curr != ctx.end_key:
         ctx.raise_if_stopped()
         started = time.monotonic()
         # A hard stop (lease lost) cancels the running statement: the batch
         # rolls back at once.
         with engine.begin() as conn, ctx.cancel_on_stop(conn):
-            upper = next_upper(conn, relation, key, curr, ctx.end_key, ctx.job.batch_rows)
-            bounds = {"lo": curr, "hi": upper}
-            restored = sum(conn.execute(text(stmt), bounds).rowcount for stmt in statements)
+            upper, _ = next_bound(conn, relation, key, curr, ctx.end_key, ctx.job.batch_rows)
+            bounds = {"lo": key.bind(curr), "hi": key.bind(upper)}
+            restored = sum(conn.execute(text(stmt), bounds).rowcount
+                           for stmt in statements(upper is not END))
             faults.hit("worker.in_restore_batch")
             ctx.checkpoint(conn, upper, restored)
         curr = upper
         ctx.throttle(restored, time.monotonic() - started)
 
 
-def next_upper(conn: Connection, relation: str, key: str, curr: int, end: int, n: int) -> int:
-    """The exclusive upper key of the batch from ``curr``: past the ``n``-th key
-    of ``relation`` in ``[curr, end)``, or ``end`` when fewer are left."""
-    last = conn.execute(
-        text(f"SELECT {key} FROM {relation} WHERE {key} >= :curr AND {key} < :end "
-             f"ORDER BY {key} OFFSET :skip LIMIT 1"),
-        {"curr": curr, "end": end, "skip": max(n, 1) - 1},
-    ).scalar()
-    return end if last is None else last + 1
+def index_before_restoring(ctx: SubtaskContext, engine: Engine, *, table: str, built: str,
+                           statements: list[str]) -> None:
+    """Before a revert subtask's first restore batch: build the indexes its
+    batches look up by (``statements``, CREATE INDEX IF NOT EXISTS on the
+    job's own work table ``table`` and its kin) unless ``built`` (a query of
+    one boolean) says they exist. A worker's job, not the owner's: the build
+    reads every row the job kept, which must not stall the owner's tick
+    (backfill.before_images says why they are not built up front).
+
+    The first revert subtask of the job to get here builds them; the others
+    queue behind its lock on ``table`` (SHARE ROW EXCLUSIVE conflicts with
+    itself, not with the readers of a restore batch), then find them built.
+    A plain CREATE INDEX, not CONCURRENTLY: nothing writes a job's work
+    tables while it reverts, and in one transaction a builder that is killed
+    or stopped leaves nothing behind; the next one starts over. No
+    statement or lock timeout: the build and the wait take as long as the
+    table is big, and the lease bounds them instead (a lost lease or a stop
+    cancels the statement)."""
+    with engine.begin() as conn:
+        if conn.execute(text(built)).scalar():
+            return
+    with engine.begin() as conn, ctx.cancel_on_stop(conn):
+        conn.execute(text("SET LOCAL statement_timeout = 0"))
+        conn.execute(text("SET LOCAL lock_timeout = 0"))
+        conn.execute(text(f"LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE"))
+        for stmt in statements:
+            conn.execute(text(stmt))
+        faults.hit("worker.in_restore_index")
+

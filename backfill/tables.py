@@ -13,6 +13,7 @@ from sqlalchemy.engine import Connection
 from backfill.expressions import embed
 from framework.errors import one_line
 from framework.jobtype import InvalidParams
+from framework.keys import KeySpec
 
 # How long an owner step's DDL waits for its lock before it fails (and the
 # owner retries the step later) instead of queueing every application query
@@ -20,7 +21,6 @@ from framework.jobtype import InvalidParams
 DDL_LOCK_TIMEOUT = "5s"
 FIX_WHERE = "fix the predicate (PostgreSQL syntax)"
 
-INTEGER_TYPES = {"smallint", "integer", "bigint"}
 PLAIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")  # an identifier that needs no quotes
 
 
@@ -28,12 +28,14 @@ PLAIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")  # an identifier that need
 class TableInfo:
     qualified: str  # quoted, e.g. "public"."items"
     display: str  # as users write it, e.g. public.items
-    key: str  # unquoted key column name
+    key: str  # unquoted name of the key's (first) column
     columns: dict[str, str]  # column name -> formatted type
+    key_spec: KeySpec  # every key column, with its type
 
     @property
     def key_sql(self) -> str:
-        return quote(self.key)
+        """The key as one SQL value: the column, or a row of them."""
+        return self.key_spec.expr()
 
 
 def quote(identifier: str) -> str:
@@ -48,7 +50,9 @@ def check_identifier(name: str, what: str) -> str:
     return name
 
 
-def inspect_table(conn: Connection, name: str) -> TableInfo:
+def inspect_table(conn: Connection, name: str, *, any_key: bool = False) -> TableInfo:
+    """The table and its key. ``any_key``: the caller's job type takes keys of
+    any type (``framework.keys``); otherwise only one integer column."""
     if not name:
         raise InvalidParams("no table given; pass --table SCHEMA.TABLE")
     row = conn.execute(
@@ -68,22 +72,62 @@ def inspect_table(conn: Connection, name: str) -> TableInfo:
             WHERE attrelid = :oid AND attnum > 0 AND NOT attisdropped ORDER BY attnum"""),
         {"oid": row.oid},
     ).all())
-    pk = conn.execute(
-        text("""
-            SELECT array_agg(a.attname ORDER BY a.attnum)
-            FROM pg_index i JOIN pg_attribute a
-              ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
-            WHERE i.indrelid = :oid AND i.indisprimary"""),
-        {"oid": row.oid},
-    ).scalar()
     display = f"{row.nspname}.{row.relname}"
-    if not pk or len(pk) != 1 or columns[pk[0]] not in INTEGER_TYPES:
-        found = "no primary key" if not pk else f"primary key ({', '.join(pk)})"
+    key = _key_of(conn, row.oid, display)
+    if not key.integer and not any_key:
         raise InvalidParams(
-            f"table {display} has {found}; reorg needs a single-column integer primary key "
-            "(smallint, integer or bigint) to split the table into ranges"
-        )
-    return TableInfo(f"{quote(row.nspname)}.{quote(row.relname)}", display, pk[0], columns)
+            f"table {display} is keyed by {key.described()}; this job type needs a "
+            "single-column integer key (smallint, integer or bigint)")
+    return TableInfo(f"{quote(row.nspname)}.{quote(row.relname)}", display, key.columns[0],
+                     columns, key)
+
+
+# Key column types whose order jsonb keeps (framework.keys): their stored
+# values compare as the columns do. Types with a modifier match by prefix.
+KEY_TYPES = ("smallint", "integer", "bigint", "numeric", "text", "character varying",
+             "uuid", "date", "timestamp without time zone", "timestamp with time zone",
+             "timestamp(", "boolean")
+
+
+def _key_of(conn: Connection, oid: int, display: str) -> KeySpec:
+    """The table's primary key, or else its first unique index on NOT NULL
+    plain columns (no expression, no predicate), columns in index order."""
+    found = conn.execute(
+        text("""
+            SELECT array_agg(a.attname ORDER BY k.ord) AS columns,
+                   array_agg(format_type(a.atttypid, a.atttypmod) ORDER BY k.ord) AS types,
+                   bool_and(a.attcollation IN (0, 100)) AS default_collation
+            FROM pg_index i
+            CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+            JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+            JOIN pg_class ic ON ic.oid = i.indexrelid
+            JOIN pg_am am ON am.oid = ic.relam AND am.amname = 'btree'
+            WHERE i.indrelid = :oid AND i.indisunique AND i.indisvalid AND i.indimmediate
+              AND i.indpred IS NULL AND i.indexprs IS NULL
+              AND k.ord <= i.indnkeyatts  -- not an INCLUDE column
+            GROUP BY i.indexrelid, i.indisprimary
+            HAVING bool_and(a.attnotnull)
+            ORDER BY i.indisprimary DESC, count(*), i.indexrelid LIMIT 1"""),
+        {"oid": oid},
+    ).mappings().first()
+    if found is None:
+        raise InvalidParams(
+            f"table {display} has no primary key and no unique index on NOT NULL columns; "
+            "reorg needs one to split the table into ranges (e.g. ALTER TABLE ... ADD "
+            "PRIMARY KEY)")
+    key = KeySpec.of(found["columns"], found["types"])
+    unordered = [f"{c} {t}" for c, t in zip(key.columns, key.types, strict=True)
+                 if not t.startswith(KEY_TYPES)]
+    if unordered:
+        raise InvalidParams(
+            f"table {display} is keyed by {key.described()}; reorg cannot range over a key "
+            f"column of type {unordered[0].split(' ', 1)[1]} (keys may be integers, numeric, "
+            "text, varchar, uuid, date, timestamps or booleans)")
+    if not found["default_collation"]:
+        raise InvalidParams(
+            f"table {display} is keyed by {key.described()} with a collation other than the "
+            "database's default; reorg orders text keys in the default collation")
+    return key
 
 
 def parse_assignment(value: str) -> tuple[str, str]:

@@ -6,7 +6,10 @@ Owns argument parsing, ``REORG_*`` environment variables, output formatting
 ``framework``; SQL on reorg's system tables stays in ``framework.store``
 (``reorg demo`` alone writes SQL of its own, to its demo table).
 
-Never imported by ``framework`` or ``backfill``. Imports ``framework.localpg.embedded``
+Knows no job type: never imports ``backfill`` or ``pyspark``; job types bring
+their submit options, worker options, commands and status lines through
+``cli.plugin``'s entry points. Never imported by ``framework`` or
+``backfill`` (but ``cli.plugin``, by job types). Imports ``framework.localpg.embedded``
 lazily, only when no database is configured. The web libraries (Starlette,
 uvicorn, Jinja2) are imported only by ``cli.dashboard``, and only when
 ``reorg dashboard`` runs.

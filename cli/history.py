@@ -10,6 +10,7 @@ from cli.context import cli_state
 from cli.output import count, print_rows
 from framework.db import Database
 from framework.jobtype import InvalidParams
+from framework.keys import decode, shown
 from framework.store import history as history_store
 from framework.store import jobs
 
@@ -37,5 +38,9 @@ def history(
         "ID": True, "JOB": True, "ORDINAL": True, "STATE": False, "RANGE": False, "ROWS": True,
         "ATTEMPTS": True, "ERROR": False,
     }, cells=lambda r: (str(r["id"]), str(r["job_id"]), str(r["ordinal"]), r["state"],
-                        f"[{r['start_key']}, {r['end_key']})", count(r["row_count"]),
+                        f"[{_key(r['start_key'])}, {_key(r['end_key'])})", count(r["row_count"]),
                         str(r["attempts"]), r["error"] or ""))
+
+
+def _key(stored: Any) -> str:
+    return shown(decode(stored))

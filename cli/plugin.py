@@ -28,6 +28,12 @@ its value a ``typer.Typer`` holding that one command (e.g. ``reorg
 checksum-report``, from backfill/checksum). ``database(ctx)`` gives the
 command the database the global options name.
 
+Worker options. The entry point group ``reorg.worker_options``: its value a
+function whose keyword parameters, annotated with typer options, become
+options of ``reorg worker`` (e.g. ``--spark-master``, from backfill/spark);
+the worker calls it once with their values before its node starts, and runs
+what it returns, if anything, on a thread once the node runs (e.g. a warm-up).
+
 Status lines. The entry point group ``reorg.status_lines``: its name is a job
 type's, its value a function ``(db, job status row) -> str | None``, printed
 under ``reorg status JOB`` of a job of that type. Only the one of the shown
@@ -36,7 +42,9 @@ job's type is imported.
 
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
 import json
 from collections.abc import Callable
 from importlib.metadata import EntryPoint
@@ -51,6 +59,7 @@ from framework.jobtype import InvalidParams, installed_entry_points
 
 COMMANDS_GROUP = "reorg.commands"
 STATUS_LINES_GROUP = "reorg.status_lines"
+WORKER_OPTIONS_GROUP = "reorg.worker_options"
 
 Params = dict[str, Any]
 TableOpt = Annotated[str, typer.Option("--table", help="Table to work on, e.g. public.items.")]
@@ -109,3 +118,29 @@ def status_line(database: Callable[[], Database], job: dict[str, Any]) -> str | 
         if line:
             return str(line)
     return None
+
+
+WorkerStart = Callable[[], None]
+
+
+@functools.cache
+def _worker_option_functions() -> tuple[Callable[..., WorkerStart | None], ...]:
+    entry_points = sorted(installed_entry_points(WORKER_OPTIONS_GROUP), key=lambda ep: ep.name)
+    return tuple(ep.load() for ep in entry_points)
+
+
+def _parameters(function: Callable[..., object]) -> list[inspect.Parameter]:
+    return [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+            for p in inspect.signature(function, eval_str=True).parameters.values()]
+
+
+def worker_option_parameters() -> list[inspect.Parameter]:
+    """The options the installed job types add to ``reorg worker``."""
+    return [p for function in _worker_option_functions() for p in _parameters(function)]
+
+
+def apply_worker_options(values: dict[str, Any]) -> list[WorkerStart | None]:
+    """Call each contributor with its own options' values; what each returns
+    runs once the worker's node runs."""
+    return [function(**{p.name: values[p.name] for p in _parameters(function)})
+            for function in _worker_option_functions()]

@@ -12,7 +12,7 @@ names no job type.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
 import typer
@@ -26,6 +26,7 @@ from cli.stderr import child_stderr_hidden
 from framework import jobtype
 from framework.control import local_actor
 from framework.jobtype import InvalidParams
+from framework.keys import Key, shown, stored_json
 from framework.splitting import SplitPlan
 from framework.submit import SubmitRequest, SubmitResult, submit
 
@@ -165,21 +166,22 @@ def _report_plan(target: str, plan: SplitPlan, as_json: bool,
     if as_json:
         print_json({"dry_run": True, "table": table_name(target), "ranges": len(plan.ranges),
                     "estimated_rows": plan.row_count, "rows_per_subtask": plan.rows_per_range,
-                    "key_ranges": plan.ranges, "plan": list(notes)})
+                    "key_ranges": [[stored_json(lo), stored_json(hi)] for lo, hi in plan.ranges],
+                    "plan": list(notes)})
         return
-    shown = 3
+    edge = 3  # ranges shown at each end of a long plan
 
-    def fmt(ranges: list[tuple[int, int]]) -> str:
-        return "  ".join(f"[{lo}, {hi})" for lo, hi in ranges)
+    def fmt(ranges: Sequence[tuple[Key, Key]]) -> str:
+        return "  ".join(f"[{shown(lo)}, {shown(hi)})" for lo, hi in ranges)
 
     console.print(f"dry run, nothing submitted: {table_name(target)}")
     console.print(f"  estimated rows  {count(plan.row_count)}")
     console.print(f"  ranges          {len(plan.ranges)} of up to "
                   f"{count(plan.rows_per_range)} rows")
-    if len(plan.ranges) <= 2 * shown:
+    if len(plan.ranges) <= 2 * edge:
         console.print(f"  ranges          {fmt(plan.ranges) or '-'}")
     else:
-        console.print(f"  first           {fmt(plan.ranges[:shown])}")
-        console.print(f"  last            {fmt(plan.ranges[-shown:])}")
+        console.print(f"  first           {fmt(plan.ranges[:edge])}")
+        console.print(f"  last            {fmt(plan.ranges[-edge:])}")
     for line in notes:
         console.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -31,9 +31,12 @@ class Tail:
 
 
 def cover_tail(db: Database, conn: Connection, term: OwnerTerm, job: Job) -> Tail:
+    if not job.key.integer:
+        return Tail(False, "")  # its last range has no upper bound (framework.keys)
     last = steps.last_range(db, conn, job.id, job.step)
     newest = max_key(conn, job.target_table, job.key_column)
     covered = last.end_key if last else None
+    assert covered is None or isinstance(covered, int)  # an integer key's ranges
     if newest is None or (covered is not None and newest < covered):
         return Tail(False, "")
     round_no = (last.catch_up_round if last else 0) + 1

@@ -54,6 +54,7 @@ from pathlib import Path
 POINTS: tuple[str, ...] = (
     "owner.after_analyse",        # owner: a job's input accepted (JobType.analyse), not yet split
     "owner.before_split",         # owner: job prepared, the key space not yet split
+    "owner.after_split",          # owner: the split read its snapshot; prepare not yet run
     "owner.after_prepare",        # owner: prepare ran, its fenced transaction still open
     "owner.after_advance_step",   # owner: a step advanced, transaction still open
     "owner.after_next_step",      # owner: next step's DDL and subtasks done, transaction open
@@ -68,6 +69,7 @@ POINTS: tuple[str, ...] = (
     "worker.after_checkpoint",    # worker: checkpoint written, batch not yet committed
     "worker.after_batch",         # subtask: a batch and its checkpoint committed
     "worker.in_restore_batch",    # revert subtask: a restore batch ran, not yet committed
+    "worker.in_restore_index",    # revert subtask: restore indexes built, not yet committed
     "subtask.stop",               # subtask: asked to stop (pause, drain, cancel, lease lost)
     "alter_type.before_verify",   # alter-type: a verify subtask about to check its first batch
     "alter_type.before_build",    # alter-type: a build-indexes subtask about to build or validate

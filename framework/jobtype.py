@@ -22,6 +22,7 @@ from importlib.metadata import EntryPoints, entry_points
 from typing import TYPE_CHECKING, Any, Protocol
 
 from framework import faults
+from framework.keys import KeySpec
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
@@ -90,8 +91,10 @@ class Target:
     """What ``validate`` found: where the job writes and how its keys run."""
 
     table: str  # schema-qualified and quoted, e.g. "public"."items"
-    key_column: str  # quoted, e.g. "id"
+    key_column: str  # quoted, e.g. "id"; the key as one SQL value (``KeySpec.expr``)
     params: dict[str, Any]  # normalised parameters, stored on the job row
+    # The key's columns and types; None: the single integer ``key_column``.
+    key: KeySpec | None = None
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,16 @@ class Job:
     # Subtasks of the job holding a live lease, as last seen by this worker
     # (at the claim, then at each lease renewal); None: not known yet.
     running: int | None = None
+    # The key's columns and types (framework.keys); None on a job whose key is
+    # the single integer ``key_column`` (every job before migration 0010).
+    key_columns: list[str] | None = None
+    key_types: list[str] | None = None
+
+    @property
+    def key(self) -> KeySpec:
+        if self.key_columns and self.key_types:
+            return KeySpec.of(self.key_columns, self.key_types)
+        return KeySpec.integer_column(self.key_column)
 
     def rate_share(self) -> float | None:
         """This subtask's share of ``max_rows_per_sec``: the job's budget split
@@ -144,9 +157,13 @@ class SubtaskContext:
 
     job: Job
     subtask_id: int
-    start_key: int
-    end_key: int
-    curr_key: int
+    # framework.keys.Key: ints for a single integer key (what a job type
+    # without ``keys_of_any_type`` always gets, so it may treat them as ints);
+    # tuples, or END for a step's last range, for any other key. A fixed
+    # step's are its units (ints).
+    start_key: Any
+    end_key: Any
+    curr_key: Any
     epoch: int
     meta: dict[str, Any]
     checkpoint: Callable[..., None]
@@ -291,7 +308,7 @@ def _run_all(callbacks: list[Callable[[], None]]) -> None:
 class Planner(Protocol):
     """The owner's side of a job type (docs/design.md, "Job-type protocol").
     Optional: ``steps``, ``enter_step``, ``fixed_subtasks``, ``analyse``,
-    ``done_schema_state``, ``submit_options``."""
+    ``done_schema_state``, ``submit_options``, ``keys_of_any_type``."""
 
     name: str
 
@@ -409,6 +426,13 @@ def steps_to_restore(kind: object, job: Job, planned: bool | Collection[int]) ->
         if not step_named(kind, number).ranges:
             raise ValueError(f"plan_revert named step {number}, which has no ranges to restore")
     return chosen
+
+
+def takes_any_key(kind: JobType) -> bool:
+    """Whether the job type runs on tables keyed by anything but one integer
+    column (``keys_of_any_type = True``): its SQL uses ``Job.key``, not
+    integer arithmetic on keys."""
+    return bool(getattr(kind, "keys_of_any_type", False))
 
 
 def analyses_on_owner(kind: JobType) -> bool:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 
 import sqlalchemy as sa
 
-from framework import catch_up, faults, jobtype, leases, privileges
+from framework import catch_up, faults, jobtype, keyset_split, leases, privileges
 from framework.db import Database
 from framework.errors import is_retryable, one_line
 from framework.jobtype import STEP_PREPARED, STEP_REVERT, InvalidParams, Job, Step
@@ -262,8 +262,10 @@ class Owner:
         it (``keep_term`` keeps the term alive meanwhile)."""
         with self.db.begin(isolation_level="REPEATABLE READ") as conn:
             faults.hit("owner.before_split")
-            return plan_split(conn, job.target_table, job.key_column,
+            plan = plan_split(conn, job.target_table, job.key,
                               job.params.get("rows_per_subtask"))
+            faults.hit("owner.after_split")
+            return plan
 
     def _insert_step(self, conn: sa.Connection, term: OwnerTerm, kind: jobtype.JobType,
                      job: Job, plan: SplitPlan | None) -> tuple[int, str]:
@@ -271,6 +273,13 @@ class Owner:
         ``plan`` for a range step, the planner's fixed subtasks otherwise.
         Returns how many, and a few words on them for the job's event."""
         if plan is not None:
+            if not job.key.integer:
+                # Rows committed since the split's snapshot with keys below
+                # its first range would lie in no range (DESIGN 5): the first
+                # range reaches back to the smallest key now. After prepare's
+                # DDL in this transaction, later writers wait for its commit
+                # and then meet what it made (a trigger).
+                plan = keyset_split.reach_back(conn, job.target_table, job.key, plan)
             # A big split goes in a chunk a tick (``_check_running``).
             steps.begin_split(self.db, conn, term, job.id, job.step, plan.ranges, SPLIT_CHUNK)
             count = len(plan.ranges)
@@ -411,6 +420,7 @@ class Owner:
                 step_ranges=following.ranges, step_subtasks=count,
                 row_estimate=plan.row_count if plan else None,
                 schema_state=following.schema_state, actor=self._actor(term),
+                step_names=(declared[job.step - 1].name, following.name),
                 detail=f"step {declared[job.step - 1].name} done{tail_detail}; "
                        + _step_detail(declared, number, detail)):
             raise _Raced()
@@ -465,7 +475,7 @@ class Owner:
                     faults.hit("owner.after_revert_plan")
                     if not jobs.start_revert_step(
                             self.db, conn, term, job.id, from_step=job.step,
-                            actor=self._actor(term),
+                            from_name=_step_name(kind, job.step), actor=self._actor(term),
                             detail=f"revert step: {count} ranges to restore"):
                         raise _Raced()
                     return f"reverting {count} ranges"
@@ -604,6 +614,12 @@ class _Raced(RuntimeError):
     """A compare-and-set found the job moved by someone else (e.g. a cancel
     raced an advance): the transaction rolls back and the job is looked at
     again next tick."""
+
+
+def _step_name(kind: jobtype.JobType, number: int) -> str:
+    """Forward step ``number``'s name, for the event of a step change."""
+    declared = jobtype.steps_of(kind)
+    return declared[number - 1].name if 1 <= number <= len(declared) else str(number)
 
 
 def _step_detail(declared: tuple[Step, ...], number: int, subtasks: str) -> str:

@@ -33,13 +33,15 @@ from dataclasses import dataclass
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
+from framework.keys import Key, KeySpec
+
 DEFAULT_ROWS_PER_RANGE = 50_000
 MAX_RANGES = 10_000
 
 
 @dataclass(frozen=True)
 class SplitPlan:
-    ranges: list[tuple[int, int]]
+    ranges: Sequence[tuple[Key, Key]]  # ints for one integer key (framework.keys)
     row_count: int
     rows_per_range: int
 
@@ -75,12 +77,20 @@ SAMPLE_WORK_MEM = "160MB"  # sorts MAX_SAMPLE_ROWS keys in memory
 
 
 def plan_split(
-    conn: Connection, table: str, key: str, rows_per_range: int | None = None,
+    conn: Connection, table: str, key: str | KeySpec, rows_per_range: int | None = None,
     *, from_key: int | None = None, exact_max_rows: int = EXACT_SPLIT_MAX_ROWS,
 ) -> SplitPlan:
     """The ranges of ``table`` (from ``from_key`` on, when given: the tail that
-    arrived after an earlier split, always read exactly). Call inside a
+    arrived after an earlier split, always read exactly). ``key``: the job's
+    key, or the quoted name of a single integer key column. Call inside a
     REPEATABLE READ transaction so every read comes from one snapshot."""
+    if isinstance(key, KeySpec):
+        if not key.integer:
+            from framework import keyset_split  # it builds on this module
+
+            assert from_key is None, "a key of any type has no tail: its last range is open"
+            return keyset_split.plan(conn, table, key, rows_per_range, exact_max_rows)
+        key = key.expr()
     if from_key is None:
         estimate, pages = table_size(conn, table)
         if estimate > exact_max_rows:

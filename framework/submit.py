@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from framework import jobtype, privileges
 from framework.control import local_actor
 from framework.db import Database
-from framework.jobtype import InvalidParams, Job, JobType
+from framework.jobtype import InvalidParams, Job, JobType, Target
 from framework.splitting import SplitPlan, plan_split
 from framework.states import JobState
 from framework.store import jobs, owner_lease
@@ -111,6 +111,7 @@ def submit(db: Database, request: SubmitRequest) -> SubmitResult:
     kind = jobtype.get(request.type)
     with db.connect(isolation_level="REPEATABLE READ") as conn, conn.begin() as tx:
         target = kind.validate(conn, dict(request.params))
+        _check_key_kind(kind, request.type, target)
         # The job's SQL runs as whoever submits it, never as more
         # (framework.privileges); refused now if the workers cannot.
         submitter = privileges.current_role(conn)
@@ -119,15 +120,14 @@ def submit(db: Database, request: SubmitRequest) -> SubmitResult:
         params = privileges.recorded({**target.params, "work_schema": db.schema}, submitter)
         if request.rows_per_subtask:
             params["rows_per_subtask"] = request.rows_per_subtask
-        plan = (plan_split(conn, target.table, target.key_column, params.get("rows_per_subtask"))
-                if request.dry_run else None)
-        notes = tuple(jobtype.describe(kind, conn, _draft(request, target.table,
-                                                          target.key_column, params))
+        plan = (plan_split(conn, target.table, target.key or target.key_column,
+                           params.get("rows_per_subtask")) if request.dry_run else None)
+        notes = tuple(jobtype.describe(kind, conn, _draft(request, target, params))
                       ) if request.dry_run else ()
         tx.rollback()
     owner_checks = jobtype.analyses_on_owner(kind)
     if owner_checks and (request.dry_run or not _owner_live(db)):
-        params = _analyse_here(db, kind, request, target.table, target.key_column, params)
+        params = _analyse_here(db, kind, request, target, params)
         owner_checks = False
     if plan is not None:
         return SubmitResult(None, False, target.table, plan, notes=notes)
@@ -144,7 +144,7 @@ def submit(db: Database, request: SubmitRequest) -> SubmitResult:
                 batch_rows=request.batch_rows, max_rows_per_sec=request.max_rows_per_sec,
                 max_replica_lag=request.max_replica_lag,
                 max_active_sessions=request.max_active_sessions, on_failure=request.on_failure,
-                actor=request.actor or local_actor(),
+                actor=request.actor or local_actor(), key=target.key,
             )
         if owner_checks:
             try:
@@ -162,22 +162,36 @@ def _owner_live(db: Database) -> bool:
         return bool(owner_lease.current(db, conn)["live"])
 
 
-def _analyse_here(db: Database, kind: JobType, request: SubmitRequest, table: str, key: str,
+def _check_key_kind(kind: JobType, name: str, target: Target) -> None:
+    """A job type runs on keys of any type only when it says so."""
+    if target.key is None or target.key.integer or jobtype.takes_any_key(kind):
+        return
+    table = target.table.replace('"', "")
+    raise InvalidParams(
+        f"{name} runs only on tables keyed by one integer column (smallint, integer or "
+        f"bigint); {table} is keyed by {target.key.described()}; "
+        "use a job type that takes keys of any type (e.g. sql-update)")
+
+
+def _analyse_here(db: Database, kind: JobType, request: SubmitRequest, target: Target,
                   params: dict[str, Any]) -> dict[str, Any]:
     """The owner's checks, run by this process (no owner to ask, or a dry run)."""
-    job = _draft(request, table, key, params)
+    job = _draft(request, target, params)
     with db.connect(isolation_level="REPEATABLE READ") as conn, conn.begin() as tx:
         analysed = jobtype.analyse(kind, conn, job)
         tx.rollback()
     return {**analysed, jobs.VERDICT: jobs.ACCEPTED}
 
 
-def _draft(request: SubmitRequest, table: str, key: str, params: dict[str, Any]) -> Job:
+def _draft(request: SubmitRequest, target: Target, params: dict[str, Any]) -> Job:
     """The job a request would be, before it has an id (0)."""
+    key = target.key
     return Job(id=0, type=request.type, state=str(JobState.QUEUED), step=0, params=params,
-               target_table=table, key_column=key, batch_rows=request.batch_rows,
-               max_rows_per_sec=request.max_rows_per_sec, row_estimate=None,
-               concurrency=request.concurrency)
+               target_table=target.table, key_column=target.key_column,
+               batch_rows=request.batch_rows, max_rows_per_sec=request.max_rows_per_sec,
+               row_estimate=None, concurrency=request.concurrency,
+               key_columns=list(key.columns) if key else None,
+               key_types=list(key.types) if key else None)
 
 
 def _await_verdict(db: Database, conn: Connection, job_id: int, table: str,

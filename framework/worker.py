@@ -27,6 +27,7 @@ from framework import faults, jobtype, leases, metrics
 from framework.db import Database
 from framework.errors import is_retryable, one_line
 from framework.jobtype import LEASE_LOST, STEP_REVERT, LeaseLost, Stopped, SubtaskContext
+from framework.keys import Key
 from framework.states import JobState
 from framework.store import jobs, subtasks
 from framework.store.subtasks import Claim
@@ -402,7 +403,7 @@ class WorkerPool:
         with self.db.connect(isolation_level="AUTOCOMMIT") as conn:
             return jobs.reserve_rate(self.db, conn, job_id, rows, took)
 
-    def _on_checkpoint(self, h: _Held, conn: Connection, key: int, rows: int,
+    def _on_checkpoint(self, h: _Held, conn: Connection, key: Key, rows: int,
                        meta: dict | None) -> None:
         if h.grouped:  # written with the group's, before its commit (_run_grouped)
             faults.hit("worker.before_checkpoint")
@@ -411,7 +412,7 @@ class WorkerPool:
         self._checkpoint(h.ctx, h.claim, h.tally, conn, key, rows, meta)
 
     def _checkpoint(self, ctx: SubtaskContext, claim: Claim, tally: _Tally, conn: Connection,
-                    key: int, rows: int, meta: dict | None) -> None:
+                    key: Key, rows: int, meta: dict | None) -> None:
         faults.hit("worker.before_checkpoint")
         # Counting the job's running subtasks costs an index walk per batch:
         # only a job with a rate limit needs it.

@@ -30,8 +30,9 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
 from backfill.add_column.ddl import BODY_QUOTE, AddColumnDdl
+from backfill.batch_bounds import next_bound
 from backfill.expressions import embed, on_one_line, one_expression, optional_expression
-from backfill.ranged_update import UpdateSql, alias_of, check_update_statement, next_batch
+from backfill.ranged_update import UpdateSql, alias_of, check_update_statement
 from backfill.tables import (
     TableInfo,
     check_identifier,
@@ -44,6 +45,7 @@ from backfill.tables import (
 from framework import jobtype
 from framework.errors import one_line
 from framework.jobtype import InvalidParams, Job, Step, SubtaskContext, Target
+from framework.keys import END, decode, shown
 from framework.privileges import as_role, run_as
 
 BACKFILL, NOT_NULL = 1, 2  # stored step numbers: never renumber
@@ -51,6 +53,8 @@ BACKFILL, NOT_NULL = 1, 2  # stored step numbers: never renumber
 
 class AddColumn:
     name = "add-column"
+    # Its batches are keyset ranges of any key (framework.keys).
+    keys_of_any_type = True
     submit_options = "backfill.add_column.options:add_column"
     steps = (Step("backfill", restore=False, schema_state="write-reorg"),
              Step("not-null", ranges=False, restore=False, schema_state="write-reorg"))
@@ -64,7 +68,7 @@ class AddColumn:
     # --- submit ------------------------------------------------------------------
 
     def validate(self, conn: Connection, params: dict[str, Any]) -> Target:
-        table = inspect_table(conn, params.get("table", ""))
+        table = inspect_table(conn, params.get("table", ""), any_key=True)
         column, type_ = _column_spec(conn, table, params.get("column", ""))
         expr = one_expression(params.get("value", ""), "--value")
         if BODY_QUOTE in expr:
@@ -77,13 +81,13 @@ class AddColumn:
         return Target(table.qualified, table.key_sql, {
             "table": table.display, "key": table.key, "column": column, "column_type": type_, "expr": expr,
             "default": default, "not_null": bool(params.get("not_null")),
-        })
+        }, key=table.key_spec)
 
     def describe(self, conn: Connection, job: Job) -> list[str]:
         params, table = job.params, job.target_table
         ddl = AddColumnDdl(table, 0, params)  # the job's id is not known yet: 0 in names
         lines = [f"prepare (write-only): {s}" for s in ddl.prepare()]
-        lines.append(f"backfill (write-reorg): {_update(table, params).update()}"
+        lines.append(f"backfill (write-reorg): {_update(job).update()}"
                      " per batch")
         if params["not_null"]:
             lines += [f"not-null (write-reorg): {s}" for s in ddl.add_check()]
@@ -130,7 +134,7 @@ class AddColumn:
         if ctx.job.step == NOT_NULL:
             self._validate_not_null(ctx, engine)
             return
-        while ctx.curr_key < ctx.end_key:
+        while ctx.curr_key != ctx.end_key:
             ctx.raise_if_stopped()
             started = time.monotonic()
             with engine.begin() as conn:
@@ -139,13 +143,14 @@ class AddColumn:
 
     def run_batch(self, ctx: SubtaskContext, conn: Connection) -> int:
         """One backfill batch from ``ctx.curr_key``, checkpointed, not committed."""
-        curr = ctx.curr_key
+        job, curr = ctx.job, ctx.curr_key
         with ctx.cancel_on_stop(conn):
-            upper, scanned = next_batch(conn, ctx.job, curr, ctx.end_key)
+            upper, scanned = next_bound(conn, job.target_table, job.key, curr, ctx.end_key,
+                                        job.batch_rows)
             # The user's --value, with the submitter's privileges only.
-            with as_role(conn, run_as(ctx.job)):
-                conn.execute(text(_update(ctx.job.target_table, ctx.job.params).update()),
-                             {"lo": curr, "hi": upper})
+            with as_role(conn, run_as(job)):
+                conn.execute(text(_update(job, bounded=upper is not END).update()),
+                             {"lo": job.key.bind(curr), "hi": job.key.bind(upper)})
             ctx.checkpoint(conn, upper, scanned)
         return scanned
 
@@ -164,11 +169,11 @@ class AddColumn:
         except IntegrityError:
             with engine.begin() as conn:
                 key = conn.execute(text(
-                    f"SELECT {job.key_column} FROM {job.target_table} WHERE {ddl.column} IS NULL "
-                    f"ORDER BY {job.key_column} LIMIT 1")).scalar()
+                    f"SELECT {job.key.as_stored()} FROM {job.target_table} "
+                    f"WHERE {ddl.column} IS NULL ORDER BY {job.key.order_by()} LIMIT 1")).scalar()
             raise ValueError(
                 f"--not-null: column {job.params['column']} is NULL in some rows (e.g. key "
-                f"{key}): --value gives NULL there; make --value never NULL, e.g. "
+                f"{shown(decode(key))}): --value gives NULL there; make --value never NULL, e.g. "
                 f"coalesce(..., default)") from None
 
     def revert_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
@@ -179,9 +184,10 @@ def _ddl(job: Job) -> AddColumnDdl:
     return AddColumnDdl(job.target_table, job.id, job.params)
 
 
-def _update(table: str, params: dict[str, Any]) -> UpdateSql:
-    return UpdateSql(table, alias_of(table), quote(params["key"]),
-                     params["column"], params["expr"], None, None)
+def _update(job: Job, bounded: bool = True) -> UpdateSql:
+    table, params = job.target_table, job.params
+    return UpdateSql(table, alias_of(table), job.key, params["column"], params["expr"], None,
+                     None, bounded=bounded)
 
 
 def _column_spec(conn: Connection, table: TableInfo, value: str) -> tuple[str, str]:

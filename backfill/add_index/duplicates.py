@@ -11,6 +11,10 @@ synchronised sequential scans let the buckets running together share the
 reads. ``hash_record_extended`` hashes with each type's own hash function,
 which agrees with its equality (numeric 1.0 = 1.00, ...); a key of a type
 without one is checked as one bucket.
+
+Nothing here ranges over the table's own key, so the search is the same on
+a table keyed by anything (``framework.keys``); the key only names the
+first rows of each duplicate (``keys.shown``: ``7``, ``'a1'``, ``('eu', 3)``).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from sqlalchemy.engine import Connection
 
 from backfill.expressions import embed
 from backfill.tables import quote
+from framework.keys import Key, KeySpec, decode, shown
 
 # Rows per bucket aimed at, and the most buckets a job gets.
 ROWS_PER_BUCKET = 2_000_000
@@ -34,7 +39,7 @@ SHOWN = 3
 class Duplicate:
     key: str  # the index key as PostgreSQL prints a row, e.g. (1,x)
     rows: int
-    first_ids: list[int]  # primary keys of the first rows holding it
+    first_keys: list[Key]  # the table's keys of the first rows holding it
 
 
 def bucket_count(conn: Connection, table: str, hashable: bool,
@@ -63,7 +68,7 @@ def key_is_hashable(conn: Connection, table: str, columns: list[str]) -> bool:
     return not missing
 
 
-def find_duplicates(conn: Connection, *, table: str, key: str, columns: list[str],
+def find_duplicates(conn: Connection, *, table: str, key: KeySpec, columns: list[str],
                     where: str | None, bucket: int, buckets: int) -> list[Duplicate]:
     """The first duplicate keys of one bucket (at most ``SHOWN``). Rows with a
     NULL in the key never clash in a unique index, so they are left out."""
@@ -72,20 +77,24 @@ def find_duplicates(conn: Connection, *, table: str, key: str, columns: list[str
     in_bucket = ("TRUE" if buckets == 1 else
                  f"(hash_record_extended(ROW({cols}), 0) & 9223372036854775807) % {int(buckets)}"
                  f" = {int(bucket)}")
+    # Keys in their stored form (jsonb, framework.keys); the duplicates in
+    # the order of their first row's key, compared as the key's own values
+    # (a row of them for several columns).
+    order = key.order_by()
     found = conn.execute(text(f"""
         SELECT CAST(ROW({cols}) AS text), count(*),
-               (array_agg({key} ORDER BY {key}))[1:3]
+               to_jsonb((array_agg({key.as_stored()} ORDER BY {order}))[1:3])
         FROM {table}
         WHERE {not_null} AND {in_bucket} AND {embed(where or 'TRUE')}
         GROUP BY {cols} HAVING count(*) > 1
-        ORDER BY min({key}) LIMIT {SHOWN}""")).all()
-    return [Duplicate(row[0], int(row[1]), list(row[2])) for row in found]
+        ORDER BY (array_agg({key.expr()} ORDER BY {order}))[1] LIMIT {SHOWN}""")).all()
+    return [Duplicate(row[0], int(row[1]), [decode(k) for k in row[2]]) for row in found]
 
 
 def describe(found: list[Duplicate], columns: list[str]) -> str:
     """The one line a job fails with: the first duplicate keys and their rows."""
-    shown = "; ".join(f"({', '.join(columns)})={d.key} in {d.rows} rows "
-                      f"(keys {', '.join(map(str, d.first_ids))}"
-                      f"{', ...' if d.rows > len(d.first_ids) else ''})" for d in found)
-    return (f"duplicate keys, no unique index can be built: {shown}; remove the duplicates "
+    named = "; ".join(f"({', '.join(columns)})={d.key} in {d.rows} rows "
+                      f"(keys {', '.join(map(shown, d.first_keys))}"
+                      f"{', ...' if d.rows > len(d.first_keys) else ''})" for d in found)
+    return (f"duplicate keys, no unique index can be built: {named}; remove the duplicates "
             "or submit without --unique")

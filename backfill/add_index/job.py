@@ -48,6 +48,9 @@ _SCHEMA = re.compile(r'^("(?:[^"]|"")*")\.')
 
 class AddIndex:
     name = "add-index"
+    # Neither step ranges over the table's key (hash buckets, then one build):
+    # any key will do (framework.keys); it only names duplicates' rows.
+    keys_of_any_type = True
     submit_options = "backfill.add_index.options:add_index"
     steps = (Step("check-duplicates", ranges=False, restore=False, schema_state="none"),
              Step("build", ranges=False, restore=False, schema_state="write-reorg"))
@@ -56,7 +59,7 @@ class AddIndex:
     # --- submit ------------------------------------------------------------------
 
     def validate(self, conn: Connection, params: dict[str, Any]) -> Target:
-        table = inspect_table(conn, params.get("table", ""))
+        table = inspect_table(conn, params.get("table", ""), any_key=True)
         columns = _columns(table, params.get("columns"))
         where = optional_expression(params.get("where"), "--where")
         if where:
@@ -68,7 +71,7 @@ class AddIndex:
             "table": table.display, "columns": columns, "unique": unique, "where": where,
             "name": name, "index": f"{schema_of(table.qualified)}.{quote(name)}",
             "hashable": duplicates.key_is_hashable(conn, table.qualified, columns),
-        })
+        }, key=table.key_spec)
 
     def describe(self, conn: Connection, job: Job) -> list[str]:
         params, table = job.params, job.target_table
@@ -138,7 +141,7 @@ class AddIndex:
         with engine.begin() as conn, ctx.cancel_on_stop(conn):
             conn.execute(text("SET LOCAL statement_timeout = 0"))  # one scan, lease renewed
             found = duplicates.find_duplicates(
-                conn, table=job.target_table, key=job.key_column, columns=p["columns"],
+                conn, table=job.target_table, key=job.key, columns=p["columns"],
                 where=p["where"], bucket=ctx.meta["bucket"], buckets=ctx.meta["buckets"])
             if found:
                 raise ValueError(duplicates.describe(found, p["columns"]))

@@ -1,11 +1,12 @@
 """The workers' side of ``alter-type``: one batch of the backfill or verify
 step, and the fixed subtasks of the build-indexes step.
 
-A backfill batch is one ``UPDATE`` of a key range committed with its fenced
-checkpoint (DESIGN 3). PostgreSQL evaluates the expression on the row
-version it locks, and the trigger sets the shadow column on every
-application write, so a concurrent write is never overwritten from an older
-read (DESIGN 9). A value that does not convert raises in the UPDATE: the
+A backfill batch is one ``UPDATE`` of a keyset page of the table's key, of
+any type (``backfill.batch_bounds``: the next ``batch_rows`` keys from
+``curr_key``), committed with its fenced checkpoint (DESIGN 3). PostgreSQL
+evaluates the expression on the row version it locks, and the trigger sets
+the shadow column on every application write, so a concurrent write is
+never overwritten from an older read (DESIGN 9). A value that does not convert raises in the UPDATE: the
 subtask fails and so does the job, whose rollback drops what it added."""
 
 from __future__ import annotations
@@ -17,37 +18,44 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
 from backfill.alter_type.plan import expression
-from backfill.schema.sql import run
+from backfill.batch_bounds import next_bound
+from backfill.schema.sql import literal, run
 from backfill.tables import quote
 from framework import faults
 from framework.jobtype import SubtaskContext
+from framework.keys import END, Key, KeySpec, decode, encode, shown
 from framework.privileges import as_role, run_as
 
 
-def _batch_end(conn: Connection, ctx: SubtaskContext) -> tuple[int, int]:
-    """(upper bound, rows) of the batch of ``batch_rows`` keys from ``curr_key``."""
-    job = ctx.job
-    k, t = job.key_column, job.target_table
-    last, count = conn.execute(text(
-        f"SELECT max(k), count(*) FROM (SELECT {k} AS k FROM {t} WHERE {k} >= :lo "
-        f"AND {k} < :end ORDER BY {k} LIMIT :n) batch"),
-        {"lo": ctx.curr_key, "end": ctx.end_key, "n": job.batch_rows}).one()
-    upper = ctx.end_key if count < job.batch_rows or last is None else last + 1
-    return upper, int(count)
+def _key_value(key: KeySpec, value: Key) -> str:
+    """A stored key as an SQL value comparable with ``key.expr()``, written
+    into the statement: the batch's statements carry the user's ``--using``,
+    so they go to the driver as they are, without bind parameters
+    (``backfill.schema.sql``)."""
+    if key.integer:
+        return str(int(value))  # type: ignore[arg-type]
+    return key.from_stored(f"CAST({literal(encode(value))} AS jsonb)")
+
+
+def _in_batch(key: KeySpec, lo: Key, hi: Key) -> str:
+    """``key >= lo AND key < hi``; no upper bound for a range ending at END."""
+    k = key.expr()
+    lower = f"{k} >= {_key_value(key, lo)}"
+    return lower if hi is END else f"{lower} AND {k} < {_key_value(key, hi)}"
 
 
 def backfill_batch(ctx: SubtaskContext, conn: Connection) -> int:
     """Fill the shadow column for the batch from ``ctx.curr_key``; checkpoint it."""
     job, p = ctx.job, ctx.job.params
-    k, t, shadow = job.key_column, job.target_table, quote(p["shadow"])
-    upper, count = _batch_end(conn, ctx)
+    t, shadow = job.target_table, quote(p["shadow"])
+    upper, count = next_bound(conn, t, job.key, ctx.curr_key, ctx.end_key, job.batch_rows)
     value = expression(p)
     try:
         changed = (f"{shadow}::text IS DISTINCT FROM ({value})::text" if p.get("verify_as_text")
                    else f"{shadow} IS DISTINCT FROM {value}")
         with as_role(conn, run_as(job)):  # the user's --using, as the submitter
-            run(conn, f"UPDATE {t} SET {shadow} = {value} WHERE {k} >= {int(ctx.curr_key)} "
-                      f"AND {k} < {int(upper)} AND {changed}")
+            run(conn, f"UPDATE {t} SET {shadow} = {value} "
+                      f"WHERE {_in_batch(job.key, ctx.curr_key, upper)} AND {changed}")
     # IntegrityError: e.g. NULL from the USING of a NOT NULL column.
     except (sa.exc.DataError, sa.exc.IntegrityError) as exc:
         raise ValueError(_does_not_convert(ctx, upper, exc)) from None
@@ -55,32 +63,32 @@ def backfill_batch(ctx: SubtaskContext, conn: Connection) -> int:
     return count
 
 
-def _does_not_convert(ctx: SubtaskContext, upper: int, exc: Exception) -> str:
+def _does_not_convert(ctx: SubtaskContext, upper: Key, exc: Exception) -> str:
     p = ctx.job.params
     reason = str(getattr(exc, "orig", exc)).splitlines()[0]
     return (f"a value of column {p['column']} does not convert to {p['type']} "
-            f"(keys [{ctx.curr_key}, {upper})): {reason}")
+            f"(keys [{shown(ctx.curr_key)}, {shown(upper)})): {reason}")
 
 
 def verify_batch(ctx: SubtaskContext, engine: Engine) -> int:
     """Check that every row of the batch holds the converted value in the shadow column."""
     job, p = ctx.job, ctx.job.params
-    k, t, shadow = job.key_column, job.target_table, quote(p["shadow"])
+    t, shadow, key = job.target_table, quote(p["shadow"]), job.key
     stored, wanted = shadow, expression(p)
     if p.get("verify_as_text"):  # a type without = (json): the same text is the same value
         stored, wanted = f"{shadow}::text", f"({wanted})::text"
     with engine.begin() as conn, ctx.cancel_on_stop(conn):
-        [(last, count, wrong)] = run(conn, (
-            f"SELECT max(k), count(*), min(k) FILTER (WHERE NOT ok) FROM ("
-            f"SELECT {k} AS k, {stored} IS NOT DISTINCT FROM {wanted} AS ok FROM {t} "
-            f"WHERE {k} >= {int(ctx.curr_key)} AND {k} < {int(ctx.end_key)} ORDER BY {k} "
-            f"LIMIT {int(job.batch_rows)}) batch"))
-        if wrong is not None:
-            raise ValueError(f"verify: the row of key {wrong} does not hold its converted value "
-                             f"in {p['shadow']}")
-        upper = ctx.end_key if count < job.batch_rows or last is None else last + 1
+        upper, count = next_bound(conn, t, key, ctx.curr_key, ctx.end_key, job.batch_rows)
+        wrong = run(conn, (
+            f"SELECT {key.as_stored()} FROM {t} "
+            f"WHERE {_in_batch(key, ctx.curr_key, upper)} "
+            f"AND NOT ({stored} IS NOT DISTINCT FROM {wanted}) "
+            f"ORDER BY {key.order_by()} LIMIT 1"))
+        if wrong:
+            raise ValueError(f"verify: the row of key {shown(decode(wrong[0][0]))} does not "
+                             f"hold its converted value in {p['shadow']}")
         ctx.checkpoint(conn, upper, count)
-    return int(count)
+    return count
 
 
 def build_index(ctx: SubtaskContext, engine: Engine) -> None:

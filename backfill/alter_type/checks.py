@@ -6,7 +6,8 @@ Refused, because a swap of columns cannot carry them over safely:
 partitioned tables and tables in an inheritance tree; identity and generated
 columns; a column referenced by a foreign key; a column a view, materialized
 view, generated column, trigger, policy, rule or extended statistics depend
-on; an exclusion constraint on the column."""
+on; an exclusion constraint on the column; a column of the table's key (of
+any type, ``framework.keys``) to a type no unique btree index takes."""
 
 from __future__ import annotations
 
@@ -20,11 +21,13 @@ from backfill.alter_type import names, plan
 from backfill.expressions import one_expression
 from backfill.schema import catalog
 from backfill.tables import (
+    TableInfo,
     check_identifier,
     explain_or_fail,
     inspect_table,
     resolve_type,
 )
+from framework.errors import one_line
 from framework.jobtype import InvalidParams, Job, Target
 
 USE_ALTER = "change it with ALTER TABLE ... TYPE in a maintenance window instead"
@@ -34,7 +37,7 @@ def check(conn: Connection, params: dict[str, Any]) -> Target:
     """The normalised params of a valid request, or InvalidParams."""
     table_name = params.get("table") or ""
     _refuse_table_kind(conn, table_name)
-    table = inspect_table(conn, table_name)
+    table = inspect_table(conn, table_name, any_key=True)
     column = check_identifier(params.get("column") or "", "--column")
     facts = catalog.column_facts(conn, table.qualified, column)
     if facts is None:
@@ -55,6 +58,7 @@ def check(conn: Connection, params: dict[str, Any]) -> Target:
                             "alter-type would add): a job on it is running or left it; drop it "
                             "if it is a leftover")
     where = f"column {column} of {table.display}"
+    _check_key_column(conn, table, column, type_name, where)
     if facts.identity:
         raise InvalidParams(f"{where} is an identity column; alter-type cannot move its "
                             f"sequence to a new column; {USE_ALTER}")
@@ -82,7 +86,34 @@ def check(conn: Connection, params: dict[str, Any]) -> Target:
     if not _has_equality(conn, type_name):
         normalised["verify_as_text"] = True
     _check_rewrites(conn, table.qualified, table.key_sql, normalised, facts.attnum, where)
-    return Target(table.qualified, table.key_sql, normalised)
+    return Target(table.qualified, table.key_sql, normalised, key=table.key_spec)
+
+
+def _check_key_column(conn: Connection, table: TableInfo, column: str, type_name: str,
+                      where: str) -> None:
+    """A column of the key the job splits by (one integer column, any other
+    type, or one of several) may be altered: the ranges and batches run on
+    the old column, which the cut-over swaps out only as the job's last act,
+    in the transaction that marks it succeeded; no range ever runs on a key
+    whose type changed under it, and a rollback never sees the new column in
+    the key. What must hold is that the new column can take the old one's
+    place in the key's unique index: refused now, not after the backfill."""
+    if column not in table.key_spec.columns:
+        return
+    probe = "pg_temp.reorg_check_key"
+    try:
+        with conn.begin_nested() as savepoint:
+            conn.execute(text(f"CREATE TEMP TABLE {probe} (k {type_name}) ON COMMIT DROP"))
+            conn.execute(text(f"CREATE UNIQUE INDEX ON {probe} (k)"))
+            savepoint.rollback()
+    except Exception as exc:
+        described = table.key_spec.described()
+        if not described.startswith("("):
+            described = f"({described})"
+        raise InvalidParams(f"{where} is in the key of {table.display} {described} and its "
+                            "unique index cannot be "
+                            f"rebuilt on type {type_name}: {one_line(exc)}; choose a type with "
+                            f"a btree order (e.g. bigint, text, numeric), or {USE_ALTER}") from None
 
 
 def _refuse_table_kind(conn: Connection, name: str) -> None:

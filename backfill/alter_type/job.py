@@ -23,6 +23,9 @@ BACKFILL, VERIFY, BUILD_INDEXES = 1, 2, 3  # stored step numbers: never renumber
 
 class AlterType:
     name = NAME
+    # Its batches are keyset pages of any key (framework.keys); a key column
+    # itself may be altered (``checks``: why that is safe).
+    keys_of_any_type = True
     submit_options = "backfill.alter_type.options:alter_type"
     steps = (Step("backfill", restore=False, schema_state="write-reorg"),
              Step("verify", restore=False, schema_state="write-reorg"),
@@ -102,7 +105,7 @@ class AlterType:
             raise ValueError(f"{NAME} has no step {step}")
         if step == VERIFY and ctx.curr_key == ctx.start_key:
             faults.hit("alter_type.before_verify")
-        while ctx.curr_key < ctx.end_key:
+        while ctx.curr_key != ctx.end_key:
             ctx.raise_if_stopped()
             started = time.monotonic()
             if step == BACKFILL:

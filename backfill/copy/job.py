@@ -44,6 +44,10 @@ from backfill.spark.warmup import start_worker_spark
 from backfill.tables import relation_exists, set_ddl_lock_timeout
 from framework import jobtype
 from framework.jobtype import InvalidParams, Job, SubtaskContext, Target
+from framework.keys import KeySpec
+
+# The keys table of copied rows (``CopySpec.keys``): one bigint column ``k``.
+COPIED_KEY = KeySpec(("k",), ("bigint",))
 
 
 def spec_of(job: Job) -> CopySpec:
@@ -116,8 +120,8 @@ class CopyJobType:
 
     def revert_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
         spec = spec_of(ctx.job)
-        restore_in_batches(ctx, engine, paced_by=(spec.keys, "k"),
-                           statements=[spec.delete_copied_range()])
+        restore_in_batches(ctx, engine, paced_by=(spec.keys, COPIED_KEY),
+                           statements=lambda _bounded: [spec.delete_copied_range()])
 
     def revert(self, conn: Connection, job: Job) -> None:
         spec = spec_of(job)

@@ -24,7 +24,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
 from backfill.expressions import optional_expression
-from backfill.restore import restore_in_batches
+from backfill.restore import index_before_restoring, restore_in_batches
 from backfill.spark.expression_guard import check_spark_expression
 from backfill.spark.failures import first_line
 from backfill.spark.sizing import ROWS_PER_SUBTASK
@@ -222,16 +222,17 @@ class BackfillJobType:
     # --- revert step (DESIGN 8, 13): in PostgreSQL, never through Spark ------
 
     def plan_revert(self, conn: Connection, job: Job) -> bool:
-        m = merge_sql(job)
-        if not job.params["overwrite"] or not relation_exists(conn, m.batches):
-            return False
-        for stmt in m.kept.index_for_restore():
-            conn.execute(text(stmt))
-        return True
+        # The images' indexes are the revert subtasks' to build, not this
+        # fenced transaction's (backfill.before_images).
+        return bool(job.params["overwrite"] and relation_exists(conn, merge_sql(job).batches))
 
     def revert_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
-        restore_in_batches(ctx, engine, paced_by=(ctx.job.target_table, ctx.job.key_column),
-                           statements=merge_sql(ctx.job).restore_range())
+        m = merge_sql(ctx.job)
+        index_before_restoring(ctx, engine, table=m.kept.images,
+                               built=m.kept.indexed_for_restore(),
+                               statements=m.kept.index_for_restore())
+        restore_in_batches(ctx, engine, paced_by=(ctx.job.target_table, ctx.job.key),
+                           statements=lambda _bounded: m.restore_range())
 
     def revert(self, conn: Connection, job: Job) -> None:
         p = job.params

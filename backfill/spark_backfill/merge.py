@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from backfill.before_images import BeforeImages
 from backfill.spark.landing import staging_name
 from backfill.tables import quote
+from framework.keys import KeySpec
 
 XID = "CAST(pg_current_xact_id() AS xid)"
 
@@ -93,7 +94,8 @@ class MergeSql:
 
     @property
     def kept(self) -> BeforeImages:
-        return BeforeImages(self.images, self.batches)
+        # Spark backfills run on single integer keys (keys_of_any_type unset).
+        return BeforeImages(self.images, self.batches, KeySpec.integer_column(self.key))
 
     def record_batch(self) -> str:
         return self.kept.record_batch()
@@ -108,4 +110,4 @@ class MergeSql:
 
     def restore_range(self) -> list[str]:
         """``restore`` for one batch ``[:lo, :hi)`` of a revert subtask."""
-        return self.kept.restore_range(f"{self.table} t", "t", self.key, self.column)
+        return self.kept.restore_range(f"{self.table} t", "t", self.column)

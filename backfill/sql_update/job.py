@@ -29,9 +29,10 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
+from backfill.batch_bounds import next_bound
 from backfill.expressions import one_expression, optional_expression
-from backfill.ranged_update import UpdateSql, alias_of, check_update_statement, next_batch
-from backfill.restore import restore_in_batches
+from backfill.ranged_update import UpdateSql, alias_of, check_update_statement
+from backfill.restore import index_before_restoring, restore_in_batches
 from backfill.tables import (
     inspect_table,
     parse_assignment,
@@ -42,16 +43,19 @@ from backfill.tables import (
 )
 from framework import jobtype, privileges
 from framework.jobtype import Job, SubtaskContext, Target
+from framework.keys import END
 from framework.privileges import as_role, run_as
 
 
 class SqlUpdate:
     name = "sql-update"
+    # Its batches are keyset ranges of any key (framework.keys).
+    keys_of_any_type = True
     # `reorg submit sql-update` options, imported by that command alone (cli.plugin).
     submit_options = "backfill.sql_update.options:sql_update"
 
     def validate(self, conn: Connection, params: dict[str, Any]) -> Target:
-        table = inspect_table(conn, params.get("table", ""))
+        table = inspect_table(conn, params.get("table", ""), any_key=True)
         column, expr = parse_assignment(params.get("set", ""))
         expr = one_expression(expr, "--set")
         where = optional_expression(params.get("where"), "--where")
@@ -67,7 +71,7 @@ class SqlUpdate:
         return Target(table.qualified, table.key_sql, {
             **params, "column": column, "expr": expr, "where": where, "column_type": type_,
             "overwrite": not add,
-        })
+        }, key=table.key_spec)
 
     def prepare(self, conn: Connection, job: Job) -> None:
         p = job.params
@@ -85,7 +89,7 @@ class SqlUpdate:
                     f"{p['column_type']}"))
 
     def run_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
-        while ctx.curr_key < ctx.end_key:
+        while ctx.curr_key != ctx.end_key:
             ctx.raise_if_stopped()
             started = time.monotonic()
             with engine.begin() as conn:
@@ -96,13 +100,14 @@ class SqlUpdate:
         """One batch from ``ctx.curr_key`` on ``conn``, checkpointed, not
         committed; its rows scanned. The pool runs quick subtasks' batches
         together through it (``framework.jobtype.BatchExecutor``)."""
-        sql = update_sql(ctx.job)
-        curr = ctx.curr_key
+        job, curr = ctx.job, ctx.curr_key
         # A hard stop (lease lost, cancel) cancels the running statement,
         # so the open batch rolls back at once.
         with ctx.cancel_on_stop(conn):
-            upper, scanned = next_batch(conn, ctx.job, curr, ctx.end_key)
-            bounds = {"lo": curr, "hi": upper}
+            upper, scanned = next_bound(conn, job.target_table, job.key, curr, ctx.end_key,
+                                        job.batch_rows)
+            sql = update_sql(job, bounded=upper is not END)
+            bounds = {"lo": job.key.bind(curr), "hi": job.key.bind(upper)}
             # The user's --set and --where, with the submitter's privileges only.
             with as_role(conn, run_as(ctx.job)):
                 result = conn.execute(text(sql.update()), bounds)
@@ -129,16 +134,17 @@ class SqlUpdate:
             return False
         _restore_legacy_images(conn, job)
         sql = update_sql(job)
-        if not (sql.batches and relation_exists(conn, sql.batches)):
-            return False
-        for stmt in sql.kept.index_for_restore():
-            conn.execute(text(stmt))
-        return True
+        # The images' indexes are the revert subtasks' to build, not this
+        # fenced transaction's (backfill.before_images).
+        return bool(sql.batches and relation_exists(conn, sql.batches))
 
     def revert_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
-        sql = update_sql(ctx.job)
-        restore_in_batches(ctx, engine, paced_by=(ctx.job.target_table, ctx.job.key_column),
-                           statements=sql.restore_range())
+        job = ctx.job
+        kept = update_sql(job).kept
+        index_before_restoring(ctx, engine, table=kept.images, built=kept.indexed_for_restore(),
+                               statements=kept.index_for_restore())
+        restore_in_batches(ctx, engine, paced_by=(job.target_table, job.key),
+                           statements=lambda bounded: update_sql(job, bounded).restore_range())
 
     def revert(self, conn: Connection, job: Job) -> None:
         p = job.params
@@ -166,15 +172,15 @@ def _restore_legacy_images(conn: Connection, job: Job) -> None:
     conn.execute(text(f"DROP TABLE {legacy}"))
 
 
-def update_sql(job: Job) -> UpdateSql:
+def update_sql(job: Job, bounded: bool = True) -> UpdateSql:
     p = job.params
     work = quote(p["work_schema"])
     images = batches = None
     if p["overwrite"]:
         images = f"{work}.{quote(f'sql_update_{job.id}_images')}"
         batches = f"{work}.{quote(f'sql_update_{job.id}_batches')}"
-    return UpdateSql(job.target_table, alias_of(job.target_table), job.key_column, p["column"],
-                     p["expr"], p["where"], images, batches)
+    return UpdateSql(job.target_table, alias_of(job.target_table), job.key, p["column"],
+                     p["expr"], p["where"], images, batches, bounded)
 
 
 def register() -> None:

@@ -30,8 +30,19 @@ def existing_rows(url: str) -> int | None:
     return int(reltuples)
 
 
-def build_table(url: str, rows: int) -> float:
-    """``rows`` rows ``(g, g % 1000, 'item ' || g, NULL)``; returns seconds."""
+# ``--old-values``: c holds this in every row (else NULL), so the job keeps
+# a before-image of every row it writes and a rollback restores them all.
+OLD_VALUE = "'old ' || {key}"
+
+
+def original_c(key: str, old_values: bool) -> str:
+    """What c holds in a row before any job, as SQL over the key ``key``."""
+    return OLD_VALUE.format(key=key) if old_values else "NULL"
+
+
+def build_table(url: str, rows: int, old_values: bool = False) -> float:
+    """``rows`` rows ``(g, g % 1000, 'item ' || g, c)``, c NULL or
+    ``original_c``; returns seconds."""
     began = time.perf_counter()
     execute(url, "CREATE SCHEMA IF NOT EXISTS bench", f"DROP TABLE IF EXISTS {TABLE}",
             f"CREATE TABLE {TABLE} (id bigint NOT NULL, a int, b text, c text)",
@@ -51,7 +62,8 @@ def build_table(url: str, rows: int) -> float:
                     if lo is None:
                         return
                     hi = min(lo + CHUNK, rows + 1)
-                    conn.execute(f"INSERT INTO {TABLE} SELECT g, g %% 1000, 'item ' || g, NULL "
+                    conn.execute(f"INSERT INTO {TABLE} SELECT g, g %% 1000, 'item ' || g, "  # type: ignore[arg-type]
+                                 f"{original_c('g', old_values)} "
                                  "FROM generate_series(%s::bigint, %s::bigint - 1) g", (lo, hi))
                     with lock:
                         done[0] += hi - lo

@@ -32,6 +32,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="keep a bench.items of about --rows rows (within 20%%, the planner's "
                              "estimate) left by an earlier run (with --db) instead of "
                              "building it again")
+    parser.add_argument("--old-values", action="store_true",
+                        help="build c with a value in every row (default NULL), so the job "
+                             "keeps a before-image of every row it writes and the cancel "
+                             "restores them all")
     parser.add_argument("--window", type=float, default=180.0, metavar="SECONDS",
                         help="how long each contender runs for its rows/s")
     parser.add_argument("--doc", type=Path, default=DEFAULT_DOC,
@@ -53,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             build_seconds = None
         else:
             print(f"building bench.items with {args.rows:,} rows", flush=True)
-            build_seconds = build.build_table(url, args.rows)
+            build_seconds = build.build_table(url, args.rows, args.old_values)
         (size,) = query_one(url, "SELECT pg_size_pretty(pg_total_relation_size('bench.items'))")
         (pg_version,) = query_one(url, "SELECT version()")
         reorg(url, "db", "upgrade")
@@ -67,8 +71,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             reorg_rate = measure.reorg_rate(db, start.job_id, args.window)
             print(f"    {reorg_rate.rows:,} rows, {reorg_rate.per_second:,.0f} rows/s", flush=True)
             print("cancel", flush=True)
-            cancel = measure.cancel_job(url, db, start.job_id, timeout=3600)
-            print(f"    cancelled after {cancel.seconds:.2f} s; {cancel.still_set} of "
+            cancel = measure.cancel_job(url, db, start.job_id, timeout=3600,
+                                        old_values=args.old_values)
+            print(f"    cancelled after {cancel.seconds:.2f} s (the owner's longest "
+                  f"transaction {cancel.owner_longest_transaction:.2f} s); {cancel.still_set} of "
                   f"{cancel.touched_rows:,} touched rows still set", flush=True)
             if cancel.still_set:
                 raise BenchError(f"cancel left {cancel.still_set} rows changed")
@@ -79,10 +85,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"chunked SQL for {args.window:.0f} s", flush=True)
         chunked, keys = measure.chunked_sql_rate(url, args.window)
         print(f"    {chunked.rows:,} rows, {chunked.per_second:,.0f} rows/s", flush=True)
-        measure.put_back(url, keys)
+        measure.put_back(url, keys, args.old_values)
     res = report.Results(stamp, args.rows, str(size), pg_version.split(" on ")[0],
                          "`--db` server" if args.db else "throwaway local cluster, durability off",
-                         build_seconds, args.window, start, even, reorg_rate, chunked, cancel)
+                         build_seconds, args.window, start, even, reorg_rate, chunked, cancel,
+                         args.old_values)
     report.write(res, args.doc, args.heading)
     print(f"written to {args.doc} ({args.heading}); worker log in {log_dir}", flush=True)
 

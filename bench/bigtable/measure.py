@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import psycopg
 
+from bench.bigtable.build import original_c
 from bench.dataplane.errors import BenchError
 from bench.dataplane.records import CHUNK_ROWS, SQL_CONNECTIONS, TABLE
 from bench.dataplane.reorg_cli import reorg
@@ -59,8 +60,11 @@ class Rate:
 class Cancel:
     seconds: float  # `reorg cancel` launched -> the job cancelled
     touched_rows: int  # rows of the ranges the job had written
-    still_set: int  # of those, rows whose c is not NULL afterwards (must be 0)
+    still_set: int  # of those, rows whose c is not as before the job afterwards (must be 0)
     revert_ranges: int
+    # The longest transaction of the owner seen while the cancel ran (the
+    # one that plans the revert, when that builds indexes over the images).
+    owner_longest_transaction: float
 
 
 def wait_for(what: str, check: Callable[[], bool], timeout: float) -> None:
@@ -102,18 +106,20 @@ def reorg_rate(db: Database, job_id: int, window: float) -> Rate:
     return Rate(last - first, time.perf_counter() - began)
 
 
-def cancel_job(url: str, db: Database, job_id: int, timeout: float) -> Cancel:
+def cancel_job(url: str, db: Database, job_id: int, timeout: float,
+               old_values: bool = False) -> Cancel:
     launched = time.perf_counter()
-    reorg(url, "cancel", str(job_id))
+    with OwnerTransactions(url) as owner:
+        reorg(url, "cancel", str(job_id))
 
-    def ended() -> bool:
-        state = job_status(db, job_id)["state"]
-        if state in ("failed", "reverted", "succeeded"):
-            raise BenchError(f"job {job_id} ended {state}, not cancelled")
-        return bool(state == "cancelled")
+        def ended() -> bool:
+            state = job_status(db, job_id)["state"]
+            if state in ("failed", "reverted", "succeeded"):
+                raise BenchError(f"job {job_id} ended {state}, not cancelled")
+            return bool(state == "cancelled")
 
-    wait_for(f"job {job_id} cancelled", ended, timeout)
-    seconds = time.perf_counter() - launched
+        wait_for(f"job {job_id} cancelled", ended, timeout)
+        seconds = time.perf_counter() - launched
     rows = subtasks(db, job_id)
     forward = [s for s in rows if s["step"] != STEP_REVERT]
     touched = [(int(s["start_key"]), int(s["curr_key"])) for s in forward
@@ -122,10 +128,48 @@ def cancel_job(url: str, db: Database, job_id: int, timeout: float) -> Cancel:
     with psycopg.connect(url, autocommit=True) as conn:
         for lo, hi in touched:
             n, set_ = conn.execute(  # type: ignore[misc]
-                f"SELECT count(*), count(*) FILTER (WHERE c IS NOT NULL) FROM {TABLE} "
+                f"SELECT count(*), count(*) FILTER (WHERE c IS DISTINCT FROM "  # type: ignore[arg-type]
+                f"{original_c('id', old_values)}) FROM {TABLE} "
                 "WHERE id >= %s AND id < %s", (lo, hi)).fetchone()
             total, still = total + n, still + set_
-    return Cancel(seconds, total, still, sum(1 for s in rows if s["step"] == STEP_REVERT))
+    return Cancel(seconds, total, still, sum(1 for s in rows if s["step"] == STEP_REVERT),
+                  owner.longest)
+
+
+class OwnerTransactions:
+    """The longest transaction of the owner's sessions, by PostgreSQL's own
+    clock (``pg_stat_activity``), sampled every POLL_SECONDS on a thread while
+    the block runs. Job events cannot tell: their time is their transaction's
+    start."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.longest = 0.0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="owner-transactions")
+        self._error: list[BaseException] = []
+
+    def __enter__(self) -> OwnerTransactions:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+        if self._error:
+            raise BenchError(f"sampling the owner's transactions failed: {self._error[0]}")
+
+    def _sample(self) -> None:
+        try:
+            with psycopg.connect(self.url, autocommit=True) as conn:
+                while not self._done.wait(POLL_SECONDS):
+                    (age,) = conn.execute(  # type: ignore[misc]
+                        "SELECT coalesce(max(extract(epoch FROM clock_timestamp() - xact_start)), 0)"
+                        " FROM pg_stat_activity WHERE application_name = 'reorg-owner'"
+                        " AND xact_start IS NOT NULL").fetchone()
+                    self.longest = max(self.longest, float(age))
+        except BaseException as exc:  # reported by the main thread
+            self._error.append(exc)
 
 
 def evenness(url: str, db: Database, job_id: int) -> Evenness:
@@ -188,11 +232,12 @@ def chunked_sql_rate(url: str, window: float) -> tuple[Rate, tuple[int, int]]:
     return Rate(updated[0], time.perf_counter() - began), (first, reached[0])
 
 
-def put_back(url: str, keys: tuple[int, int]) -> None:
-    """c NULL again over the keys chunked SQL set, so the table can be reused."""
+def put_back(url: str, keys: tuple[int, int], old_values: bool = False) -> None:
+    """c as built again over the keys chunked SQL set, so the table can be reused."""
+    was = original_c("id", old_values)
     with psycopg.connect(url, autocommit=True) as conn:
         for lo in range(keys[0], keys[1], 1_000_000):
-            conn.execute(f"UPDATE {TABLE} SET c = NULL WHERE id >= %s AND id < %s "
-                         "AND c IS NOT NULL", (lo, min(lo + 1_000_000, keys[1])))
+            conn.execute(f"UPDATE {TABLE} SET c = {was} WHERE id >= %s AND id < %s "  # type: ignore[arg-type]
+                         f"AND c IS DISTINCT FROM {was}", (lo, min(lo + 1_000_000, keys[1])))
         conn.execute(f"VACUUM {TABLE}")
 

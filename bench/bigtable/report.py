@@ -31,10 +31,14 @@ class Results:
     reorg: Rate
     chunked: Rate
     cancel: Cancel
+    old_values: bool = False  # c held a value in every row: a before-image per row written
 
 
 def section(res: Results, heading: str) -> str:
     low, mid, high = res.evenness.figures()
+    c_was = ("c held a value in every row, so the job kept a before-image of each row it "
+             "wrote" if res.old_values else "c NULL in every row, so the job kept no "
+             "before-image, only its batch records")
     built = ("reused from an earlier run" if res.build_seconds is None
              else f"built in {res.build_seconds:.0f} s")
     start, reorg, chunked, cancel = res.start, res.reorg, res.chunked, res.cancel
@@ -54,13 +58,15 @@ def section(res: Results, heading: str) -> str:
         ("rows/s, chunked SQL / reorg", f"{chunked.per_second / reorg.per_second:.2f}"),
         ("`reorg cancel` → job `cancelled`",
          f"{cancel.seconds:.2f} s; {cancel.revert_ranges} revert ranges restored "
-         f"{cancel.touched_rows:,} rows, {cancel.still_set} left with c set"),
+         f"{cancel.touched_rows:,} rows, {cancel.still_set} left changed"),
+        ("the owner's longest transaction meanwhile (`pg_stat_activity`, sampled)",
+         f"{cancel.owner_longest_transaction:.2f} s"),
     ]
     table = "\n".join(f"| {name} | {value} |" for name, value in rows)
     return f"""{heading}
 
 Measured by `python -m bench.bigtable` ({res.stamp}) on `bench.items` of
-{res.rows:,} rows ({res.size} with its primary key; {built}), {res.postgres},
+{res.rows:,} rows ({res.size} with its primary key; {built}; {c_was}), {res.postgres},
 {res.server}, {os.cpu_count()} CPUs shared with other work; one
 `reorg worker --slots 2`, every reorg setting at its default.
 

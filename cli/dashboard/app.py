@@ -28,6 +28,7 @@ from cli.progress import step_label
 from framework.db import Database, DatabaseUnreachable
 from framework.errors import one_line
 from framework.jobtype import InvalidParams
+from framework.keys import decode, shown
 from framework.states import JOB_CANCELLABLE, JobState
 
 HERE = Path(__file__).parent
@@ -39,7 +40,8 @@ def create_app(db: Database, *, token: actions.Token, database_label: str) -> St
     the page; it must hold no credentials (``framework.db.describe_url``)."""
     templates = Jinja2Templates(directory=HERE / "templates")
     templates.env.filters.update(count=count, rate=rate, duration=duration,
-                                 table_name=table_name, one_line=one_line, step_label=step_label)
+                                 key=lambda v: shown(decode(v)), table_name=table_name,
+                                 one_line=one_line, step_label=step_label)
 
     def render(request: Request, name: str, status_code: int = 200, **context: Any) -> Response:
         return templates.TemplateResponse(request, name, {

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from framework.db import Database, ReadConnection, ReadDatabase
 from framework.jobtype import STEP_REVERT, Job
+from framework.keys import KeySpec
 from framework.states import (
     JOB_ACTIVE,
     JOB_TERMINAL,
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 JOB_COLUMNS = (
     "id, type, state, step, params, target_table, key_column, batch_rows, "
     "max_rows_per_sec, row_estimate, concurrency, max_replica_lag, max_active_sessions, "
-    "on_failure"
+    "on_failure, key_columns, key_types"
 )
 _TERMINAL_SQL = ", ".join(f"'{s}'" for s in sorted(JOB_TERMINAL))
 J = JobState
@@ -61,6 +62,7 @@ def insert(
     max_replica_lag: float | None = None,
     max_active_sessions: int | None = None,
     on_failure: str = "rollback",
+    key: KeySpec | None = None,
 ) -> tuple[int, bool]:
     """Insert a queued job; returns (job id, created). A repeated ``job_key``
     returns the job it already named instead of creating another."""
@@ -82,10 +84,12 @@ def insert(
                     WITH job AS (
                         INSERT INTO {s}.jobs (job_key, type, params, target_table, key_column,
                                               priority, concurrency, batch_rows, max_rows_per_sec,
-                                              max_replica_lag, max_active_sessions, on_failure)
+                                              max_replica_lag, max_active_sessions, on_failure,
+                                              key_columns, key_types)
                         VALUES (:job_key, :type, CAST(:params AS jsonb), :target_table,
                                 :key_column, :priority, :concurrency, :batch_rows, :max_rps,
-                                :max_lag, :max_sessions, :on_failure)
+                                :max_lag, :max_sessions, :on_failure,
+                                CAST(:key_columns AS text[]), CAST(:key_types AS text[]))
                         RETURNING id),
                     event AS (
                         INSERT INTO {s}.job_events (job_id, actor, from_state, to_state, detail)
@@ -98,6 +102,8 @@ def insert(
                     "batch_rows": batch_rows, "max_rps": max_rows_per_sec, "actor": actor,
                     "max_lag": max_replica_lag, "max_sessions": max_active_sessions,
                     "on_failure": on_failure,
+                    "key_columns": list(key.columns) if key else None,
+                    "key_types": list(key.types) if key else None,
                 },
             ).scalar_one()
     except IntegrityError:
@@ -192,12 +198,13 @@ def start(
 def advance_step(
     db: Database, conn: Connection, term: OwnerTerm, job_id: int, *, from_step: int,
     to_step: int, step_ranges: bool, step_subtasks: int, row_estimate: int | None,
-    schema_state: str | None, actor: str, detail: str,
+    schema_state: str | None, actor: str, detail: str, step_names: tuple[str, str],
 ) -> bool:
     """A running job moves from forward step ``from_step`` to ``to_step`` once
     every subtask of ``from_step`` succeeded and the next step's subtasks are
     inserted (in the same transaction, DESIGN 7). The state stays ``running``:
-    a compare-and-set of the step, its audit event in the same statement. The
+    a compare-and-set of the step, its audit event in the same statement,
+    from and to the steps' names (``step_names``), which is what changed. The
     step's progress counters start again; ``row_estimate`` is the new step's
     split (kept when None: a fixed step)."""
     moved = conn.execute(
@@ -213,9 +220,10 @@ def advance_step(
                 RETURNING j.id),
             event AS (
                 INSERT INTO {{s}}.job_events (job_id, actor, from_state, to_state, detail)
-                SELECT id, :actor, 'running', 'running', :detail FROM moved)
+                SELECT id, :actor, :from_event, :to_event, :detail FROM moved)
             SELECT count(*) FROM moved"""),
         {"job_id": job_id, "from_step": from_step, "to_step": to_step,
+         "from_event": step_event(step_names[0]), "to_event": step_event(step_names[1]),
          "step_ranges": step_ranges, "step_subtasks": step_subtasks,
          "row_estimate": row_estimate, "schema_state": schema_state, "actor": actor,
          "detail": detail, **term.params()},
@@ -223,6 +231,16 @@ def advance_step(
     if moved:
         notify(db, conn)  # idle workers claim the new step's subtasks at once
     return moved
+
+
+# A step change keeps the job's state; its event names the steps instead,
+# e.g. "step fill" -> "step verify", "step run" -> "step revert".
+REVERT_STEP_NAME = "revert"
+
+
+def step_event(name: str) -> str:
+    """How a job event's from / to names a step (a job state never starts so)."""
+    return f"step {name}"
 
 
 def fail(
@@ -350,12 +368,13 @@ def finish_revert(
 
 def start_revert_step(
     db: Database, conn: Connection, term: OwnerTerm, job_id: int, *, from_step: int,
-    actor: str, detail: str,
+    from_name: str, actor: str, detail: str,
 ) -> bool:
-    """A reverting job at forward step ``from_step`` moves to STEP_REVERT once
-    its revert subtasks are inserted (workers claim them from then on). The
-    state stays ``reverting``, so this is a compare-and-set of the step, not a
-    transition; its audit event is written in the same statement."""
+    """A reverting job at forward step ``from_step`` (named ``from_name``)
+    moves to STEP_REVERT once its revert subtasks are inserted (workers claim
+    them from then on). The state stays ``reverting``, so this is a
+    compare-and-set of the step, not a transition; its audit event, from that
+    step to the revert step, is written in the same statement."""
     moved = conn.execute(
         db.sql(f"""
             WITH moved AS (
@@ -365,9 +384,10 @@ def start_revert_step(
                 RETURNING j.id),
             event AS (
                 INSERT INTO {{s}}.job_events (job_id, actor, from_state, to_state, detail)
-                SELECT id, :actor, 'reverting', 'reverting', :detail FROM moved)
+                SELECT id, :actor, :from_event, :to_event, :detail FROM moved)
             SELECT count(*) FROM moved"""),
         {"job_id": job_id, "from_step": from_step, "actor": actor, "detail": detail,
+         "from_event": step_event(from_name), "to_event": step_event(REVERT_STEP_NAME),
          **term.params()},
     ).scalar_one() == 1
     if moved:

@@ -86,8 +86,10 @@ def _progress(db: ReadDatabase, conn: ReadConnection, where: str,
                                AS step_rows,
                            count(*) FILTER (WHERE step = p.step AND state = 'succeeded')
                                AS step_succeeded,
-                           coalesce(sum(curr_key - start_key) FILTER (
-                               WHERE step = p.step AND state <> 'succeeded'), 0)::bigint
+                           -- A fixed step's units (numbers; range keys may be arrays).
+                           coalesce(sum(CAST(curr_key AS numeric) - CAST(start_key AS numeric))
+                               FILTER (WHERE step = p.step AND state <> 'succeeded'
+                                       AND jsonb_typeof(curr_key) = 'number'), 0)::bigint
                                AS step_units_partial,
                            coalesce(array_remove(array_agg(DISTINCT exec_id) FILTER (
                                WHERE state = 'running' AND exec_expired > clock_timestamp()),

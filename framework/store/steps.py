@@ -9,11 +9,13 @@ so a tick costs the same for 40 subtasks or 100,000.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from framework.db import Database
 from framework.jobtype import FIXED_SUBTASK_UNITS, STEP_REVERT
+from framework.keys import Key, decode, encode
 from framework.states import SubtaskState
 from framework.store.owner_lease import FENCE, OwnerTerm
 from framework.store.subtasks import LEASE_LIVE, guard_into
@@ -26,7 +28,7 @@ S = SubtaskState
 
 def insert_ranges(
     db: Database, conn: Connection, term: OwnerTerm, job_id: int, step: int,
-    ranges: list[tuple[int, int]], *, first_ordinal: int = 0,
+    ranges: Sequence[tuple[Key, Key]], *, first_ordinal: int = 0,
     meta: dict[str, Any] | None = None, counted: bool = False,
     metas: list[dict[str, Any]] | None = None,
 ) -> int:
@@ -41,12 +43,12 @@ def insert_ranges(
                     (job_id, step, ordinal, state, start_key, end_key, curr_key, meta)
                 SELECT :job_id, :step, :first + r.ordinal - 1, 'pending', r.lo, r.hi, r.lo,
                        coalesce(r.meta, CAST(:meta AS jsonb))
-                FROM unnest(CAST(:los AS bigint[]), CAST(:his AS bigint[]),
+                FROM unnest(CAST(:los AS jsonb[]), CAST(:his AS jsonb[]),
                             CAST(:metas AS jsonb[]))
                      WITH ORDINALITY AS r(lo, hi, meta, ordinal)
                 WHERE {FENCE}"""),
-            {"job_id": job_id, "step": step, "los": [lo for lo, _ in ranges],
-             "his": [hi for _, hi in ranges], "first": first_ordinal,
+            {"job_id": job_id, "step": step, "los": [encode(lo) for lo, _ in ranges],
+             "his": [encode(hi) for _, hi in ranges], "first": first_ordinal,
              "metas": [json.dumps(m) for m in metas] if metas is not None else [],
              "meta": json.dumps(meta or {}), **term.params()},
         ).rowcount)
@@ -58,7 +60,7 @@ def insert_ranges(
                     (job_id, step, ordinal, state, start_key, end_key, curr_key, meta)
                 SELECT :job_id, :step, :first + r.ordinal - 1, 'pending', r.lo, r.hi, r.lo,
                        CAST(:meta AS jsonb)
-                FROM unnest(CAST(:los AS bigint[]), CAST(:his AS bigint[]))
+                FROM unnest(CAST(:los AS jsonb[]), CAST(:his AS jsonb[]))
                      WITH ORDINALITY AS r(lo, hi, ordinal)
                 WHERE {FENCE}
                 RETURNING 1),
@@ -67,8 +69,8 @@ def insert_ranges(
                                                       + (SELECT count(*) FROM inserted)
                 WHERE id = :job_id AND EXISTS (SELECT 1 FROM inserted))
             SELECT count(*) FROM inserted"""),
-        {"job_id": job_id, "step": step, "los": [lo for lo, _ in ranges],
-         "his": [hi for _, hi in ranges], "first": first_ordinal,
+        {"job_id": job_id, "step": step, "los": [encode(lo) for lo, _ in ranges],
+         "his": [encode(hi) for _, hi in ranges], "first": first_ordinal,
          "meta": json.dumps(meta or {}), **term.params()},
     ).scalar_one())
 
@@ -85,7 +87,8 @@ def insert_fixed(
             WITH inserted AS (
                 INSERT INTO {{s}}.background_subtask
                     (job_id, step, ordinal, state, start_key, end_key, curr_key, meta)
-                SELECT :job_id, :step, f.ordinal - 1, 'pending', 0, {FIXED_SUBTASK_UNITS}, 0,
+                SELECT :job_id, :step, f.ordinal - 1, 'pending', to_jsonb(0),
+                       to_jsonb({FIXED_SUBTASK_UNITS}), to_jsonb(0),
                        f.meta
                 FROM unnest(CAST(:metas AS jsonb[])) WITH ORDINALITY AS f(meta, ordinal)
                 WHERE {FENCE}
@@ -107,7 +110,7 @@ COUNTERS = {"subtasks_total", "revert_total"}
 
 def begin_split(
     db: Database, conn: Connection, term: OwnerTerm, job_id: int, step: int,
-    ranges: list[tuple[int, int]], chunk: int, *, meta: dict[str, Any] | None = None,
+    ranges: Sequence[tuple[Key, Key]], chunk: int, *, meta: dict[str, Any] | None = None,
     metas: list[dict[str, Any]] | None = None, counter: str = "subtasks_total",
 ) -> int:
     """Insert the first ``chunk`` ranges of a step and keep the rest in
@@ -126,7 +129,7 @@ def begin_split(
             WITH kept AS (
                 INSERT INTO {{s}}.job_split_pending
                     (job_id, step, los, his, inserted, meta, metas)
-                SELECT :job_id, :step, CAST(:los AS bigint[]), CAST(:his AS bigint[]), :inserted,
+                SELECT :job_id, :step, CAST(:los AS jsonb[]), CAST(:his AS jsonb[]), :inserted,
                        CAST(:meta AS jsonb), CAST(:metas AS jsonb[])
                 WHERE :keep AND {FENCE})
             UPDATE {{s}}.jobs SET {counter} = {counter} + :total
@@ -135,7 +138,7 @@ def begin_split(
          "keep": bool(rest), "meta": json.dumps(meta or {}),
          "metas": [json.dumps(m) for m in metas] if metas is not None else None,
          # The whole plan, so ordinals and ranges come from one list (DESIGN 5).
-         "los": [lo for lo, _ in ranges], "his": [hi for _, hi in ranges], **term.params()},
+         "los": [encode(lo) for lo, _ in ranges], "his": [encode(hi) for _, hi in ranges], **term.params()},
     )
     return first
 
@@ -160,7 +163,7 @@ def insert_split_chunk(
     ).mappings().one_or_none()
     if row is None:
         return None
-    ranges = [(int(lo), int(hi)) for lo, hi in zip(row["los"], row["his"], strict=True)]
+    ranges = [(decode(lo), decode(hi)) for lo, hi in zip(row["los"], row["his"], strict=True)]
     if insert_ranges(db, conn, term, job_id, row["step"], ranges, first_ordinal=row["inserted"],
                      meta=row["meta"], counted=True,
                      metas=row["metas"]) != len(ranges):
@@ -195,7 +198,7 @@ def drop_pending_split(db: Database, conn: Connection, term: OwnerTerm, job_id: 
 
 
 def progressed_ranges(db: Database, conn: Connection, job_id: int,
-                      from_steps: list[int]) -> list[tuple[int, int, int]]:
+                      from_steps: list[int]) -> list[tuple[int, Key, Key]]:
     """``(step, start_key, curr_key)`` of every range of the forward steps
     ``from_steps`` that made progress (succeeded, or ``curr_key`` past
     ``start_key``), live or moved to history, in step and key order: exactly
@@ -216,7 +219,7 @@ def progressed_ranges(db: Database, conn: Connection, job_id: int,
             ORDER BY step, start_key"""),
         {"job_id": job_id, "from_steps": from_steps},
     ).all()
-    return [(int(step), int(lo), int(hi)) for step, lo, hi in rows]
+    return [(int(step), decode(lo), decode(hi)) for step, lo, hi in rows]
 
 
 
@@ -227,8 +230,8 @@ def revert_error(db: Database, conn: Connection, job_id: int) -> str | None:
     attempts > 0): the running ones and those waiting to retry."""
     return conn.execute(
         db.sql(f"""
-            SELECT 'revert subtask ' || ordinal || ' [' || start_key || ', ' || end_key
-                   || '): ' || error
+            SELECT 'revert subtask ' || ordinal || ' [' || start_key::text || ', '
+                   || end_key::text || '): ' || error
             FROM {{s}}.background_subtask
             WHERE job_id = :job_id AND attempts > 0 AND state IN ('pending', 'running')
               AND step = {STEP_REVERT} AND error IS NOT NULL
@@ -271,7 +274,7 @@ class LastRange:
     """The highest range of a job step: where its coverage ends."""
 
     ordinal: int
-    end_key: int
+    end_key: Key
     catch_up_round: int  # 0 for the split's own ranges
 
 
@@ -290,7 +293,7 @@ def last_range(db: Database, conn: Connection, job_id: int, step: int) -> LastRa
             ) last ORDER BY ordinal DESC LIMIT 1"""),
         {"job_id": job_id, "step": step},
     ).mappings().first()
-    return LastRange(**row) if row else None
+    return LastRange(**{**row, "end_key": decode(row["end_key"])}) if row else None
 
 
 def first_error(db: Database, conn: Connection, job_id: int) -> str:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from framework.db import Database
 from framework.jobtype import STEP_REVERT, Job
+from framework.keys import Key, decode, encode
 from framework.states import SubtaskState, subtask_sources
 from framework.store.jobs import JOB_COLUMNS
 
@@ -53,9 +54,9 @@ def _held(dst: SubtaskState) -> str:
 class Claim:
     id: int
     job_id: int
-    start_key: int
-    end_key: int
-    curr_key: int
+    start_key: Any  # framework.keys.Key, as SubtaskContext's
+    end_key: Any
+    curr_key: Any
     epoch: int
     attempts: int
     meta: dict[str, Any]
@@ -67,6 +68,7 @@ class Claim:
 
 
 _JOB = "jobrow_"  # prefix of the job's columns in a claim's row
+_KEYS = ("start_key", "end_key", "curr_key")
 
 
 def claim(db: Database, conn: Connection, exec_id: str, limit: int = 1) -> list[Claim]:
@@ -123,11 +125,11 @@ def claim(db: Database, conn: Connection, exec_id: str, limit: int = 1) -> list[
     ).mappings().all()
     claimed = Counter(r["job_id"] for r in rows)
     claims = []
-    for row in sorted(rows, key=lambda r: (r["job_id"], r["start_key"])):
+    for row in sorted(rows, key=lambda r: (r["job_id"], r["id"])):  # range order
         job = Job(**{k[len(_JOB):]: v for k, v in row.items() if k.startswith(_JOB)},
                   running=row["running_before"] + claimed[row["job_id"]])
-        fields = {k: v for k, v in row.items()
-                  if not k.startswith(_JOB) and k != "running_before"}
+        fields: dict[str, Any] = {k: decode(v) if k in _KEYS else v for k, v in row.items()
+                                  if not k.startswith(_JOB) and k != "running_before"}
         claims.append(Claim(**fields, exec_id=exec_id, job=job))
     return claims
 
@@ -175,7 +177,7 @@ class Checkpointed:
 
 
 def checkpoint(
-    db: Database, conn: Connection, claim: Claim, curr_key: int, rows: int,
+    db: Database, conn: Connection, claim: Claim, curr_key: Key, rows: int,
     meta: dict[str, Any] | None = None, *, count_running: bool = True,
 ) -> Checkpointed | None:
     """Advance curr_key inside the transaction that wrote the batch (DESIGN 3).
@@ -189,17 +191,18 @@ def checkpoint(
     row = conn.execute(
         db.sql(f"""
             UPDATE {{s}}.background_subtask SET
-                curr_key = :curr_key, row_count = row_count + :rows,
+                curr_key = new.k, row_count = row_count + :rows,
                 meta = coalesce(CAST(:meta AS jsonb), meta), updated_at = clock_timestamp(),
-                state = CASE WHEN :curr_key = end_key THEN 'succeeded' ELSE state END,
-                finished_at = CASE WHEN :curr_key = end_key THEN clock_timestamp() END,
-                error = CASE WHEN :curr_key = end_key THEN NULL ELSE error END
+                state = CASE WHEN new.k = end_key THEN 'succeeded' ELSE state END,
+                finished_at = CASE WHEN new.k = end_key THEN clock_timestamp() END,
+                error = CASE WHEN new.k = end_key THEN NULL ELSE error END
+            FROM (SELECT CAST(:curr_key AS jsonb) AS k) new
             WHERE {_held(S.SUCCEEDED)} AND {LEASE_LIVE}
-              AND curr_key <= :curr_key AND :curr_key <= end_key
+              AND curr_key <= new.k AND new.k <= end_key
             RETURNING state,
                       CASE WHEN :count_running THEN {running_of(":job_id")} END AS running"""),
         {**claim.fence(), "job_id": claim.job_id, "count_running": count_running,
-         "curr_key": curr_key, "rows": rows,
+         "curr_key": encode(curr_key), "rows": rows,
          "meta": json.dumps(meta) if meta is not None else None},
     ).mappings().first()
     return Checkpointed(**row) if row else None
@@ -211,7 +214,7 @@ class BatchDone:
     its checkpoint moves ``curr_key`` to, and the rows the batch wrote."""
 
     claim: Claim
-    curr_key: int
+    curr_key: Key
     rows: int
     meta: dict[str, Any] | None = None
 
@@ -234,14 +237,14 @@ def checkpoint_many(db: Database, conn: Connection, done: list[BatchDone]) -> di
                 finished_at = CASE WHEN b.curr_key = st.end_key THEN clock_timestamp() END,
                 error = CASE WHEN b.curr_key = st.end_key THEN NULL ELSE st.error END
             FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[]),
-                        CAST(:keys AS bigint[]), CAST(:rows AS bigint[]),
+                        CAST(:keys AS jsonb[]), CAST(:rows AS bigint[]),
                         CAST(:metas AS jsonb[])) AS b(id, epoch, curr_key, rows, meta)
             WHERE st.id = b.id AND st.exec_id = :exec_id AND st.epoch = b.epoch
               AND st.{guard_into(S.SUCCEEDED)} AND st.{LEASE_LIVE}
               AND st.curr_key <= b.curr_key AND b.curr_key <= st.end_key
             RETURNING st.id, st.state"""),
         {"ids": [d.claim.id for d in done], "epochs": [d.claim.epoch for d in done],
-         "keys": [d.curr_key for d in done], "rows": [d.rows for d in done],
+         "keys": [encode(d.curr_key) for d in done], "rows": [d.rows for d in done],
          "metas": [json.dumps(d.meta) if d.meta is not None else None for d in done],
          "exec_id": done[0].claim.exec_id},
     ).all()

@@ -13,6 +13,8 @@ ITEMS_ROWS = 200
 SCHEMA = """
     CREATE TABLE orders (id bigint PRIMARY KEY, item_id bigint REFERENCES items (id));
     CREATE TABLE nokey (a int, b text);
+    CREATE TABLE regional (region text, n int, a int, PRIMARY KEY (region, n));
+    INSERT INTO regional SELECT (ARRAY['eu', 'us'])[g % 2 + 1], g, g FROM generate_series(1, 9) g;
 """
 
 # Every refusal is checked through ``submit`` in tests/integration/test_alter_type_input.py
@@ -22,6 +24,10 @@ BAD = {
                                 "referenced by foreign key orders_item_id_fkey"),
     "no usable key": (["--table", "nokey", "--column", "a", "--type", "bigint"],
                       "no primary key"),
+    "a key column to a type without a btree order": (
+        ["--table", "regional", "--column", "n", "--type", "json", "--using", "to_json(n)"],
+        "column n of public.regional is in the key of public.regional (region text, n integer) "
+        "and its unique index cannot be rebuilt on type json"),
 }
 
 
@@ -41,4 +47,13 @@ def test_bad_alter_type_is_one_line_exit_2_and_the_dry_run_prints_each_state_cha
         assert state in out
     assert 'ADD COLUMN "a_reorg_new" bigint' in out
     assert "moves to the end of SELECT *" in out
+    assert dump(items_db) == before
+    # A composite key, its own column altered: ranges by (region, n), as people read them.
+    result = reorg(items_db, "submit", "alter-type", "--table", "regional", "--column", "n",
+                   "--type", "bigint", "--rows-per-subtask", "4", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    out = " ".join(result.stdout.split())
+    assert "[('eu', 2), ('us', 1))  [('us', 1), ('us', 9))  [('us', 9), end)" in (
+        result.stdout), result.stdout
+    assert 'ADD COLUMN "n_reorg_new" bigint' in out
     assert dump(items_db) == before

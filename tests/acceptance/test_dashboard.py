@@ -176,8 +176,9 @@ def test_a_job_of_100000_subtasks_pages_fast(db: Database, migrated_db: str) -> 
         execute(db, f"""
             INSERT INTO reorg.{table} (id, job_id, step, ordinal, state, start_key, end_key,
                                        curr_key, row_count, meta)
-            SELECT nextval('reorg.subtask_id_seq'), :j, 1, g, :state, g * 10, g * 10 + 10,
-                   g * 10 + CASE WHEN :state = 'succeeded' THEN 10 ELSE 0 END,
+            SELECT nextval('reorg.subtask_id_seq'), :j, 1, g, :state, to_jsonb(g * 10),
+                   to_jsonb(g * 10 + 10),
+                   to_jsonb(g * 10 + CASE WHEN :state = 'succeeded' THEN 10 ELSE 0 END),
                    CASE WHEN :state = 'succeeded' THEN 10 ELSE 0 END, '{{}}'
             FROM generate_series(:lo, :hi) g""",
                 {"j": job, "state": state, "lo": ordinals[0], "hi": ordinals[1]})

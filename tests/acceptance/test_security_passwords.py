@@ -30,9 +30,10 @@ def test_no_surface_shows_the_password(installation: Installation) -> None:
 
     done = int(ok(reorg(alice, "submit", "sql-update", "--table", "public.items",
                         "--set", "c=md5(b)", "--rows-per-subtask", "100")).strip())
+    # One active job per table: the second waits for the first to end.
+    assert reorg(alice, "wait", str(done), "--timeout", "60").returncode == 0
     failed = int(ok(reorg(alice, "submit", "sql-update", "--table", "public.items",
                           "--set", "c=boom()")).strip())
-    assert reorg(alice, "wait", str(done), "--timeout", "60").returncode == 0
     waited = reorg(alice, "wait", str(failed), "--timeout", "60")
     assert waited.returncode == 1 and "postgresql://app:***@db.internal" in waited.stderr
 

@@ -12,7 +12,7 @@ import signal
 
 import pytest
 from support import held_by, job_of, rows, scalar, wait_state, wait_until
-from support.app import App, column_catalog, table_as_oracle
+from support.app import App, AppKeys, column_catalog, table_as_oracle
 
 from framework import control
 from framework.submit import SubmitRequest, submit
@@ -106,3 +106,91 @@ def test_an_owner_killed_during_the_cut_over_leaves_it_undone_and_its_heir_cuts_
     assert app.errors == []
     assert table_as_oracle(url) == app.oracle
     assert column_catalog(url) == _with_type(before, "id", "bigint")
+
+
+# A composite primary key, and the job alters one of its own columns (n).
+COMPOSITE_KEYS = AppKeys(("region", "n"), lambda n: ("app", n))  # between 'ap' and 'eu'
+
+
+def _make_composite_table(url: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"""
+            CREATE TABLE items (region text, n integer, a int NOT NULL DEFAULT 7, b text,
+                                PRIMARY KEY (region, n));
+            CREATE INDEX items_a_b ON items (a, b);
+            INSERT INTO items (region, n, a, b)
+            SELECT (ARRAY['eu', 'us', 'ap'])[g % 3 + 1], g / 3, g % 97, 'v' || g
+            FROM generate_series(1, {ROWS}) g;
+            ANALYZE items""")
+
+
+def test_kill_9_of_a_worker_mid_backfill_on_a_composite_key_resumes_from_curr_key(
+        db, settings, workers):
+    url = settings.database_url
+    _make_composite_table(url)
+    before = column_catalog(url)
+    app = App(url, keys=COMPOSITE_KEYS)
+    app.load()
+    app.start()
+    job_id = submit(db, SubmitRequest(
+        "alter-type", {"table": "items", "column": "n", "type": "bigint"},
+        rows_per_subtask=1_000, batch_rows=100, max_rows_per_sec=1_500)).job_id
+    victim = workers.start("victim", slots=2)
+
+    def backfilling():
+        if job_of(db, job_id)["step"] != 1:
+            return None
+        return [r for r in held_by(db, "victim") if r.curr_key != r.start_key] or None
+
+    caught = wait_until(backfilling, 90, "the victim part-way through a backfill subtask")
+    victim.signal(signal.SIGKILL)
+    victim.proc.wait(10)
+    sub_id, checkpointed = caught[0].id, caught[0].curr_key
+    assert isinstance(checkpointed, list) and len(checkpointed) == 2  # (region, n) as jsonb
+    control.alter(db, job_id, max_rows_per_sec=0)
+    workers.start("heir", slots=2)
+    done = wait_state(db, job_id, timeout=180)
+    app.stop(at_least_ops=50)
+    assert done["state"] == "succeeded", done["error"]
+    assert app.errors == []
+    assert table_as_oracle(url, keys=COMPOSITE_KEYS) == app.oracle
+    assert column_catalog(url) == _with_type(before, "n", "bigint")
+    (curr_key, end_key, attempts, exec_id), = rows(
+        db, "SELECT curr_key, end_key, attempts, exec_id FROM {s}.background_subtask "
+            "WHERE id = :i UNION ALL SELECT curr_key, end_key, attempts, exec_id "
+            "FROM {s}.background_subtask_history WHERE id = :i", i=sub_id)
+    assert attempts == 2 and exec_id == "heir" and curr_key == end_key != checkpointed
+
+
+def test_an_owner_killed_during_the_cut_over_of_a_composite_key_column_leaves_it_undone(
+        db, settings, workers):
+    url = settings.database_url
+    _make_composite_table(url)
+    before = column_catalog(url)
+    app = App(url, keys=COMPOSITE_KEYS)
+    app.load()
+    app.start()
+    job_id = submit(db, SubmitRequest(
+        "alter-type", {"table": "items", "column": "n", "type": "bigint"},
+        rows_per_subtask=1_000, batch_rows=200)).job_id
+    victim = workers.start("victim", slots=2, faults="alter_type.in_cutover=exit")
+    victim.proc.wait(120)
+    assert victim.proc.returncode == 137
+    job = job_of(db, job_id)
+    assert job["state"] == "running" and job["step"] == 3, job
+    # Nothing of the swap stayed: the old key column, its primary key, the shadow.
+    assert scalar(db, "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE "
+                      "attrelid = 'items'::regclass AND attname = 'n'") == "integer"
+    assert scalar(db, "SELECT count(*) FROM pg_attribute WHERE attrelid = 'items'::regclass "
+                      "AND attname = 'n_reorg_new'") == 1
+    assert scalar(db, "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE "
+                      "conrelid = 'items'::regclass AND contype = 'p'") == "PRIMARY KEY (region, n)"
+    workers.start("heir", slots=2)
+    done = wait_state(db, job_id, timeout=120)
+    app.stop(at_least_ops=50)
+    assert done["state"] == "succeeded", done["error"]
+    assert app.errors == []
+    assert table_as_oracle(url, keys=COMPOSITE_KEYS) == app.oracle
+    assert column_catalog(url) == _with_type(before, "n", "bigint")

@@ -1,6 +1,7 @@
 """Rollback resumes (DESIGN 13) under faults, with real ``reorg worker``
 processes: a worker killed inside a restore batch, owners killed while they
-plan the revert and while revert subtasks run. Every test checks the table
+plan the revert and while revert subtasks run, a worker killed while it builds
+the indexes the restore needs. Every test checks the table
 against its pre-job contents afterwards, and that each restore batch counted
 exactly once (DESIGN 3)."""
 
@@ -92,6 +93,37 @@ def test_kill_9_of_a_worker_mid_restore_batch_resumes_from_curr_key(db, workers,
     # Exactly once: every changed row restored once, no batch counted twice.
     assert sum(r[4] for r in reverts) == changed
     assert all(r[7] == "succeeded" for r in reverts)
+
+
+def test_kill_9_of_the_worker_building_the_restore_indexes_leaves_none_and_the_heir_builds(
+        db, workers, start_node):
+    """The before-images' indexes are built by a revert subtask in one
+    transaction (issue 12.3): a builder killed inside it leaves no index, the
+    lock it held goes with its session, and the heir builds them."""
+    before = _items_with_old_values(db, 3_000)
+    start_node("owner", slots=0)
+    wait_until(lambda: _owner(db)["owner_id"] == "owner", 30, "the test's node to own")
+    job_id = _overwrite(db, rows_per_subtask=1_000, batch_rows=100)
+    forward = workers.start("forward", faults=HOLD)
+    workers.gates.wait_blocked("worker.after_batch", 60, count=2)
+    control.cancel(db, job_id)
+    forward.signal(signal.SIGKILL)
+    forward.proc.wait(10)
+    builder = workers.start("builder", slots=1, faults="worker.in_restore_index=block")
+    workers.gates.wait_blocked("worker.in_restore_index", 90)
+    (held,) = [r for r in _revert_subtasks(db, job_id) if r[6] == "builder"]
+    assert held[1] == held[3]  # no restore batch before the indexes
+    builder.signal(signal.SIGKILL)
+    builder.proc.wait(10)
+    images_index = f"{db.schema}.sql_update_{job_id}_images_k"
+    assert rows(db, "SELECT to_regclass(:n)", n=images_index) == [(None,)]
+    workers.start("heir")
+    assert wait_state(db, job_id)["state"] == "cancelled"
+    assert table_rows(db) == before
+    reverts = _revert_subtasks(db, job_id)
+    assert all(r[7] == "succeeded" for r in reverts) and len(reverts) == 2
+    (rebuilt,) = [r for r in reverts if r[0] == held[0]]
+    assert rebuilt[5] == 2 and rebuilt[6] == "heir"  # the heir's claim was its 2nd attempt
 
 
 def test_owners_killed_while_planning_and_while_reverting_hand_the_revert_on(db, workers):

@@ -80,7 +80,7 @@ def test_a_subtask_fenced_out_mid_group_commits_nothing_and_the_others_commit_on
         with db.begin() as conn:  # its lease runs out; another worker claims it
             conn.execute(db.sql("""UPDATE {s}.background_subtask
                                    SET exec_expired = clock_timestamp() - interval '1s'
-                                   WHERE job_id = :j AND start_key = 11"""), {"j": job_id})
+                                   WHERE job_id = :j AND start_key = '11'"""), {"j": job_id})
         with db.begin() as conn:
             taken = subtasks.claim(db, conn, "w2")
         assert [c.start_key for c in taken] == [11]

@@ -11,6 +11,7 @@ import sqlalchemy as sa
 
 from backfill.before_images import BeforeImages
 from framework.jobtype import STEP_REVERT
+from framework.keys import KeySpec
 from framework.store import history, owner_lease, progress, steps, subtasks
 from framework.store.subtasks import Claim
 
@@ -34,7 +35,8 @@ def big_job(db):
                  exec_expired, epoch, attempts)
             SELECT 42, 1, g, CASE WHEN g <= 2000 THEN 'succeeded'
                                   WHEN g <= 2016 THEN 'running' ELSE 'pending' END,
-                   g * 10, g * 10 + 10, CASE WHEN g <= 2000 THEN g * 10 + 10 ELSE g * 10 END,
+                   to_jsonb(g * 10), to_jsonb(g * 10 + 10),
+                   to_jsonb(CASE WHEN g <= 2000 THEN g * 10 + 10 ELSE g * 10 END),
                    CASE WHEN g BETWEEN 2001 AND 2016 THEN 'w' || g % 4 END,
                    CASE WHEN g BETWEEN 2001 AND 2016
                         THEN clock_timestamp() + interval '30s' END,
@@ -43,12 +45,14 @@ def big_job(db):
         conn.execute(db.sql("""
             INSERT INTO {s}.background_subtask_history
                 (id, job_id, step, ordinal, state, start_key, end_key, curr_key)
-            SELECT g, 1 + g % 100, 1, g, 'succeeded', g * 10, g * 10 + 10, g * 10 + 10
+            SELECT g, 1 + g % 100, 1, g, 'succeeded', to_jsonb(g * 10), to_jsonb(g * 10 + 10),
+                   to_jsonb(g * 10 + 10)
             FROM generate_series(1000001, 1100000) g"""))
         # The rest of a big split, a chunk of which the owner inserts per tick.
         conn.execute(db.sql("""
             INSERT INTO {s}.job_split_pending (job_id, step, los, his, inserted, meta)
-            SELECT 42, 1, array_agg(g * 10 ORDER BY g), array_agg(g * 10 + 10 ORDER BY g),
+            SELECT 42, 1, array_agg(to_jsonb(g * 10) ORDER BY g),
+                   array_agg(to_jsonb(g * 10 + 10) ORDER BY g),
                    100001, '{}'
             FROM generate_series(0, 100010) g"""))
         for table in ("jobs", "background_subtask", "background_subtask_history"):
@@ -134,7 +138,7 @@ def test_a_restore_batch_reads_the_images_and_the_table_through_indexes(db):
     """A revert subtask's restore batch (DESIGN 13) at 100,000 images: index
     probes of the images, the batch records and the table, never a scan of
     any of them (the revert plan's indexes)."""
-    kept = BeforeImages('"public"."imgs"', '"public"."bats"')
+    kept = BeforeImages('"public"."imgs"', '"public"."bats"', KeySpec(("id",), ("bigint",)))
     with db.begin() as conn:
         conn.execute(sa.text("CREATE TABLE items (id bigint PRIMARY KEY, c text)"))
         conn.execute(sa.text("INSERT INTO items SELECT g, 'new' FROM generate_series(1, 100000) g"))
@@ -151,7 +155,7 @@ def test_a_restore_batch_reads_the_images_and_the_table_through_indexes(db):
     # In the driver's placeholder style, as ``_captured`` would hand them over.
     statements = [(stmt.replace(":lo", "%(lo)s").replace(":hi", "%(hi)s"),
                    {"lo": 50_050, "hi": 50_550})
-                  for stmt in kept.restore_range('"public"."items" t', "t", '"id"', "c")]
+                  for stmt in kept.restore_range('"public"."items" t', "t", "c")]
     for (statement, _), plan in zip(statements, _plans(db, statements), strict=True):
         for table in ("items", "imgs", "bats"):
             assert f"Seq Scan on {table} " not in plan + " ", f"{statement}\n{plan}"

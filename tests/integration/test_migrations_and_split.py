@@ -61,11 +61,11 @@ def test_a_downgrade_of_one_revision_and_back_keeps_the_rows(fresh_db, below, re
         conn.execute(db.sql("""
             INSERT INTO {s}.background_subtask
                 (id, job_id, step, ordinal, state, start_key, end_key, curr_key, row_count)
-            VALUES (1, 7, 1, 1, 'running', 0, 10, 5, 5)"""))
+            VALUES (1, 7, 1, 1, 'running', '0', '10', '5', 5)"""))  # keys: bigint or jsonb
         conn.execute(db.sql("""
             INSERT INTO {s}.background_subtask_history
                 (id, job_id, step, ordinal, state, start_key, end_key, curr_key, row_count)
-            VALUES (2, 7, 1, 2, 'succeeded', 10, 20, 20, 10)"""))
+            VALUES (2, 7, 1, 2, 'succeeded', '10', '20', '20', 10)"""))
 
     def rows() -> list:
         with db.begin() as conn:

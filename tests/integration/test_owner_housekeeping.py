@@ -22,7 +22,8 @@ def test_history_older_than_retention_is_deleted_and_newer_kept(db):
         conn.execute(db.sql("""
             INSERT INTO {s}.background_subtask_history
                 (id, job_id, step, ordinal, state, start_key, end_key, curr_key, moved_at)
-            SELECT g, 900, 1, g, 'succeeded', g * 10, g * 10 + 10, g * 10 + 10,
+            SELECT g, 900, 1, g, 'succeeded', to_jsonb(g * 10), to_jsonb(g * 10 + 10),
+                   to_jsonb(g * 10 + 10),
                    clock_timestamp() - make_interval(days => CASE WHEN g <= 5 THEN 40 ELSE 1 END)
             FROM generate_series(1, 8) g"""))
     result = Owner(db, "o").tick()
@@ -40,12 +41,13 @@ def test_subtasks_of_job_reads_live_and_history_rows_together_in_range_order(db)
         conn.execute(db.sql("""
             INSERT INTO {s}.background_subtask
                 (id, job_id, step, ordinal, state, start_key, end_key, curr_key)
-            VALUES (11, 901, 1, 2, 'running', 20, 30, 25), (12, 901, 2, 1, 'pending', 0, 30, 0)"""))
+            VALUES (11, 901, 1, 2, 'running', '20', '30', '25'),
+                   (12, 901, 2, 1, 'pending', '0', '30', '0')"""))
         conn.execute(db.sql("""
             INSERT INTO {s}.background_subtask_history
                 (id, job_id, step, ordinal, state, start_key, end_key, curr_key, row_count)
-            VALUES (10, 901, 1, 1, 'succeeded', 10, 20, 20, 7),
-                   (13, 900, 1, 1, 'succeeded', 0, 10, 10, 3)"""))
+            VALUES (10, 901, 1, 1, 'succeeded', '10', '20', '20', 7),
+                   (13, 900, 1, 1, 'succeeded', '0', '10', '10', 3)"""))
         found = history.subtasks_of_job(db, conn, 901)
     assert [(r["id"], r["step"], r["ordinal"]) for r in found] == [(10, 1, 1), (11, 1, 2), (12, 2, 1)]
     assert [r["moved_at"] is None for r in found] == [False, True, True]

@@ -121,6 +121,10 @@ def test_a_job_of_several_steps_runs_them_in_order_each_after_the_last_completed
     assert entered[0].startswith("step 1/3 fill: 10 subtasks")
     assert entered[1].startswith("step fill done; step 2/3 verify: 10 subtasks")
     assert entered[2].startswith("step verify done; step 3/3 index: 1 subtask")
+    # The events say what changed: the state, or (state kept) the step.
+    assert [(e["from_state"], e["to_state"]) for e in control.events(db, job_id)] == [
+        (None, "queued"), ("queued", "running"), ("step fill", "step verify"),
+        ("step verify", "step index"), ("running", "succeeded")]
 
 
 def test_a_failed_subtask_keeps_the_job_in_its_step_and_the_rollback_restores_the_table(
@@ -185,6 +189,9 @@ def test_cancel_in_a_later_step_restores_the_ranges_of_the_step_that_wrote(
     # of verify, which wrote nothing (restore=False).
     assert len(reverts) == 10 and all(r["state"] == "succeeded" for r in reverts)
     assert {r["meta"]["revert_of_step"] for r in reverts} == {1}
+    # Where the revert step began: from the step the job was cancelled in.
+    assert [(e["from_state"], e["to_state"]) for e in control.events(db, job_id)][-3:] == [
+        ("cancelling", "reverting"), ("step verify", "step revert"), ("reverting", "cancelled")]
 
 
 def test_a_cut_over_that_meets_a_lock_is_retried_and_the_job_stays_running(db, start_node):

@@ -3,7 +3,11 @@ the oracle of what the table must hold: one thread inserting, updating and
 deleting rows of ``items(id, a, b, ...)`` in short transactions, recording
 each committed row in a dict (the oracle) and timing every statement, so a
 test can compare the table with the oracle and a bench can report the
-longest wait (a statement stuck behind a lock)."""
+longest wait (a statement stuck behind a lock).
+
+By default rows are named by a serial ``id`` (the oracle's keys are ints);
+with ``keys=AppKeys(...)`` by a key of any type, one column or several, that
+the app makes up for each insert (the oracle's keys are then tuples)."""
 
 from __future__ import annotations
 
@@ -11,9 +15,28 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+
+
+@dataclass(frozen=True)
+class AppKeys:
+    """A table's key for the app: its columns, and the key of the app's n-th
+    insert (a tuple of Python values as psycopg reads them back: str, UUID,
+    Decimal, datetime, int), never one the table holds already."""
+
+    columns: tuple[str, ...]
+    new: Callable[[int], tuple[Any, ...]]
+
+    @property
+    def select(self) -> str:
+        return ", ".join(self.columns)
+
+    @property
+    def match(self) -> str:
+        return " AND ".join(f"{c} = %s" for c in self.columns)
 
 
 class App(threading.Thread):
@@ -22,13 +45,15 @@ class App(threading.Thread):
     from the table after the job (e.g. int for text → int)."""
 
     def __init__(self, url: str, *, seed: int = 7, value: Callable[[int], Any] = int,
-                 pause: float = 0.002, table: str = "items") -> None:
+                 pause: float = 0.002, table: str = "items",
+                 keys: AppKeys | None = None) -> None:
         super().__init__(name="app", daemon=True)
         self.url, self.table, self.pause = url, table, pause
         self.value = value
+        self.keys = keys
         self.random = random.Random(seed)
         self.stop_event = threading.Event()
-        self.oracle: dict[int, tuple[Any, str]] = {}
+        self.oracle: dict[Any, tuple[Any, str]] = {}
         self.ops = 0
         self.errors: list[str] = []
         self.longest = 0.0  # seconds of the slowest statement
@@ -36,9 +61,7 @@ class App(threading.Thread):
 
     def load(self) -> None:
         """Start from the table's current rows."""
-        with psycopg.connect(self.url) as conn:
-            for key, a, b in conn.execute(f"SELECT id, a, b FROM {self.table}"):
-                self.oracle[key] = (a, b)
+        self.oracle.update(table_as_oracle(self.url, self.table, self.keys))
 
     def run(self) -> None:
         # No server-side prepared statements: a prepared INSERT ... RETURNING id
@@ -65,20 +88,38 @@ class App(threading.Thread):
         n = r.randrange(1_000_000)
         if roll < 0.4 or not self.oracle:
             b = f"app {self.ops} {n}"  # unique: a UNIQUE (a, b) never trips on the app
-            [(key,)] = self._timed(conn, f"INSERT INTO {t} (a, b) VALUES (%s, %s) RETURNING id",
-                                   (self.value(n), b))
+            key = self._insert(conn, self.value(n), b)
             self.oracle[key] = (self.value(n), b)
         elif roll < 0.8:
             key = r.choice(list(self.oracle))
             b = f"upd {self.ops} {n}"
-            done = self._timed(conn, f"UPDATE {t} SET a = %s, b = %s WHERE id = %s RETURNING id",
-                               (self.value(n), b, key))
+            done = self._timed(conn, f"UPDATE {t} SET a = %s, b = %s WHERE {self._match} "
+                                     "RETURNING 1", (self.value(n), b, *self._key_values(key)))
             if done:
                 self.oracle[key] = (self.value(n), b)
         else:
             key = r.choice(list(self.oracle))
-            self._timed(conn, f"DELETE FROM {t} WHERE id = %s RETURNING id", (key,))
+            self._timed(conn, f"DELETE FROM {t} WHERE {self._match} RETURNING 1",
+                        self._key_values(key))
             del self.oracle[key]
+
+    @property
+    def _match(self) -> str:
+        return self.keys.match if self.keys else "id = %s"
+
+    def _key_values(self, key: Any) -> tuple[Any, ...]:
+        return key if self.keys else (key,)
+
+    def _insert(self, conn: psycopg.Connection, a: Any, b: str) -> Any:
+        if self.keys is None:
+            [(key,)] = self._timed(conn, f"INSERT INTO {self.table} (a, b) VALUES (%s, %s) "
+                                         "RETURNING id", (a, b))
+            return key
+        key = self.keys.new(self.ops)
+        holes = ", ".join(["%s"] * (len(key) + 2))
+        self._timed(conn, f"INSERT INTO {self.table} ({self.keys.select}, a, b) "
+                          f"VALUES ({holes}) RETURNING 1", (*key, a, b))
+        return key
 
     def stop(self, at_least_ops: int = 0, timeout: float = 60) -> None:
         """Stop once ``at_least_ops`` more statements ran (writes after the job too)."""
@@ -90,9 +131,16 @@ class App(threading.Thread):
         self.join(timeout)
 
 
-def table_as_oracle(url: str, table: str = "items") -> dict[int, tuple[Any, str]]:
+def table_as_oracle(url: str, table: str = "items",
+                    keys: AppKeys | None = None) -> dict[Any, tuple[Any, str]]:
+    """The table's rows as the oracle holds them: key (an int id, or a tuple
+    of the key's columns) -> (a, b)."""
     with psycopg.connect(url) as conn:
-        return {k: (a, b) for k, a, b in conn.execute(f"SELECT id, a, b FROM {table}")}
+        if keys is None:
+            return {k: (a, b) for k, a, b in conn.execute(f"SELECT id, a, b FROM {table}")}
+        width = len(keys.columns)
+        return {tuple(r[:width]): (r[width], r[width + 1])
+                for r in conn.execute(f"SELECT {keys.select}, a, b FROM {table}")}
 
 
 def column_catalog(url: str, table: str = "items") -> dict[str, Any]:

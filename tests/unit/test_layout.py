@@ -47,6 +47,8 @@ RULES = [
     ("backfill.add_column", ("backfill.spark", "pyspark"), None, None),
     *[(jt, tuple(other for other in JOB_TYPES if other != jt), None, None) for jt in JOB_TYPES],
     ("cli", WEB, "cli.dashboard", None),
+    # cli/ knows no job type (issue 13): they come through cli.plugin.
+    ("cli", ("backfill", "pyspark"), None, None),
     ("cli.dashboard", ("typer",), "cli.dashboard.command", None),
 ]
 
