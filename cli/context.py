@@ -2,18 +2,24 @@
 
 The database URL is resolved lazily: ``reorg --help`` and usage errors never
 start the embedded server, and nothing connects before a command needs to.
+Read commands that need nothing but the system tables (``reorg status``,
+``reorg wait``) read them through psycopg alone (``read_database``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import typer
 
 from framework import migrate
 from framework.config import ConfigError, Settings
-from framework.db import Database
+from framework.db import Database, SchemaBehind
+
+if TYPE_CHECKING:
+    from framework.directdb import DirectDatabase
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,7 @@ class CliState:
     _settings: Settings | None = None
     _db: Database | None = None
     _checked: bool = False
+    _direct: DirectDatabase | None = None
 
     def settings(self) -> Settings:
         if self._settings is None:
@@ -59,6 +66,24 @@ class CliState:
             self._checked = True
         return db
 
+    def read_database(self) -> DirectDatabase:
+        """The system tables for a command that only reads them: one psycopg
+        connection, no SQLAlchemy engine (``framework.directdb``), checked to
+        be at this code's revision like ``database``'s."""
+        if self._direct is None:
+            from framework.directdb import DirectDatabase
+
+            direct = DirectDatabase(self.settings())
+            try:
+                direct.check_schema_current()
+            except SchemaBehind:
+                if not self.embedded:
+                    direct.dispose()
+                    raise
+                self.database()  # the embedded default is upgraded instead
+            self._direct = direct
+        return self._direct
+
     def unchecked_database(self) -> Database:
         if self._db is None:
             self._db = Database(self.settings())
@@ -67,7 +92,9 @@ class CliState:
     def close(self) -> None:
         if self._db is not None:
             self._db.dispose()
-        self._db, self._checked = None, False
+        if self._direct is not None:
+            self._direct.dispose()
+        self._db, self._checked, self._direct = None, False, None
 
     def _database_url(self) -> str:
         if self.options.db_url:

@@ -23,7 +23,6 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-import sqlalchemy as sa
 import typer
 
 from cli import logs
@@ -87,11 +86,21 @@ def classify(exc: BaseException) -> tuple[str, int, str | None]:
         return one_line(str(exc), limit=None), OPERATIONAL, None
     if type(exc).__name__ == "SparkUnavailable":  # by name: importing it would load backfill.spark
         return one_line(str(exc), limit=None), OPERATIONAL, None
-    if isinstance(exc, sa.exc.DBAPIError):
-        return f"database error: {one_line(str(exc.orig or exc), limit=None)}", OPERATIONAL, DEBUG_HINT
+    if _database_error(exc):
+        return f"database error: {one_line(exc, limit=None)}", OPERATIONAL, DEBUG_HINT
     # Never the class name (users cannot act on `_JvmDidNotStart`): its message,
     # and the traceback with --debug.
     return f"unexpected failure: {one_line(str(exc), limit=None)}", OPERATIONAL, DEBUG_HINT
+
+
+def _database_error(exc: BaseException) -> bool:
+    """A driver's error, raised through SQLAlchemy or by psycopg directly
+    (``framework.directdb``). Looked up in ``sys.modules``: a library that was
+    never imported raised nothing, and importing it here would cost every
+    failing command its import time."""
+    sa, psycopg = sys.modules.get("sqlalchemy"), sys.modules.get("psycopg")
+    return bool((sa is not None and isinstance(exc, sa.exc.DBAPIError))
+                or (psycopg is not None and isinstance(exc, psycopg.Error)))
 
 
 def _usage_error(exc: typer.TyperException) -> tuple[str, int, str | None]:

@@ -6,7 +6,6 @@ import contextlib
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from cli import plugin, progress
 from cli.context import cli_state
@@ -30,7 +29,8 @@ def status(
     limit: Annotated[int, typer.Option(min=1, help="Show the newest N jobs.")] = 20,
 ) -> None:
     """Progress of jobs: state, percent, rows, rows/s, ETA, subtasks, nodes."""
-    db = cli_state(ctx).database()
+    state = cli_state(ctx)
+    db = state.read_database()
     if watch and not as_json:
         with contextlib.suppress(KeyboardInterrupt):  # leaving a watch is not an error
             progress.watch(db, job_id, limit)
@@ -45,7 +45,7 @@ def status(
         for job in jobs:
             for line in progress.throttle_lines(job):
                 console.print(line, markup=False)
-        found = plugin.status_line(db, jobs[0]) if job_id is not None else None
+        found = plugin.status_line(state.database, jobs[0]) if job_id is not None else None
         if found:
             console.print(found, markup=False)
 
@@ -58,7 +58,7 @@ def wait(
 ) -> None:
     """Wait until a job ends: exit 0 when it succeeded, 1 when it failed, was
     cancelled or reverted, 3 on timeout, 5 when the database cannot be reached."""
-    job = progress.wait_terminal(cli_state(ctx).database(), job_id, timeout)
+    job = progress.wait_terminal(cli_state(ctx).read_database(), job_id, timeout)
     if job is None:
         raise CliFailure(f"job {job_id} has not finished after {timeout:g}s; "
                          "`reorg status` shows where it is", TIMEOUT)
@@ -127,6 +127,8 @@ def events(ctx: typer.Context, job_id: JobArg, as_json: JsonOpt = False) -> None
     if as_json:
         print_json(rows)
         return
+    from rich.table import Table
+
     table = Table(box=None, header_style="bold", pad_edge=False)
     for name in ("AT", "ACTOR", "FROM", "TO", "DETAIL"):
         table.add_column(name, overflow="fold")

@@ -1,5 +1,6 @@
 """Output helpers shared by every command: JSON for scripts, compact numbers
-and durations for people."""
+and durations for people. rich's console is made on first use: a command that
+prints JSON or plain lines never imports rich."""
 
 from __future__ import annotations
 
@@ -9,14 +10,34 @@ import re
 import sys
 from datetime import date, datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
+if TYPE_CHECKING:
+    from rich.console import Console
 
-# Piped output is read by people in logs and pagers, not cut to a terminal:
-# rich would otherwise wrap every table at 80 columns.
-_PIPE_WIDTH = None if sys.stdout.isatty() or "COLUMNS" in os.environ else 200
-console = Console(highlight=False, width=_PIPE_WIDTH)
+
+class LazyConsole:
+    """rich's ``Console``, made when first printed to; ``get()`` is the
+    console itself (for rich's own classes that take one)."""
+
+    def __init__(self) -> None:
+        self._console: Console | None = None
+
+    def get(self) -> Console:
+        if self._console is None:
+            from rich.console import Console
+
+            # Piped output is read by people in logs and pagers, not cut to a
+            # terminal: rich would otherwise wrap every table at 80 columns.
+            width = None if sys.stdout.isatty() or "COLUMNS" in os.environ else 200
+            self._console = Console(highlight=False, width=width)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.get(), name)
+
+
+console = LazyConsole()
 
 _QUOTED_NAME = re.compile(r'"((?:[^"]|"")*)"')
 

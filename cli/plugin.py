@@ -110,10 +110,11 @@ def commands() -> dict[str, EntryPoint]:
     return {ep.name: ep for ep in installed_entry_points(COMMANDS_GROUP)}
 
 
-def status_line(db: Database, job: dict[str, Any]) -> str | None:
-    """The line the job's type adds under ``reorg status JOB``, if it adds one."""
+def status_line(database: Callable[[], Database], job: dict[str, Any]) -> str | None:
+    """The line the job's type adds under ``reorg status JOB``, if it adds one;
+    ``database()`` is called only then (an engine is not free to make)."""
     for ep in installed_entry_points(STATUS_LINES_GROUP).select(name=job["type"]):
-        line = ep.load()(db, job)
+        line = ep.load()(database(), job)
         if line:
             return str(line)
     return None

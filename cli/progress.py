@@ -1,21 +1,23 @@
 """How jobs look: the status table, live progress bars, and waiting for a
-job to finish. Shared by ``status``, ``wait`` and ``demo``."""
+job to finish. Shared by ``status``, ``wait`` and ``demo``. rich is imported
+by what draws: ``status --json`` and ``wait`` draw nothing."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
-
-from rich.console import Group, RenderableType
-from rich.live import Live
-from rich.progress_bar import ProgressBar
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING, Any
 
 from cli.output import console, count, duration, rate, table_name
 from framework import control
 from framework.db import Database
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+    from rich.table import Table
+    from rich.text import Text
+
+    from framework.directdb import DirectDatabase
 from framework.jobtype import STEP_REVERT
 from framework.states import JOB_TERMINAL
 
@@ -45,6 +47,8 @@ def for_json(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def _state(job: dict[str, Any]) -> Text:
+    from rich.text import Text
+
     return Text(job["state"], style=_STATE_STYLE.get(job["state"], ""))
 
 
@@ -92,6 +96,8 @@ def throttle_lines(job: dict[str, Any]) -> list[str]:
 
 
 def status_table(jobs: list[dict[str, Any]]) -> Table:
+    from rich.table import Table
+
     table = Table(box=None, header_style="bold", pad_edge=False)
     for name in ("ID", "TYPE", "TABLE", "STATE", "STEP", "%", "ROWS", "ROWS/S", "ETA",
                  "SUBTASKS P/R/S/F", "NODES", "ERROR"):
@@ -110,6 +116,11 @@ def status_table(jobs: list[dict[str, Any]]) -> Table:
 def progress_view(jobs: list[dict[str, Any]]) -> RenderableType:
     """Two lines per job, a progress bar and the figures, so it fits 80 columns;
     for ``--watch`` and the demo."""
+    from rich.console import Group
+    from rich.progress_bar import ProgressBar
+    from rich.table import Table
+    from rich.text import Text
+
     parts: list[RenderableType] = []
     for job in jobs:
         head = Table.grid(expand=True, padding=(0, 1))
@@ -139,13 +150,15 @@ def progress_view(jobs: list[dict[str, Any]]) -> RenderableType:
     return Group(*parts)
 
 
-def watch(db: Database, job_id: int | None, limit: int,
+def watch(db: Database | DirectDatabase, job_id: int | None, limit: int,
           on_tick: Tick | None = None) -> list[dict[str, Any]]:
     """Redraw progress until every shown job is terminal; returns the last
     status read. ``on_tick`` runs before every redraw and may raise to stop
     (the demo checks that its workers are alive)."""
+    from rich.live import Live
+
     jobs = control.status(db, job_id, limit)
-    with Live(progress_view(jobs), console=console, refresh_per_second=4) as live:
+    with Live(progress_view(jobs), console=console.get(), refresh_per_second=4) as live:
         while not all(is_terminal(j) for j in jobs):
             time.sleep(POLL_SECONDS)
             if on_tick is not None:
@@ -157,7 +170,7 @@ def watch(db: Database, job_id: int | None, limit: int,
     return jobs
 
 
-def wait_terminal(db: Database, job_id: int, timeout: float | None,
+def wait_terminal(db: Database | DirectDatabase, job_id: int, timeout: float | None,
                   on_tick: Tick | None = None) -> dict[str, Any] | None:
     """Poll until the job is terminal; None when ``timeout`` passes first."""
     deadline = None if timeout is None else time.monotonic() + timeout

@@ -10,15 +10,18 @@ import getpass
 import os
 import socket
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.engine import Connection
-
-from framework.db import Database
+from framework.db import Database, ReadConnection, ReadDatabase
 from framework.jobtype import InvalidParams
 from framework.states import JOB_CANCELLABLE, JOB_TERMINAL, JobState
 from framework.store import jobs, progress, steps
 from framework.throttle import HEALTH_INTERVAL_SECONDS
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
+
+    from framework.directdb import DirectDatabase
 
 J = JobState
 
@@ -32,7 +35,7 @@ def local_actor() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
-def _state_or_fail(db: Database, conn: Connection, job_id: int) -> JobState:
+def _state_or_fail(db: ReadDatabase, conn: ReadConnection, job_id: int) -> JobState:
     state = jobs.state(db, conn, job_id)
     if state is None:
         raise InvalidParams(f"job {job_id} does not exist; `reorg status` lists jobs")
@@ -41,7 +44,7 @@ def _state_or_fail(db: Database, conn: Connection, job_id: int) -> JobState:
 
 # A user transition: from the job's state, the CAS to try (None: refuse with the
 # message), or the state to report without changing anything (already there).
-_Cas = Callable[[Database, Connection, int], JobState | None]
+_Cas = Callable[[Database, "Connection", int], JobState | None]
 
 
 def _request(db: Database, job_id: int,
@@ -177,7 +180,8 @@ def throttled_now(job: dict[str, Any]) -> str | None:
     return job["throttled"] if float(age) <= THROTTLED_NOTE_FRESH_SECONDS else None
 
 
-def status(db: Database, job_id: int | None = None, limit: int = 20) -> list[dict[str, Any]]:
+def status(db: Database | DirectDatabase, job_id: int | None = None,
+           limit: int = 20) -> list[dict[str, Any]]:
     with db.begin() as conn:
         if job_id is not None:
             _state_or_fail(db, conn, job_id)

@@ -2,6 +2,10 @@
 
 Every SQL statement of the framework is a ``text()`` template with ``{s}``
 standing for the quoted system schema; ``Database.sql`` formats and caches it.
+
+SQLAlchemy is imported when a ``Database`` is made, not with this module: a
+short read command (``reorg status``) reads through psycopg alone
+(``framework.directdb``), and importing SQLAlchemy is most of its time.
 """
 
 from __future__ import annotations
@@ -9,13 +13,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
-
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine
 
 from framework.config import ConfigError, Settings
 from framework.errors import one_line
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+    from sqlalchemy.engine import Connection, Engine
 
 
 class DatabaseUnreachable(RuntimeError):
@@ -88,10 +94,39 @@ def socket_options(settings: Settings) -> dict[str, int]:
     }
 
 
+# The revision of the system tables: one statement, no catalogue probe first.
+# A schema without the table (not installed) fails it with UndefinedTable.
+REVISION_SQL = "SELECT version_num FROM {s}.alembic_version"
+UNDEFINED_TABLE = "42P01"
+
+
+def revision_missing(error: BaseException) -> bool:
+    """Whether ``error`` (psycopg's, or SQLAlchemy's around it) says the
+    revision table does not exist: the system tables are not installed."""
+    return getattr(getattr(error, "orig", error), "sqlstate", None) == UNDEFINED_TABLE
+
+
+class ReadConnection(Protocol):
+    """What the read-only store functions (``jobs.state``, ``progress``) need
+    of a connection: SQLAlchemy's, or ``framework.directdb``'s."""
+
+    def execute(self, statement: Any, parameters: Any = None) -> Any: ...
+
+
+class ReadDatabase(Protocol):
+    """What the read-only store functions need of a database."""
+
+    schema: str
+
+    def sql(self, template: str) -> Any: ...
+
+
 class Database:
     """The system tables of one reorg installation (one URL, one schema)."""
 
     def __init__(self, settings: Settings, role: str = "cli", pool_size: int = 5) -> None:
+        import sqlalchemy as sa
+
         self.settings = settings
         self.schema = settings.schema
         self.engine: Engine = sa.create_engine(
@@ -113,13 +148,12 @@ class Database:
 
     def connect(self, **execution_options: object) -> Connection:
         """A connection; translates 'cannot connect' into DatabaseUnreachable."""
+        from sqlalchemy.exc import OperationalError
+
         try:
             return self.engine.connect().execution_options(**execution_options)
-        except sa.exc.OperationalError as exc:
-            raise DatabaseUnreachable(
-                f"cannot reach PostgreSQL at {describe_url(self.settings.database_url)}: "
-                f"{one_line(exc.orig, empty='no answer')}; start it or pass --db / REORG_DATABASE_URL"
-            ) from exc
+        except OperationalError as exc:
+            raise unreachable(self.settings.database_url, exc.orig) from exc
 
     @contextmanager
     def begin(self, **execution_options: object) -> Iterator[Connection]:
@@ -128,44 +162,62 @@ class Database:
             yield conn
 
     def schema_revision(self) -> str | None:
-        with self.begin() as conn:
-            exists = conn.execute(
-                sa.text("SELECT to_regclass(:t)"), {"t": f'"{self.schema}".alembic_version'}
-            ).scalar()
-            if exists is None:
+        from sqlalchemy.exc import ProgrammingError
+
+        try:
+            with self.begin() as conn:
+                return conn.execute(self.sql(REVISION_SQL)).scalar()
+        except ProgrammingError as exc:
+            if revision_missing(exc):
                 return None
-            return conn.execute(self.sql("SELECT version_num FROM {s}.alembic_version")).scalar()
+            raise
 
     def check_schema_current(self) -> None:
-        from framework.migrate import head_revision
-
-        current, head = self.check_schema_not_newer(), head_revision()
-        if current != head:
-            where = f"at revision {current}" if current else "not installed"
-            raise SchemaBehind(
-                f"reorg's system tables in schema {self.schema!r} are {where}, this version "
-                f"needs {head}: run `reorg db upgrade`"
-            )
+        check_current(self.schema, self.schema_revision())
 
     def check_schema_not_newer(self) -> str | None:
-        """The schema's revision, unless a newer reorg upgraded it past what
-        this version knows (its workers still running an older version keep
-        working: migrations only add; a command of this version refuses)."""
-        from framework.migrate import head_revision, known_revisions
-
-        current = self.schema_revision()
-        if current is not None and current not in known_revisions():
-            raise SchemaBehind(
-                f"reorg's system tables in schema {self.schema!r} are at revision {current}, "
-                f"newer than this version of reorg knows (its newest is {head_revision()}): "
-                "install the version that ran `reorg db upgrade` on this host"
-            )
-        return current
+        return check_not_newer(self.schema, self.schema_revision())
 
     def dispose(self) -> None:
         self.engine.dispose()
 
 
+def unreachable(url: str, error: BaseException | None) -> DatabaseUnreachable:
+    return DatabaseUnreachable(
+        f"cannot reach PostgreSQL at {describe_url(url)}: "
+        f"{one_line(error, empty='no answer')}; start it or pass --db / REORG_DATABASE_URL")
+
+
+def check_current(schema: str, current: str | None) -> None:
+    """Raise SchemaBehind unless ``current`` is the revision this code needs."""
+    from framework.migrate import head_revision
+
+    head = head_revision()
+    if check_not_newer(schema, current) != head:
+        where = f"at revision {current}" if current else "not installed"
+        raise SchemaBehind(
+            f"reorg's system tables in schema {schema!r} are {where}, this version "
+            f"needs {head}: run `reorg db upgrade`"
+        )
+
+
+def check_not_newer(schema: str, current: str | None) -> str | None:
+    """``current``, unless a newer reorg upgraded the schema past what this
+    version knows (its workers still running an older version keep working:
+    migrations only add; a command of this version refuses)."""
+    from framework.migrate import head_revision, known_revisions
+
+    if current is not None and current not in known_revisions():
+        raise SchemaBehind(
+            f"reorg's system tables in schema {schema!r} are at revision {current}, "
+            f"newer than this version of reorg knows (its newest is {head_revision()}): "
+            "install the version that ran `reorg db upgrade` on this host"
+        )
+    return current
+
+
 @lru_cache(maxsize=512)
 def _compiled(template: str, schema: str) -> sa.TextClause:
+    import sqlalchemy as sa
+
     return sa.text(template.replace("{s}", f'"{schema}"'))

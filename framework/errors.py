@@ -3,7 +3,7 @@ is reported as."""
 
 from __future__ import annotations
 
-import sqlalchemy as sa
+import sys
 
 from framework.jobtype import RetryableError
 from framework.redact import redact
@@ -22,7 +22,10 @@ _RETRYABLE_SQLSTATES = {"40001", "40P01", "55P03", "57014", "57P01", "57P02", "5
 def is_retryable(exc: BaseException) -> bool:
     if isinstance(exc, RetryableError):
         return True
-    if isinstance(exc, sa.exc.DBAPIError):
+    # A SQLAlchemy error exists only where SQLAlchemy is loaded; a short
+    # command that reads through psycopg alone (framework.directdb) never loads it.
+    sa = sys.modules.get("sqlalchemy")
+    if sa is not None and isinstance(exc, sa.exc.DBAPIError):
         if exc.connection_invalidated or isinstance(exc, sa.exc.OperationalError):
             return True
         sqlstate = getattr(exc.orig, "sqlstate", None) or ""

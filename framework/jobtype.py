@@ -19,12 +19,13 @@ import threading
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoints, entry_points
-from typing import Any, Protocol
-
-from sqlalchemy.engine import Connection
+from typing import TYPE_CHECKING, Any, Protocol
 
 from framework import faults
 from framework.keys import KeySpec
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
 
 log = logging.getLogger("reorg.worker")
 

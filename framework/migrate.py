@@ -12,8 +12,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sqlalchemy import text
-
 from framework.db import Database
 
 if TYPE_CHECKING:
@@ -80,6 +78,7 @@ def upgrade(db: Database, revision: str = "head") -> None:
     commands on a new embedded database) take turns; the second finds nothing
     left to do."""
     from alembic import command
+    from sqlalchemy import text
 
     cfg = alembic_config(db.schema)
     with db.begin() as conn:

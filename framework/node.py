@@ -57,8 +57,13 @@ class Node:
                                  self._on_notify)
         self.stopped = threading.Event()
         # Set while an owner tick runs: a wake-up then would only be skipped
-        # (and logged) by the scheduler, and the tick sees the change anyway.
+        # (and logged) by the scheduler. The tick may have read the jobs
+        # before the change, so every wake-up is also noted (``_owner_woken``)
+        # and a tick during which one came runs again at once: a job submitted
+        # meanwhile is not left for the next interval (a second, most of a
+        # Spark submit's wait for the owner's verdict).
         self._owner_busy = threading.Event()
+        self._owner_woken = threading.Event()
 
     def start(self) -> None:
         with self.worker_db.begin() as conn:
@@ -125,14 +130,24 @@ class Node:
             log.warning("heartbeat failed: %s", one_line(exc))
 
     def _owner_tick(self) -> None:
-        self._owner_busy.set()
+        # Ends only with a tick no notification arrived during: each tick acts
+        # on what changed, and a tick that changes nothing notifies nobody.
+        while True:
+            self._owner_woken.clear()
+            self._owner_busy.set()
+            try:
+                self._owner_tick_once()
+            finally:
+                self._owner_busy.clear()
+            if not self._owner_woken.is_set():
+                return
+
+    def _owner_tick_once(self) -> None:
         try:
             result = self.owner.tick()
         except Exception as exc:
             log.warning("owner tick failed: %s", one_line(exc), exc_info=exc)
             return
-        finally:
-            self._owner_busy.clear()
         for action in result.actions:
             log.info("owner rev %s: %s", result.revision, action)
         self._report_jobs(result.is_owner)
@@ -158,6 +173,7 @@ class Node:
         # A job state change may concern a running subtask (cancel, pause) or
         # the owner (new job, resume): act now instead of at the next interval.
         now = datetime.now(UTC)
+        self._owner_woken.set()  # before reading busy: see _owner_tick
         for job_id in ("renew",) if self._owner_busy.is_set() else ("owner", "renew"):
             job = self.scheduler.get_job(job_id)
             if job is not None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from framework import jobtype, privileges
 from framework.control import local_actor
@@ -37,8 +37,14 @@ from framework.splitting import SplitPlan, plan_split
 from framework.states import JobState
 from framework.store import jobs, owner_lease
 
-# How often a submit looks for the owner's verdict.
-VERDICT_POLL_SECONDS = 0.02
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
+
+# A submit waits for the owner's verdict on a notification (the owner's accept
+# or reject sends one at commit, ``jobs.notify_verdict``) and looks again at
+# least this often without one: a job cancelled or changed meanwhile, or an
+# owner of an older version that sends none (workers upgraded one by one).
+VERDICT_RECHECK_SECONDS = 0.1
 
 ON_FAILURE_CHOICES = ("rollback", "pause")
 
@@ -125,18 +131,29 @@ def submit(db: Database, request: SubmitRequest) -> SubmitResult:
         owner_checks = False
     if plan is not None:
         return SubmitResult(None, False, target.table, plan, notes=notes)
-    with db.begin() as conn:
-        job_id, created = jobs.insert(
-            db, conn, type=request.type, params=params, target_table=target.table,
-            key_column=target.key_column, job_key=request.job_key, priority=request.priority,
-            concurrency=request.concurrency, batch_rows=request.batch_rows,
-            max_rows_per_sec=request.max_rows_per_sec,
-            max_replica_lag=request.max_replica_lag,
-            max_active_sessions=request.max_active_sessions, on_failure=request.on_failure,
-            actor=request.actor or local_actor(), key=target.key,
-        )
-    if owner_checks and created:
-        return _await_verdict(db, job_id, target.table, request.verdict_seconds)
+    with db.connect() as conn:
+        with conn.begin():
+            if owner_checks:
+                # In the insert's transaction: listening from its commit on,
+                # before the owner can see the job, so no verdict is missed.
+                conn.execute(db.sql(f'LISTEN "{jobs.verdict_channel(db)}"'))
+            job_id, created = jobs.insert(
+                db, conn, type=request.type, params=params, target_table=target.table,
+                key_column=target.key_column, job_key=request.job_key,
+                priority=request.priority, concurrency=request.concurrency,
+                batch_rows=request.batch_rows, max_rows_per_sec=request.max_rows_per_sec,
+                max_replica_lag=request.max_replica_lag,
+                max_active_sessions=request.max_active_sessions, on_failure=request.on_failure,
+                actor=request.actor or local_actor(), key=target.key,
+            )
+        if owner_checks:
+            try:
+                if created:
+                    return _await_verdict(db, conn, job_id, target.table,
+                                          request.verdict_seconds)
+            finally:  # the connection goes back to the pool listening to nothing
+                with conn.begin():
+                    conn.execute(db.sql("UNLISTEN *"))
     return SubmitResult(job_id, created, target.table)
 
 
@@ -177,22 +194,31 @@ def _draft(request: SubmitRequest, target: Target, params: dict[str, Any]) -> Jo
                key_types=list(key.types) if key else None)
 
 
-def _await_verdict(db: Database, job_id: int, table: str, seconds: float) -> SubmitResult:
-    """Wait for the owner to accept or reject the job's input; a rejected job
-    is discarded and its error raised (DESIGN 11)."""
+def _await_verdict(db: Database, conn: Connection, job_id: int, table: str,
+                   seconds: float) -> SubmitResult:
+    """Wait for the owner to accept or reject the job's input, on ``conn``
+    (which listens to the verdict channel); a rejected job is discarded and
+    its error raised (DESIGN 11)."""
     deadline = time.monotonic() + seconds
     while True:
-        with db.begin() as conn:
+        with conn.begin():
             seen = jobs.verdict(db, conn, job_id)
         if seen is None:  # deleted meanwhile (another submit's discard cannot: it is ours)
             raise InvalidParams(f"job {job_id} disappeared before its input was checked")
         state, verdict, error = seen
         if verdict == jobs.REJECTED:
-            with db.begin() as conn:
+            with conn.begin():
                 jobs.discard_rejected(db, conn, job_id)
             raise InvalidParams(error or "the owner rejected the job's input")
         if verdict == jobs.ACCEPTED or state is not JobState.QUEUED:
             return SubmitResult(job_id, True, table)
-        if time.monotonic() >= deadline:
+        left = deadline - time.monotonic()
+        if left <= 0:
             return SubmitResult(job_id, True, table, awaiting_verdict=True)
-        time.sleep(VERDICT_POLL_SECONDS)
+        # Between transactions, where PostgreSQL delivers notifications; any
+        # one (another job's verdict too) is a reason to look again.
+        listening = conn.connection.driver_connection
+        assert listening is not None  # a checked-out connection has its driver's
+        for _ in listening.notifies(timeout=min(left, VERDICT_RECHECK_SECONDS),
+                                    stop_after=1):
+            pass

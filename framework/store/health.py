@@ -11,9 +11,11 @@ NULL, which the replica-lag throttle treats as "unknown", i.e. over the limit.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
+
 
 # Connections of reorg itself (framework.db names them reorg-worker,
 # reorg-owner, reorg-cli): the load signal is the application's, so that a
@@ -38,7 +40,9 @@ class Reading:
 
 
 def read(conn: Connection) -> Reading:
-    row = conn.execute(sa.text("""
+    from sqlalchemy import text
+
+    row = conn.execute(text("""
         SELECT extract(epoch FROM clock_timestamp())::float8 AS at,
                CASE WHEN pg_is_in_recovery() THEN NULL
                     ELSE pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint END AS wal_pos,

@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
-
-from framework.db import Database
+from framework.db import Database, ReadConnection, ReadDatabase
 from framework.jobtype import STEP_REVERT, Job
 from framework.keys import KeySpec
 from framework.states import (
@@ -25,6 +22,9 @@ from framework.states import (
     check_job_transition,
 )
 from framework.store.owner_lease import FENCE, OwnerTerm
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
 
 JOB_COLUMNS = (
     "id, type, state, step, params, target_table, key_column, batch_rows, "
@@ -75,6 +75,8 @@ def insert(
     active = active_on_table(db, conn, target_table)
     if active is not None:
         raise ActiveJobExists(target_table, active)
+    from sqlalchemy.exc import IntegrityError
+
     try:
         with conn.begin_nested():
             job_id = conn.execute(
@@ -104,7 +106,7 @@ def insert(
                     "key_types": list(key.types) if key else None,
                 },
             ).scalar_one()
-    except sa.exc.IntegrityError:
+    except IntegrityError:
         # Lost a race with another submit: report whichever job won.
         if job_key is not None:
             won = conn.execute(
@@ -263,13 +265,16 @@ def accept(
     """Record a queued job's accepted input: its params, as the analysis
     completed them, with the verdict. Not a transition: the job stays queued
     until prepared and split."""
-    return conn.execute(
+    accepted = conn.execute(
         db.sql(f"""UPDATE {{s}}.jobs SET params = CAST(:params AS jsonb),
                        updated_at = clock_timestamp()
                    WHERE id = :job_id AND state = 'queued' AND {FENCE}"""),
         {"job_id": job_id, "params": json.dumps({**params, VERDICT: ACCEPTED}),
          **term.params()},
     ).rowcount == 1
+    if accepted:
+        notify_verdict(db, conn, job_id)
+    return accepted
 
 
 def reject(
@@ -278,10 +283,13 @@ def reject(
     """queued -> failed: the analysis rejected the job's input, before
     anything was done to any table. Its submit, if still waiting, reports
     ``error`` and discards the job (``discard_rejected``)."""
-    return _move(db, conn, job_id, {J.QUEUED}, J.FAILED, actor=actor, term=term,
+    left = _move(db, conn, job_id, {J.QUEUED}, J.FAILED, actor=actor, term=term,
                  detail="input rejected",
                  sets="error = :error, params = j.params || CAST(:verdict AS jsonb)",
                  error=error, verdict=json.dumps({VERDICT: REJECTED}))
+    if left is not None:
+        notify_verdict(db, conn, job_id)
+    return left
 
 
 def verdict(db: Database, conn: Connection, job_id: int) -> tuple[JobState, str | None,
@@ -576,7 +584,7 @@ def get(db: Database, conn: Connection, job_id: int) -> Job | None:
     return Job(**row) if row else None
 
 
-def state(db: Database, conn: Connection, job_id: int) -> JobState | None:
+def state(db: ReadDatabase, conn: ReadConnection, job_id: int) -> JobState | None:
     value = conn.execute(
         db.sql("SELECT state FROM {s}.jobs WHERE id = :id"), {"id": job_id}
     ).scalar()
@@ -605,11 +613,22 @@ def events(db: Database, conn: Connection, job_id: int) -> list[dict[str, Any]]:
 
 def notify(db: Database, conn: Connection) -> None:
     """Wake idle workers and the owner; delivered when the transaction commits."""
-    conn.execute(sa.text("SELECT pg_notify(:channel, '')"), {"channel": channel(db)})
+    conn.execute(db.sql("SELECT pg_notify(:channel, '')"), {"channel": channel(db)})
 
 
 def channel(db: Database) -> str:
     return f"reorg_{db.schema}"
+
+
+def notify_verdict(db: Database, conn: Connection, job_id: int) -> None:
+    """Wake a submit waiting for the verdict on ``job_id``'s input (at commit).
+    A channel of its own: workers and the owner have nothing to do for it."""
+    conn.execute(db.sql("SELECT pg_notify(:channel, :job)"),
+                 {"channel": verdict_channel(db), "job": str(job_id)})
+
+
+def verdict_channel(db: Database) -> str:
+    return f"reorg_{db.schema}_verdict"
 
 
 __all__ = ["JOB_ACTIVE", "ActiveJobExists", "insert", "get", "live", "events"]

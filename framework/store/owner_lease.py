@@ -20,10 +20,12 @@ for a lock) holds the fence.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from sqlalchemy.engine import Connection
+from typing import TYPE_CHECKING
 
 from framework.db import Database
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
 
 FENCE = """EXISTS (
     SELECT 1 FROM {s}.owner_lease ol

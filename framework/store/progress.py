@@ -16,13 +16,14 @@ average.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.engine import Connection
-
-from framework.db import Database
+from framework.db import Database, ReadConnection, ReadDatabase
 from framework.jobtype import FIXED_SUBTASK_UNITS, STEP_REVERT
 from framework.states import JOB_TERMINAL
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
 
 _TERMINAL_SQL = ", ".join(f"'{s}'" for s in sorted(JOB_TERMINAL))
 
@@ -33,7 +34,7 @@ _MIN_SAMPLE_AGE_SECONDS = 2.0
 
 
 def jobs_progress(
-    db: Database, conn: Connection, job_id: int | None = None, limit: int = 20
+    db: ReadDatabase, conn: ReadConnection, job_id: int | None = None, limit: int = 20
 ) -> list[dict[str, Any]]:
     return _progress(db, conn, "(CAST(:job_id AS bigint) IS NULL OR id = :job_id)",
                      {"job_id": job_id, "limit": limit})
@@ -47,7 +48,7 @@ def live_jobs_progress(db: Database, conn: Connection, also: list[int],
                      {"also": also, "limit": limit})
 
 
-def _progress(db: Database, conn: Connection, where: str,
+def _progress(db: ReadDatabase, conn: ReadConnection, where: str,
               params: dict[str, Any]) -> list[dict[str, Any]]:
     rows = conn.execute(
         db.sql("""

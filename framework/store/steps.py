@@ -11,9 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
-
-from sqlalchemy.engine import Connection
+from typing import TYPE_CHECKING, Any
 
 from framework.db import Database
 from framework.jobtype import FIXED_SUBTASK_UNITS, STEP_REVERT
@@ -21,6 +19,9 @@ from framework.keys import Key, decode, encode
 from framework.states import SubtaskState
 from framework.store.owner_lease import FENCE, OwnerTerm
 from framework.store.subtasks import LEASE_LIVE, guard_into
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
 
 S = SubtaskState
 

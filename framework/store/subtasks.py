@@ -12,15 +12,16 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
-
-from sqlalchemy.engine import Connection
+from typing import TYPE_CHECKING, Any
 
 from framework.db import Database
 from framework.jobtype import STEP_REVERT, Job
 from framework.keys import Key, decode, encode
 from framework.states import SubtaskState, subtask_sources
 from framework.store.jobs import JOB_COLUMNS
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
 
 S = SubtaskState
 

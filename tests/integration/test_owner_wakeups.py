@@ -5,6 +5,8 @@ subtask, so a job advances within a fraction of a second of its last batch
 
 from __future__ import annotations
 
+import threading
+
 from support import TERMINAL, fill, make_items, wait_state, wait_until
 
 from framework.node import Node
@@ -21,4 +23,43 @@ def test_the_last_subtask_wakes_the_owner_to_advance_the_job(db, settings):
         job_id = submit(db, fill("md5(b)", rows_per_subtask=1_000, batch_rows=100)).job_id
         assert wait_state(db, job_id, TERMINAL, 20)["state"] == "succeeded"
     finally:
+        node.drain(timeout=10)
+
+
+
+def test_a_job_submitted_during_an_owner_tick_starts_without_waiting_for_the_next(
+        db, settings):
+    """A NOTIFY that arrives while the owner ticks used to be dropped (the
+    scheduler would skip a second run); if the tick had read the jobs before
+    the submit committed, the job waited for the next interval (a second by
+    default: most of a Spark submit's wait for the owner's verdict)."""
+    make_items(db, 1_000)
+    node = Node(settings, node_id="n1", slots=2, owner_tick_seconds=60)
+    # The node's first tick is held once it is done, until the submit's NOTIFY
+    # has reached the node: a tick that read the jobs before the submit.
+    real_tick, real_notify = node.owner.tick, node.listener.on_notify
+    holding, leave, notified = threading.Event(), threading.Event(), threading.Event()
+
+    def held_tick():  # type: ignore[no-untyped-def]
+        result = real_tick()
+        if not leave.is_set():
+            holding.set()
+            leave.wait(30)
+        return result
+
+    def noted() -> None:
+        real_notify()
+        notified.set()
+
+    node.owner.tick, node.listener.on_notify = held_tick, noted  # type: ignore[method-assign]
+    node.start()
+    try:
+        assert holding.wait(20), "the first owner tick never ran"
+        notified.clear()
+        job_id = submit(db, fill("md5(b)", rows_per_subtask=500, batch_rows=100)).job_id
+        assert notified.wait(10), "the submit's NOTIFY never reached the node"
+        leave.set()
+        assert wait_state(db, job_id, TERMINAL, 20)["state"] == "succeeded"
+    finally:
+        leave.set()
         node.drain(timeout=10)

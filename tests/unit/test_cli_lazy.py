@@ -59,3 +59,26 @@ def test_status_imports_no_worker_submit_or_demo_code():
          "'framework.node', 'framework.metrics', 'pyspark')))"],
         capture_output=True, text=True, check=True).stdout.strip()
     assert loaded == "[]"
+
+
+
+_PARSE_STATUS_AND_WAIT = """
+import sys, typer
+from cli.main import build_app
+root = typer.main.get_command(build_app(["status", "wait"]))
+ctx = root.make_context("reorg", ["--db", "postgresql://x/y", "status", "1", "--json"])
+for name, args in (("status", ["1", "--json", "--limit", "3"]), ("wait", ["1", "--timeout", "5"])):
+    root.get_command(ctx, name).make_context(name, args, parent=ctx)
+print(sorted({m.split(".")[0] for m in sys.modules}
+             & {"sqlalchemy", "pydantic", "rich", "alembic", "pyspark"}))
+"""
+
+
+def test_status_and_wait_parse_without_sqlalchemy_pydantic_rich_or_alembic():
+    """``reorg status`` / ``reorg wait`` read through psycopg alone and print
+    JSON or lines without rich (issue 9: status as a command ≤ 400 ms); a
+    plain option needs no pydantic (``cli.coercion``). The status table and
+    ``--watch`` import rich when they draw."""
+    loaded = subprocess.run([sys.executable, "-c", _PARSE_STATUS_AND_WAIT],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded == "[]"

@@ -1,0 +1,131 @@
+"""The system tables through one psycopg connection, without SQLAlchemy: for
+the CLI's short reads (``reorg status``), where importing SQLAlchemy and
+building an engine would be most of the command's time (issue 9: ≤ 400 ms).
+
+It runs the read-only store functions unchanged (``jobs.state``,
+``progress.jobs_progress``): they take what ``framework.db.ReadDatabase`` and
+``ReadConnection`` describe. Their ``:name`` parameters become psycopg's
+``%(name)s`` exactly as SQLAlchemy's psycopg dialect turns them (the same
+driver then binds the same values), so both paths send the same statement
+and read back the same Python values. Anything that writes, or any job
+type's own SQL, uses ``framework.db.Database``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from functools import lru_cache
+from typing import Any
+
+import psycopg
+from psycopg.conninfo import make_conninfo
+
+from framework.config import Settings
+from framework.db import (
+    REVISION_SQL,
+    check_current,
+    revision_missing,
+    session_options,
+    socket_options,
+    sqlalchemy_url,
+    unreachable,
+)
+
+# SQLAlchemy's bind-parameter pattern for text(): ":name", not "::type" casts.
+_BIND = re.compile(r"(?<![:\w\\]):(\w+)(?!:)")
+
+
+def psycopg_sql(template: str, schema: str) -> str:
+    """A framework SQL template (``{s}``, ``:name``) as psycopg runs it."""
+    return _psycopg_sql(template, schema)
+
+
+@lru_cache(maxsize=128)
+def _psycopg_sql(template: str, schema: str) -> str:
+    sql = template.replace("{s}", f'"{schema}"').replace("%", "%%")
+    return _BIND.sub(r"%(\1)s", sql)
+
+
+class DirectResult:
+    """The part of SQLAlchemy's result the read-only store functions use."""
+
+    def __init__(self, cursor: psycopg.Cursor[Any]) -> None:
+        self._cursor = cursor
+
+    def scalar(self) -> Any:
+        row = self._cursor.fetchone() if self._cursor.description else None
+        return row[0] if row else None
+
+    def mappings(self) -> list[dict[str, Any]]:
+        names = [c.name for c in self._cursor.description or ()]
+        return [dict(zip(names, row, strict=True)) for row in self._cursor.fetchall()]
+
+
+class DirectConnection:
+    """One transaction on the direct connection (``ReadConnection``)."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._conn = conn
+
+    def execute(self, statement: Any, parameters: Mapping[str, Any] | None = None) -> DirectResult:
+        return DirectResult(self._conn.execute(statement, parameters or None))
+
+
+class DirectDatabase:
+    """A ``ReadDatabase`` of one psycopg connection, opened on first use."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.schema = settings.schema
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def sql(self, template: str) -> str:
+        return psycopg_sql(template, self.schema)
+
+    @contextmanager
+    def begin(self) -> Iterator[DirectConnection]:
+        """A transaction, committed at the end (rolled back on an error)."""
+        conn = self._connection()
+        with conn.transaction():
+            yield DirectConnection(conn)
+
+    def schema_revision(self) -> str | None:
+        try:
+            with self.begin() as conn:
+                revision = conn.execute(self.sql(REVISION_SQL)).scalar()
+        except psycopg.errors.UndefinedTable as exc:
+            if revision_missing(exc):
+                return None
+            raise
+        return None if revision is None else str(revision)
+
+    def check_schema_current(self) -> None:
+        check_current(self.schema, self.schema_revision())
+
+    def dispose(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is not None:
+            # Pinged before reuse, as the engine's pool does: a `reorg wait`
+            # outlives a database restart by connecting again.
+            try:
+                self._conn.execute("")
+            except psycopg.OperationalError:
+                self._conn.close()
+                self._conn = None
+        if self._conn is None:
+            # The same URL, session settings and socket limits as the engine's.
+            url = sqlalchemy_url(self.settings.database_url).replace(
+                "postgresql+psycopg://", "postgresql://", 1)
+            conninfo = make_conninfo(url, options=session_options(self.settings, "cli"),
+                                     **socket_options(self.settings))
+            try:
+                self._conn = psycopg.connect(conninfo, autocommit=True)
+            except psycopg.OperationalError as exc:
+                raise unreachable(self.settings.database_url, exc) from exc
+        return self._conn

@@ -1,0 +1,65 @@
+"""``reorg status`` reads through psycopg alone (framework.directdb): the same
+rows as through SQLAlchemy, the same refusals, and a ``reorg status JOB
+--json`` process that never imports SQLAlchemy, pydantic, rich or alembic
+(issue 9: status as a command ≤ 400 ms; importing them was most of it)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from support import TERMINAL, fill, make_items, wait_state
+
+from framework import control
+from framework.db import SchemaBehind
+from framework.directdb import DirectDatabase, psycopg_sql
+from framework.jobtype import InvalidParams
+from framework.submit import submit
+
+
+def test_both_paths_read_the_same_status(db, settings, start_node):
+    make_items(db, 2_000)
+    make_items(db, 1_000, table="other")
+    done = submit(db, fill("md5(b)", rows_per_subtask=500, batch_rows=100)).job_id
+    start_node("n1")
+    wait_state(db, done, TERMINAL)
+    direct = DirectDatabase(settings)
+    try:
+        direct.check_schema_current()
+        for job_id in (done, None):
+            assert control.status(direct, job_id) == control.status(db, job_id)
+        with pytest.raises(InvalidParams, match="job 999 does not exist"):
+            control.status(direct, 999)
+    finally:
+        direct.dispose()
+
+
+def test_a_schema_not_installed_is_refused_like_the_engine_refuses_it(settings):
+    direct = DirectDatabase(settings.__class__(**{**settings.__dict__, "schema": "nowhere"}))
+    try:
+        with pytest.raises(SchemaBehind, match="'nowhere' are not installed"):
+            direct.check_schema_current()
+    finally:
+        direct.dispose()
+
+
+def test_parameters_become_psycopg_placeholders_and_casts_stay():
+    assert psycopg_sql("SELECT x::int, :a, CAST(:b AS bigint), '%' FROM {s}.t WHERE y = :a",
+                       "reorg") == ('SELECT x::int, %(a)s, CAST(%(b)s AS bigint), \'%%\' '
+                                    'FROM "reorg".t WHERE y = %(a)s')
+
+
+def test_status_as_a_command_loads_no_sqlalchemy_pydantic_rich_or_alembic(db, settings):
+    make_items(db, 100)
+    job_id = submit(db, fill("md5(b)")).job_id
+    script = ("import json, sys; from cli.main import run; "
+              f"code = run(['--db', {settings.database_url!r}, 'status', '{job_id}', '--json']); "
+              "print(json.dumps([code, sorted({m.split('.')[0] for m in sys.modules} "
+              "& {'sqlalchemy', 'pydantic', 'rich', 'alembic'})]))")
+    lines = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                           check=True).stdout.strip().splitlines()
+    shown = json.loads("\n".join(lines[:-1]))
+    assert [j["id"] for j in shown] == [job_id] and shown[0]["state"] == "queued"
+    assert json.loads(lines[-1]) == [0, []]
