@@ -3,8 +3,9 @@
 Owns argument parsing, ``REORG_*`` environment variables, output formatting
 (tables, ``--json``, live progress) and the single error handler
 (``cli.errors``). Every decision about jobs, subtasks and nodes stays in
-``framework``; SQL on reorg's system tables stays in ``framework.store``
-(``reorg demo`` alone writes SQL of its own, to its demo table).
+``framework``; SQL on reorg's system tables stays in ``framework.store``.
+``reorg demo`` is the job types' (backfill/demo.py), joined like any of
+their commands.
 
 Knows no job type: never imports ``backfill`` or ``pyspark``; job types bring
 their submit options, worker options, commands and status lines through

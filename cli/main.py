@@ -1,7 +1,7 @@
 """The ``reorg`` command: global options, the command groups, and ``main``.
 
 A run imports only the command groups its arguments name (``reorg status``
-loads neither the worker, Spark nor the demo): start-up is most of a short
+loads neither the worker nor Spark): start-up is most of a short
 command's time. Besides cli/'s own groups, job types add commands through the
 ``reorg.commands`` entry point (``cli.plugin``), imported the same way: only
 when a run names them, or for ``--help``. ``app`` (the module attribute) has
@@ -32,7 +32,6 @@ GROUPS: dict[str, tuple[str | None, tuple[str, ...]]] = {
     "nodes": (None, ("nodes",)),
     "worker": (None, ("worker",)),
     "db": ("db", ("db",)),
-    "demo": (None, ("demo",)),
     "dashboard.command": (None, ("dashboard",)),
 }
 ALL_COMMANDS = frozenset(c for _, commands in GROUPS.values() for c in commands)

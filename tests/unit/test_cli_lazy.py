@@ -55,7 +55,7 @@ def test_status_imports_no_worker_submit_or_demo_code():
     loaded = subprocess.run(
         [sys.executable, "-c", "import sys; from cli.main import build_app; "
          "build_app(['status', '1']); "
-         "print(sorted(m for m in sys.modules if m in ('cli.worker', 'cli.demo', 'cli.submit', "
+         "print(sorted(m for m in sys.modules if m in ('cli.worker', 'backfill.demo', 'cli.submit', "
          "'framework.node', 'framework.metrics', 'pyspark')))"],
         capture_output=True, text=True, check=True).stdout.strip()
     assert loaded == "[]"

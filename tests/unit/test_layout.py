@@ -39,7 +39,7 @@ RULES = [
     ("framework", ("framework.localpg",), "framework.localpg", None),
     ("framework.localpg", ("framework", "backfill", "cli"), None, "framework.localpg"),
     # A job type joins the `reorg` command through cli.plugin, and only it.
-    ("backfill", ("cli",), None, "cli.plugin"),
+    ("backfill", ("cli",), "backfill.demo", "cli.plugin"),
     ("backfill.schema", JOB_TYPES, None, None),
     ("backfill.spark", JOB_TYPES, None, None),
     ("backfill.sql_update", ("backfill.spark", "pyspark"), None, None),
@@ -49,6 +49,7 @@ RULES = [
     ("cli", WEB, "cli.dashboard", None),
     # cli/ knows no job type (issue 13): they come through cli.plugin.
     ("cli", ("backfill", "pyspark"), None, None),
+    ("backfill.demo", ("backfill.spark", "pyspark"), None, None),
     ("cli.dashboard", ("typer",), "cli.dashboard.command", None),
 ]
 

@@ -1,5 +1,9 @@
 """``reorg demo``: the whole product in one command, on the configured
-database (the embedded default unless --db is given).
+database (the embedded default unless --db is given). A command of the job
+types' package, not of cli/ (cli/ knows no job type): it joins ``reorg``
+through the ``reorg.commands`` entry point. Not a job type, so, alone in
+``backfill``, it uses cli/'s output and progress helpers (no worker ever
+imports it; tests/unit/test_layout.py).
 
     create reorg_demo.items (N rows) ─► start W local `reorg worker`s
       ─► submit backfill c = md5(b) (PySpark range scans; --job-type sql-update
