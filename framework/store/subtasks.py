@@ -263,11 +263,14 @@ def checkpoint_many(db: Database, conn: Connection, done: list[BatchDone]) -> di
 def none_left_beside(db: Database, conn: Connection, claim: Claim) -> bool:
     """No subtask of the claim's job (at its current step) but this one is
     pending or running: this one was the last (one index probe, once per
-    subtask)."""
+    subtask), from the owner's claim mark on like a claim."""
     return not conn.execute(
-        db.sql("""
-            SELECT EXISTS (SELECT 1 FROM {s}.background_subtask
+        db.sql(f"""
+            SELECT EXISTS (SELECT 1 FROM {{s}}.background_subtask
                            WHERE job_id = :job_id AND step = :step AND id <> :id
+                             AND ordinal >= coalesce(
+                                 (SELECT claim_from FROM {{s}}.jobs
+                                  WHERE id = :job_id AND claim_from_step = :step), {NO_MARK})
                              AND state IN ('pending', 'running'))"""),
         {"job_id": claim.job_id, "step": claim.job.step, "id": claim.id},
     ).scalar()

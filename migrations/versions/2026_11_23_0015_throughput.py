@@ -16,6 +16,13 @@ and the claim scans from there. Subtasks only ever leave the claimable set
 higher ordinals, so nothing claimable is below it; a stale value (another
 step, or NULL) means "from the start".
 
+The live subtask table also gets its own autovacuum thresholds: by default
+it is vacuumed once a fifth of it is dead, 20,000 row versions for a job of
+100,000 subtasks (each subtask leaves two or more), while every other
+statement that reads it by state (the running count of claims and renewals,
+the owner's probes) walks those dead entries too. Vacuum still comes at most
+once per ``autovacuum_naptime``; this makes it come at each.
+
 Revision ID: 0015_throughput
 Revises: 0010_keys
 Create Date: 2026-11-23
@@ -29,6 +36,8 @@ down_revision = "0010_keys"
 branch_labels = None
 depends_on = None
 
+AUTOVACUUM = "autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 2000"
+
 
 def _schema() -> str:
     return context.config.attributes["schema"]
@@ -38,9 +47,12 @@ def upgrade() -> None:
     s = _schema()
     op.add_column("jobs", sa.Column("claim_from_step", sa.Integer), schema=s)
     op.add_column("jobs", sa.Column("claim_from", sa.Integer), schema=s)
+    op.execute(f'ALTER TABLE "{s}".background_subtask SET ({AUTOVACUUM})')
 
 
 def downgrade() -> None:
     s = _schema()
+    names = ", ".join(option.split(" = ")[0] for option in AUTOVACUUM.split(", "))
+    op.execute(f'ALTER TABLE "{s}".background_subtask RESET ({names})')
     op.drop_column("jobs", "claim_from", schema=s)
     op.drop_column("jobs", "claim_from_step", schema=s)
