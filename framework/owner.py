@@ -337,6 +337,7 @@ class Owner:
             steps.fail_exhausted(self.db, conn, term, job.id, self.db.settings.max_attempts)
             # A big split goes on a chunk a tick (workers claim from the start).
             to_go = steps.insert_split_chunk(self.db, conn, term, job.id, SPLIT_CHUNK)
+            steps.mark_claim_from(self.db, conn, term, job.id, job.step)
         with self.db.begin() as conn:
             snap = steps.step_snapshot(self.db, conn, job.id, job.step)
             error = steps.first_error(self.db, conn, job.id) if (
@@ -515,6 +516,7 @@ class Owner:
                                               detail=_table_gone(gone)))
                 return str(target)
             to_go = steps.insert_split_chunk(self.db, conn, term, job.id, SPLIT_CHUNK)
+            steps.mark_claim_from(self.db, conn, term, job.id, STEP_REVERT)
         with self.db.begin() as conn:
             snap = steps.step_snapshot(self.db, conn, job.id, STEP_REVERT)
             error = steps.revert_error(self.db, conn, job.id)

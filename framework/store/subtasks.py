@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 S = SubtaskState
 
 LEASE_LIVE = "exec_expired > clock_timestamp()"
+# The claim's lower bound on ordinals when the owner has not marked the job's
+# step (the smallest integer: ordinals are ``integer``).
+NO_MARK = -2147483648
 
 
 def running_of(job_id: str) -> str:
@@ -79,7 +82,9 @@ def claim(db: Database, conn: Connection, exec_id: str, limit: int = 1) -> list[
 
     Each job's candidates come from one ordered scan of the claimable index
     (job_id, step, ordinal), which stops after the rows it needs, however many
-    subtasks the job has. SKIP LOCKED lets many workers claim at once without
+    subtasks the job has. It starts at the owner's mark of the step's first
+    claimable ordinal, past the dead index entries finished subtasks leave
+    until vacuum (``steps.mark_claim_from``). SKIP LOCKED lets many workers claim at once without
     queueing on each other; the epoch increment fences out whoever held a
     subtask before. The job's row comes back with each claim.
     """
@@ -87,7 +92,11 @@ def claim(db: Database, conn: Connection, exec_id: str, limit: int = 1) -> list[
         db.sql(f"""
             WITH job AS (
                 SELECT j.id, j.step, j.priority,
-                       j.concurrency - {running_of("j.id")} AS room
+                       j.concurrency - {running_of("j.id")} AS room,
+                       -- Nothing claimable lies below the owner's mark (see
+                       -- steps.mark_claim_from); one of another step is stale.
+                       CASE WHEN j.claim_from_step = j.step THEN j.claim_from
+                            ELSE {NO_MARK} END AS claim_from
                 FROM {{s}}.jobs j
                 -- A reverting job's subtasks are claimable once its revert
                 -- step began: they restore the table (DESIGN 13).
@@ -100,6 +109,7 @@ def claim(db: Database, conn: Connection, exec_id: str, limit: int = 1) -> list[
                 CROSS JOIN LATERAL (
                     SELECT st.id FROM {{s}}.background_subtask st
                     WHERE st.job_id = job.id AND st.step = job.step
+                      AND st.ordinal >= job.claim_from
                       AND st.{guard_into(S.RUNNING)}
                       AND (st.state = 'pending' OR st.exec_expired <= clock_timestamp())
                       AND (st.not_before IS NULL OR st.not_before <= clock_timestamp())
@@ -256,11 +266,14 @@ def checkpoint_many(db: Database, conn: Connection, done: list[BatchDone]) -> di
 def none_left_beside(db: Database, conn: Connection, claim: Claim) -> bool:
     """No subtask of the claim's job (at its current step) but this one is
     pending or running: this one was the last (one index probe, once per
-    subtask)."""
+    subtask), from the owner's claim mark on like a claim."""
     return not conn.execute(
-        db.sql("""
-            SELECT EXISTS (SELECT 1 FROM {s}.background_subtask
+        db.sql(f"""
+            SELECT EXISTS (SELECT 1 FROM {{s}}.background_subtask
                            WHERE job_id = :job_id AND step = :step AND id <> :id
+                             AND ordinal >= coalesce(
+                                 (SELECT claim_from FROM {{s}}.jobs
+                                  WHERE id = :job_id AND claim_from_step = :step), {NO_MARK})
                              AND state IN ('pending', 'running'))"""),
         {"job_id": claim.job_id, "step": claim.job.step, "id": claim.id},
     ).scalar()

@@ -1,0 +1,105 @@
+"""The owner's claim mark (``steps.mark_claim_from``): claims scan a job
+step's claimable index from the first pending or running ordinal, past the
+dead entries of finished subtasks, and never miss a claimable subtask."""
+
+from __future__ import annotations
+
+from support import fill, make_items
+
+from framework.store import jobs, owner_lease, steps, subtasks
+from framework.submit import submit
+
+
+def _job(db, n_ranges: int) -> tuple[int, owner_lease.OwnerTerm]:
+    make_items(db, 10 * n_ranges)
+    job_id = submit(db, fill("md5(b)")).job_id
+    with db.begin() as conn:
+        term = owner_lease.campaign(db, conn, "owner-a")
+        steps.insert_ranges(db, conn, term, job_id, 1,
+                            [(1 + 10 * i, 11 + 10 * i) for i in range(n_ranges)])
+        jobs.start(db, conn, term, job_id, actor="t", step=1, row_estimate=10 * n_ranges,
+                   run_on_node=None, detail="test")
+    return job_id, term
+
+
+def _mark(db, job_id: int) -> tuple[int | None, int | None]:
+    with db.begin() as conn:
+        row = conn.execute(db.sql("SELECT claim_from_step, claim_from FROM {s}.jobs "
+                                  "WHERE id = :id"), {"id": job_id}).one()
+    return row[0], row[1]
+
+
+def _ordinals(db, job_id: int) -> list[int]:
+    with db.begin() as conn:
+        return list(conn.execute(db.sql(
+            "SELECT ordinal FROM {s}.background_subtask WHERE job_id = :id ORDER BY ordinal"),
+            {"id": job_id}).scalars())
+
+
+def _finish(db, claim) -> None:
+    with db.begin() as conn:
+        assert subtasks.checkpoint(db, conn, claim, claim.end_key, 10).state == "succeeded"
+
+
+def test_the_mark_follows_the_first_claimable_subtask_and_claims_start_there(db):
+    job_id, term = _job(db, 5)
+    ords = _ordinals(db, job_id)
+    with db.begin() as conn:
+        first_two = subtasks.claim(db, conn, "w1", limit=2)
+    for claim in first_two:
+        _finish(db, claim)
+    with db.begin() as conn:
+        steps.mark_claim_from(db, conn, term, job_id, 1)
+    assert _mark(db, job_id) == (1, ords[2])
+    # The claim starts at the mark: moved on by hand past the third range, it
+    # claims the fourth (the third waits for the owner's next mark).
+    with db.begin() as conn:
+        conn.execute(db.sql("UPDATE {s}.jobs SET claim_from = :o WHERE id = :id"),
+                     {"o": ords[3], "id": job_id})
+        fourth, = subtasks.claim(db, conn, "w1")
+    assert fourth.start_key == 31
+    with db.begin() as conn:
+        steps.mark_claim_from(db, conn, term, job_id, 1)
+        third, = subtasks.claim(db, conn, "w1")
+    assert third.start_key == 21
+    # A mark of another step is stale: the claim scans from the start.
+    with db.begin() as conn:
+        conn.execute(db.sql("UPDATE {s}.jobs SET claim_from_step = 7, claim_from = :o "
+                            "WHERE id = :id"), {"o": ords[4] + 1, "id": job_id})
+        fifth, = subtasks.claim(db, conn, "w1")
+    assert fifth.start_key == 41
+
+
+def test_a_running_subtask_at_the_mark_is_claimed_again_once_its_lease_expires(db):
+    job_id, term = _job(db, 3)
+    with db.begin() as conn:
+        held, = subtasks.claim(db, conn, "w1")
+        steps.mark_claim_from(db, conn, term, job_id, 1)
+    assert _mark(db, job_id) == (1, _ordinals(db, job_id)[0])
+    with db.begin() as conn:
+        conn.execute(db.sql("UPDATE {s}.background_subtask SET exec_expired = "
+                            "clock_timestamp() - interval '1s' WHERE id = :id"), {"id": held.id})
+        again = subtasks.claim(db, conn, "w2", limit=3)
+    assert [c.start_key for c in again] == [1, 11, 21]
+    assert again[0].id == held.id and again[0].epoch == held.epoch + 1
+
+
+def test_a_retried_failed_subtask_below_the_mark_is_claimable_at_once(db):
+    job_id, term = _job(db, 3)
+    with db.begin() as conn:
+        first, = subtasks.claim(db, conn, "w1")
+        assert subtasks.fail_if_held(db, conn, first, "boom")
+        steps.mark_claim_from(db, conn, term, job_id, 1)
+    assert _mark(db, job_id)[1] == _ordinals(db, job_id)[1]
+    with db.begin() as conn:
+        conn.execute(db.sql("UPDATE {s}.jobs SET state = 'paused' WHERE id = :id"),
+                     {"id": job_id})
+        assert steps.requeue_failed(db, conn, job_id) == 1
+        # The owner leaves the mark of a job that is not running alone.
+        steps.mark_claim_from(db, conn, term, job_id, 1)
+        conn.execute(db.sql("UPDATE {s}.jobs SET state = 'running' WHERE id = :id"),
+                     {"id": job_id})
+    assert _mark(db, job_id) == (None, _ordinals(db, job_id)[1])
+    with db.begin() as conn:
+        retried, = subtasks.claim(db, conn, "w2")
+    assert retried.id == first.id
