@@ -26,8 +26,9 @@ KEPT = ("<!-- Below: kept by hand; `python -m bench.dataplane` rewrites only wha
 def test_dataplane_benchmark_runs_end_to_end_on_a_small_table(fresh_db, tmp_path):
     doc = tmp_path / "benchmarks.md"
     doc.write_text("# Benchmarks\n\nan older run's figures\n\n" + KEPT)
-    # As in every test: no Spark archive in $HOME. The worker logs go to tmp_path.
-    env = {**os.environ, "REORG_SPARK_CDS": "off", "TMPDIR": str(tmp_path)}
+    # REORG_SPARK_CDS as in every test: the session's Spark archive, never one
+    # in $HOME (support.spark_archive). The worker logs go to tmp_path.
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
     done = subprocess.run(
         [sys.executable, "-m", "bench.dataplane", "--db", fresh_db, "--rows", "3000",
          "--job-type", "sql-update", "--no-kill", "--quiet-wait", "0", "--retries", "0",

@@ -129,6 +129,7 @@ def test_owners_killed_while_planning_and_while_reverting_hand_the_revert_on(db,
     assert sum(r[4] for r in reverts) == done["rows_done"]
 
 
+@pytest.mark.spark
 def test_kill_9_mid_restore_of_a_spark_backfill_resumes_without_spark(db, workers, start_node):
     """The backfill's forward batches run on Spark; its restore is PostgreSQL
     alone: the workers that revert never start Spark."""

@@ -26,9 +26,14 @@ TESTS = Path(__file__).parents[1]
 TEST_JOB_TYPES = "support.fill:register"
 
 
+# Kept by clean_env: where the tests' Spark class-data archive is (or "off"),
+# so that no command a test runs builds one in $HOME (support.spark_archive).
+KEPT = ("REORG_SPARK_CDS",)
+
+
 def clean_env(**extra: str) -> dict[str, str]:
-    """The environment without any ``REORG_*`` variable."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REORG_")}
+    """The environment without any ``REORG_*`` variable but ``KEPT``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REORG_") or k in KEPT}
     return {**env, "COLUMNS": "200", **extra}
 
 
