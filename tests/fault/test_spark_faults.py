@@ -25,7 +25,13 @@ def versions(db) -> list[tuple]:
         return [tuple(r) for r in conn.execute(sa.text("SELECT id, xmin::text, c FROM items ORDER BY id"))]
 
 
+@pytest.mark.matrix
 def test_kill_9_in_the_middle_of_a_spark_batch_resumes_and_matches_the_oracle(db, workers):
+    """Long form (matrix). Short forms in CI: a worker killed mid-subtask
+    resumes from ``curr_key`` with every batch counted once,
+    test_process_faults.py::test_kill_9_mid_subtask_resumes_from_curr_key_and_matches_the_oracle;
+    a Spark batch cut off mid-flight is retried from its checkpoint, counted once,
+    ::test_kill_9_of_the_workers_jvm_restarts_spark_and_the_job_succeeds below."""
     make_items(db, 40_000)
     job_id = submit(db, SubmitRequest("backfill", {"table": "items", "set": "c=md5(b)"},
                                       rows_per_subtask=10_000, batch_rows=1_000)).job_id
@@ -69,7 +75,12 @@ def test_sigstop_mid_merge_past_the_lease_never_commits(db, workers):
     assert versions(db) == settled  # not one row written by the zombie after resuming
 
 
+@pytest.mark.matrix
 def test_cancel_of_a_spark_backfill_restores_the_table_exactly(db, workers):
+    """Long form (matrix). Short forms in CI: a cancel with worker processes,
+    test_process_faults.py::test_cancel_with_worker_processes_restores_the_table_exactly;
+    of a Spark backfill on in-process nodes,
+    tests/integration/test_spark_framework.py::test_cancel_mid_run_restores_the_table."""
     make_items(db, 30_000)
     with db.begin() as conn:
         conn.execute(sa.text("UPDATE items SET c = 'orig-' || id WHERE id % 3 <> 0"))
