@@ -1,5 +1,8 @@
 """The Spark data plane under faults, with real ``reorg worker`` processes
-running ``backfill`` subtasks on their own SparkSessions (DESIGN 2, 3, 8)."""
+running ``backfill`` subtasks on their own SparkSessions (DESIGN 2, 3, 8).
+
+CI runs the JVM's kill -9; the others are long forms (``matrix``) of faults
+whose short forms CI runs, named in each docstring."""
 
 from __future__ import annotations
 
@@ -53,7 +56,13 @@ def test_kill_9_in_the_middle_of_a_spark_batch_resumes_and_matches_the_oracle(db
     assert attempts == [(2,)]
 
 
+@pytest.mark.matrix
 def test_sigstop_mid_merge_past_the_lease_never_commits(db, workers):
+    """Long form (matrix). Short forms in CI: a worker process frozen inside
+    its batch's transaction past the lease lands nothing after SIGCONT,
+    test_process_faults.py::test_sigstop_past_the_lease_mid_batch_then_sigcont_lands_nothing;
+    a Spark subtask whose lease is taken mid-run commits nothing more,
+    tests/integration/test_spark_backfill.py::test_lost_lease_mid_run_leaves_the_batch_uncommitted."""
     make_items(db, 12_000)
     with db.begin() as conn:
         conn.execute(sa.text("UPDATE items SET c = 'old'"))
