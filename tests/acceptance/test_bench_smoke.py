@@ -72,7 +72,7 @@ def test_framework_scale_benchmark_runs_end_to_end(fresh_db):
 
 @pytest.mark.slow
 def test_bigtable_benchmark_runs_end_to_end_and_keeps_the_rest_of_the_doc(fresh_db, tmp_path):
-    """``python -m bench.bigtable`` on a small table (a job of ~20 s here) with
+    """``python -m bench.bigtable`` on a small table (a job of ~10 s here) with
     1-second windows: the job starts, is cancelled and leaves no row changed
     (the benchmark itself fails otherwise), and its section lands below the
     hand-kept marker, replacing an earlier one and keeping what else is there."""
@@ -80,7 +80,7 @@ def test_bigtable_benchmark_runs_end_to_end_and_keeps_the_rest_of_the_doc(fresh_
     doc.write_text("# Benchmarks\n\nabove the marker\n\n" + KEPT
                    + "\n## 100M rows\n\nan older run\n\n## Another section\n\nkept\n")
     done = subprocess.run(
-        [sys.executable, "-m", "bench.bigtable", "--db", fresh_db, "--rows", "2000000",
+        [sys.executable, "-m", "bench.bigtable", "--db", fresh_db, "--rows", "1000000",
          "--window", "1", "--doc", str(doc)],
         cwd=ROOT, env={**os.environ, "TMPDIR": str(tmp_path)}, capture_output=True, text=True,
         timeout=300)
