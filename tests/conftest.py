@@ -22,11 +22,12 @@ from framework.localpg.cluster import LocalPostgres
 # Framework fixtures (migrated database, settings, in-process nodes, worker
 # processes) and the Spark data plane's (the SparkSession, an engine on a
 # fresh database): see tests/support.
-pytest_plugins = ["support.fixtures", "support.spark"]
+pytest_plugins = ["support.fixtures", "support.spark", "support.spark_archive"]
 
 # Worker processes the tests start would each build a Spark class-data archive
 # in the background on their first Spark start: CPU noise on a small machine,
-# and files in the user's home. test_spark_cds builds its own in a tmp dir.
+# and files in the user's home. The first test marked ``spark`` builds one in
+# a tmp dir for the rest of the session instead (support.spark_archive).
 os.environ.setdefault("REORG_SPARK_CDS", "off")
 
 

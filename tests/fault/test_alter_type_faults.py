@@ -44,7 +44,16 @@ def _alter_id(**knobs) -> SubmitRequest:
                          **{"rows_per_subtask": 1_000, "batch_rows": 100, **knobs})
 
 
+@pytest.mark.matrix
 def test_kill_9_of_a_worker_mid_backfill_resumes_from_curr_key(db, settings, workers):
+    """Long form (matrix), as test_schema_change_faults.py's. Short forms in
+    CI: a worker killed part-way through a later step of a throttled job
+    resumes from ``curr_key``,
+    test_step_faults.py::test_kill_9_of_a_worker_in_step_2_resumes_from_curr_key;
+    the application's oracle and the catalogue through an ``alter-type`` job,
+    tests/integration/test_alter_type.py; an ``alter-type`` job under a
+    fault, ::test_an_owner_killed_during_the_cut_over_leaves_it_undone_and_its_heir_cuts_over
+    below."""
     url = settings.database_url
     _make_table(url)
     before = column_catalog(url)

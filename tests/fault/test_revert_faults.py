@@ -161,9 +161,16 @@ def test_owners_killed_while_planning_and_while_reverting_hand_the_revert_on(db,
     assert sum(r[4] for r in reverts) == done["rows_done"]
 
 
+@pytest.mark.spark
+@pytest.mark.matrix
 def test_kill_9_mid_restore_of_a_spark_backfill_resumes_without_spark(db, workers, start_node):
     """The backfill's forward batches run on Spark; its restore is PostgreSQL
-    alone: the workers that revert never start Spark."""
+    alone: the workers that revert never start Spark.
+
+    Long form (matrix). Short forms in CI: the same kill -9 mid restore batch,
+    ::test_kill_9_of_a_worker_mid_restore_batch_resumes_from_curr_key above;
+    a revert subtask never warms its type up (starts Spark),
+    tests/unit/test_run_step.py."""
     before = _items_with_old_values(db, 6_000)
     start_node("owner", slots=0)
     wait_until(lambda: _owner(db)["owner_id"] == "owner", 30, "the test's node to own")

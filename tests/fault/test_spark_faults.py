@@ -1,5 +1,8 @@
 """The Spark data plane under faults, with real ``reorg worker`` processes
-running ``backfill`` subtasks on their own SparkSessions (DESIGN 2, 3, 8)."""
+running ``backfill`` subtasks on their own SparkSessions (DESIGN 2, 3, 8).
+
+CI runs the JVM's kill -9; the others are long forms (``matrix``) of faults
+whose short forms CI runs, named in each docstring."""
 
 from __future__ import annotations
 
@@ -25,7 +28,13 @@ def versions(db) -> list[tuple]:
         return [tuple(r) for r in conn.execute(sa.text("SELECT id, xmin::text, c FROM items ORDER BY id"))]
 
 
+@pytest.mark.matrix
 def test_kill_9_in_the_middle_of_a_spark_batch_resumes_and_matches_the_oracle(db, workers):
+    """Long form (matrix). Short forms in CI: a worker killed mid-subtask
+    resumes from ``curr_key`` with every batch counted once,
+    test_process_faults.py::test_kill_9_mid_subtask_resumes_from_curr_key_and_matches_the_oracle;
+    a Spark batch cut off mid-flight is retried from its checkpoint, counted once,
+    ::test_kill_9_of_the_workers_jvm_restarts_spark_and_the_job_succeeds below."""
     make_items(db, 40_000)
     job_id = submit(db, SubmitRequest("backfill", {"table": "items", "set": "c=md5(b)"},
                                       rows_per_subtask=10_000, batch_rows=1_000)).job_id
@@ -47,7 +56,13 @@ def test_kill_9_in_the_middle_of_a_spark_batch_resumes_and_matches_the_oracle(db
     assert attempts == [(2,)]
 
 
+@pytest.mark.matrix
 def test_sigstop_mid_merge_past_the_lease_never_commits(db, workers):
+    """Long form (matrix). Short forms in CI: a worker process frozen inside
+    its batch's transaction past the lease lands nothing after SIGCONT,
+    test_process_faults.py::test_sigstop_past_the_lease_mid_batch_then_sigcont_lands_nothing;
+    a Spark subtask whose lease is taken mid-run commits nothing more,
+    tests/integration/test_spark_backfill.py::test_lost_lease_mid_run_leaves_the_batch_uncommitted."""
     make_items(db, 12_000)
     with db.begin() as conn:
         conn.execute(sa.text("UPDATE items SET c = 'old'"))
@@ -69,7 +84,12 @@ def test_sigstop_mid_merge_past_the_lease_never_commits(db, workers):
     assert versions(db) == settled  # not one row written by the zombie after resuming
 
 
+@pytest.mark.matrix
 def test_cancel_of_a_spark_backfill_restores_the_table_exactly(db, workers):
+    """Long form (matrix). Short forms in CI: a cancel with worker processes,
+    test_process_faults.py::test_cancel_with_worker_processes_restores_the_table_exactly;
+    of a Spark backfill on in-process nodes,
+    tests/integration/test_spark_framework.py::test_cancel_mid_run_restores_the_table."""
     make_items(db, 30_000)
     with db.begin() as conn:
         conn.execute(sa.text("UPDATE items SET c = 'orig-' || id WHERE id % 3 <> 0"))

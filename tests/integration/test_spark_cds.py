@@ -49,17 +49,24 @@ def _archive(archives: Path) -> Path:
     return Path(out.stdout.strip())
 
 
-def test_archive_is_built_once_then_mapped_with_clean_stdout(tmp_path):
-    archive = _archive(tmp_path)
-    assert archive.parent == tmp_path and not archive.exists()
-
-    built = subprocess.run([sys.executable, "-m", "backfill.spark.cds", str(archive)],
-                           env=_env(tmp_path), cwd=REPO, timeout=600, check=False)
-    assert built.returncode == 0
+@pytest.mark.spark
+def test_archive_is_built_once_then_mapped_with_clean_stdout(spark_class_archive):
+    """The session's archive (support.spark_archive) was built as a worker
+    builds it, ``python -m backfill.spark.cds ARCHIVE``, into the directory
+    ``REORG_SPARK_CDS`` names; a JVM started there maps it."""
+    archive = spark_class_archive
+    assert archive is not None, "the session's build failed: see the warnings summary"
+    archives = archive.parent
+    assert _archive(archives) == archive
     assert archive.is_file() and archive.stat().st_size > 1_000_000
-    assert not list(tmp_path.glob("*.partial")), "a finished build leaves no partial dump"
+    assert not list(archives.glob("*.partial")), "a finished build leaves no partial dump"
 
-    probe = _probe(tmp_path)
+    built_at = archive.stat().st_mtime_ns
+    again = subprocess.run([sys.executable, "-m", "backfill.spark.cds", str(archive)],
+                           env=_env(archives), cwd=REPO, timeout=600, check=False)
+    assert again.returncode == 0 and archive.stat().st_mtime_ns == built_at  # built once
+
+    probe = _probe(archives)
     # Only our line: the JVM's CDS warnings must not reach reorg's stdout.
     assert probe.stdout.strip() == "rows=5 mapped=True", probe.stderr[-2000:]
 

@@ -26,9 +26,14 @@ TESTS = Path(__file__).parents[1]
 TEST_JOB_TYPES = "support.fill:register"
 
 
+# Kept by clean_env: where the tests' Spark class-data archive is (or "off"),
+# so that no command a test runs builds one in $HOME (support.spark_archive).
+KEPT = ("REORG_SPARK_CDS",)
+
+
 def clean_env(**extra: str) -> dict[str, str]:
-    """The environment without any ``REORG_*`` variable."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REORG_")}
+    """The environment without any ``REORG_*`` variable but ``KEPT``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REORG_") or k in KEPT}
     return {**env, "COLUMNS": "200", **extra}
 
 
@@ -71,6 +76,9 @@ class Workers:
             "REORG_OWNER_LEASE_SECONDS": LEASE_SECONDS,
             "REORG_NODE_ID": node_id,
             "REORG_SLOTS": str(slots),
+            # As the in-process nodes' settings: an idle worker finds a lease
+            # that expired (no NOTIFY tells it) within 0.2 s, not 1 s.
+            "REORG_POLL_SECONDS": "0.2",
             "REORG_FAULTS": faults,
             "REORG_JOB_TYPES": TEST_JOB_TYPES,
             **(self.gates.env() if self.gates else {}),

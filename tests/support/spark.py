@@ -253,8 +253,9 @@ def reverse_text(value: str | None) -> str | None:
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    """The process's SparkSession, started once for the whole test session."""
+def spark(spark_class_archive: Any) -> Iterator[Any]:
+    """The process's SparkSession, started once for the whole test session
+    (after the session's class-data archive is built, so it maps it)."""
     from backfill.spark.session import get_spark, stop
 
     yield get_spark()
