@@ -13,7 +13,7 @@ from sqlalchemy.engine import Connection
 from backfill.expressions import embed
 from framework.errors import one_line
 from framework.jobtype import InvalidParams
-from framework.keys import KeySpec
+from framework.keys import KeySpec, quote
 
 # How long an owner step's DDL waits for its lock before it fails (and the
 # owner retries the step later) instead of queueing every application query
@@ -36,10 +36,6 @@ class TableInfo:
     def key_sql(self) -> str:
         """The key as one SQL value: the column, or a row of them."""
         return self.key_spec.expr()
-
-
-def quote(identifier: str) -> str:
-    return '"' + identifier.replace('"', '""') + '"'
 
 
 def check_identifier(name: str, what: str) -> str:

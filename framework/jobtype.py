@@ -16,6 +16,7 @@ import importlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoints, entry_points
@@ -194,6 +195,18 @@ class SubtaskContext:
         if self.stop_event.is_set():
             reason = self.stop_reason[0] if self.stop_reason else "stopped"
             raise LeaseLost(reason) if reason == LEASE_LOST else Stopped(reason)
+
+    def run_batches(self, engine: Any, batch: Callable[[Connection], int]) -> None:
+        """Run ``batch`` (one batch from ``curr_key`` on the connection,
+        checkpointed; returns the rows it scanned) in a transaction of its
+        own, again and again until the range is done, each paced by
+        ``throttle``."""
+        while self.curr_key != self.end_key:
+            self.raise_if_stopped()
+            started = time.monotonic()
+            with engine.begin() as conn:
+                rows = batch(conn)
+            self.throttle(rows, time.monotonic() - started)
 
     def throttle(self, rows: int, took_seconds: float) -> None:
         """Pace batches so the job delivers ``max_rows_per_sec`` in all

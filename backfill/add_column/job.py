@@ -22,7 +22,6 @@ the check with it): the table is as before, whatever the backfill wrote.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from sqlalchemy import text
@@ -134,12 +133,7 @@ class AddColumn:
         if ctx.job.step == NOT_NULL:
             self._validate_not_null(ctx, engine)
             return
-        while ctx.curr_key != ctx.end_key:
-            ctx.raise_if_stopped()
-            started = time.monotonic()
-            with engine.begin() as conn:
-                scanned = self.run_batch(ctx, conn)
-            ctx.throttle(scanned, time.monotonic() - started)
+        ctx.run_batches(engine, lambda conn: self.run_batch(ctx, conn))
 
     def run_batch(self, ctx: SubtaskContext, conn: Connection) -> int:
         """One backfill batch from ``ctx.curr_key``, checkpointed, not committed."""

@@ -23,7 +23,6 @@ the images are dropped.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from sqlalchemy import text
@@ -89,12 +88,7 @@ class SqlUpdate:
                     f"{p['column_type']}"))
 
     def run_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
-        while ctx.curr_key != ctx.end_key:
-            ctx.raise_if_stopped()
-            started = time.monotonic()
-            with engine.begin() as conn:
-                scanned = self.run_batch(ctx, conn)
-            ctx.throttle(scanned, time.monotonic() - started)
+        ctx.run_batches(engine, lambda conn: self.run_batch(ctx, conn))
 
     def run_batch(self, ctx: SubtaskContext, conn: Connection) -> int:
         """One batch from ``ctx.curr_key`` on ``conn``, checkpointed, not
