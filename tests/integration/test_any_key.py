@@ -20,8 +20,9 @@ from backfill.tables import inspect_table
 from framework import faults, jobtype
 from framework.jobtype import InvalidParams, Target
 from framework.keys import END, KeySpec, decode
+from framework.owner import Owner
 from framework.splitting import plan_split
-from framework.store import history
+from framework.store import history, subtasks
 from framework.submit import SubmitRequest, submit
 
 # kind -> (column definitions and key, the SQL of row i's key columns)
@@ -273,3 +274,24 @@ def test_numeric_keys_of_many_digits_are_split_and_resumed_exactly(db, start_nod
     start_node("n1", slots=2)
     assert wait_state(db, job_id, TERMINAL, 90)["state"] == "succeeded"
     assert sorted(run(db, "SELECT -v FROM t").scalars()) == list(range(1, 1_001))
+
+
+def test_a_checkpoint_of_a_key_of_any_type_never_moves_backward(db):
+    """DESIGN 6 for array keys: the checkpoint's forward-only test compares
+    stored jsonb keys, and the last range's END finishes the subtask."""
+    make_table(db, "composite", 30)
+    submit(db, SubmitRequest("sql-update", {"table": "t", "set": "v=1"}, rows_per_subtask=100))
+    owner = Owner(db, "o")
+    claims: list = []
+    for _ in range(5):  # elect, prepare and split: a few ticks
+        owner.tick()
+        with db.begin() as conn:
+            claims = subtasks.claim(db, conn, "w1")
+        if claims:
+            break
+    claim, = claims
+    assert claim.start_key == ("ap", 0) and claim.end_key is END
+    with db.begin() as conn:
+        assert subtasks.checkpoint(db, conn, claim, ("eu", 1), 5).state == "running"
+        assert not subtasks.checkpoint(db, conn, claim, ("ap", 3), 1)  # backward
+        assert subtasks.checkpoint(db, conn, claim, END, 25).state == "succeeded"
