@@ -1,9 +1,10 @@
 """One reorg node: a worker pool plus a candidate for owner, on one schedule.
 
-``reorg worker`` runs exactly this. The APScheduler loop runs five jobs:
-heartbeat, owner tick (campaign, then duties while elected), owner lease
-renewal (every owner ttl/3, apart from the ticks), worker lease renewal (every
-ttl/3, on its own connection) and the lease watchdog. SIGTERM drains: stop claiming, let the
+``reorg worker`` runs exactly this. The owner ticks (campaign, then duties
+while elected) on a thread of its own, every interval or at once when woken.
+The APScheduler loop runs four jobs: heartbeat, owner lease renewal (every
+owner ttl/3, apart from the ticks), worker lease renewal (every ttl/3, on its
+own connection) and the lease watchdog. SIGTERM drains: stop claiming, let the
 current batches commit, release leases at once, resign ownership, deregister.
 """
 
@@ -56,14 +57,16 @@ class Node:
         self.listener = Listener(settings.database_url, jobs.channel(self.worker_db),
                                  self._on_notify)
         self.stopped = threading.Event()
-        # Set while an owner tick runs: a wake-up then would only be skipped
-        # (and logged) by the scheduler. The tick may have read the jobs
-        # before the change, so every wake-up is also noted (``_owner_woken``)
-        # and a tick during which one came runs again at once: a job submitted
-        # meanwhile is not left for the next interval (a second, most of a
-        # Spark submit's wait for the owner's verdict).
-        self._owner_busy = threading.Event()
+        # A wake-up (NOTIFY) for the owner: its loop waits on it with the tick
+        # interval as timeout and clears it before each tick, so one that
+        # comes during a tick (which may have read the jobs before the
+        # change) makes the next tick start at once. None is lost: a job
+        # submitted meanwhile does not wait for the next interval (a second,
+        # most of a Spark submit's wait for the owner's verdict).
         self._owner_woken = threading.Event()
+        self._owner_stop = threading.Event()
+        self._owner_thread = threading.Thread(target=self._owner_loop, name="reorg-owner",
+                                              daemon=True)
 
     def start(self) -> None:
         with self.worker_db.begin() as conn:
@@ -77,9 +80,6 @@ class Node:
         every = {"max_instances": 1, "coalesce": True, "misfire_grace_time": None}
         self.scheduler.add_job(self._heartbeat, "interval", id="heartbeat",
                                seconds=self.settings.heartbeat_seconds, **every)
-        self.scheduler.add_job(self._owner_tick, "interval", id="owner",
-                               seconds=self.owner_tick_seconds,
-                               next_run_time=datetime.now(UTC), **every)
         # The owner's term is renewed apart from its ticks: a tick may run a
         # step longer than the lease (a split, a rollback).
         self.scheduler.add_job(self.owner.keep_term, "interval", id="owner-lease",
@@ -91,6 +91,7 @@ class Node:
         self.scheduler.add_job(self.pool.expire_untrusted, "interval", id="watchdog",
                                seconds=min(1.0, self.settings.lease_seconds / 6), **every)
         self.scheduler.start()
+        self._owner_thread.start()
         self.listener.start()
         self.pool.start()
         log.info("node %s started with %d slots", self.node_id, self.slots)
@@ -104,6 +105,10 @@ class Node:
         except Exception as exc:
             log.warning("could not mark node draining: %s", one_line(exc))
         self.pool.drain(timeout)
+        self._owner_stop.set()
+        self._owner_woken.set()
+        if self._owner_thread.is_alive():
+            self._owner_thread.join()
         self.scheduler.shutdown(wait=True)
         self.listener.stop()
         try:
@@ -129,20 +134,13 @@ class Node:
         except Exception as exc:
             log.warning("heartbeat failed: %s", one_line(exc))
 
-    def _owner_tick(self) -> None:
-        # Ends only with a tick no notification arrived during: each tick acts
-        # on what changed, and a tick that changes nothing notifies nobody.
-        while True:
+    def _owner_loop(self) -> None:
+        while not self._owner_stop.is_set():
             self._owner_woken.clear()
-            self._owner_busy.set()
-            try:
-                self._owner_tick_once()
-            finally:
-                self._owner_busy.clear()
-            if not self._owner_woken.is_set():
-                return
+            self._owner_tick()
+            self._owner_woken.wait(self.owner_tick_seconds)
 
-    def _owner_tick_once(self) -> None:
+    def _owner_tick(self) -> None:
         try:
             result = self.owner.tick()
         except Exception as exc:
@@ -172,9 +170,7 @@ class Node:
         self.pool.wake()
         # A job state change may concern a running subtask (cancel, pause) or
         # the owner (new job, resume): act now instead of at the next interval.
-        now = datetime.now(UTC)
-        self._owner_woken.set()  # before reading busy: see _owner_tick
-        for job_id in ("renew",) if self._owner_busy.is_set() else ("owner", "renew"):
-            job = self.scheduler.get_job(job_id)
-            if job is not None:
-                job.modify(next_run_time=now)
+        self._owner_woken.set()
+        renew = self.scheduler.get_job("renew")
+        if renew is not None:
+            renew.modify(next_run_time=datetime.now(UTC))

@@ -427,9 +427,9 @@ class WorkerPool:
         # Done once the batch's transaction commits; until then a failure
         # rolls the finish back with the batch.
         ctx.finished = done.state == "succeeded"
-        if ctx.finished and subtasks.none_left_beside(self.db, conn, claim):
-            # The job's last subtask: wake the owner (at commit) to advance it
-            # now rather than at its next tick, up to a second later.
+        if ctx.finished and subtasks.none_pending(self.db, conn, claim):
+            # One of the job's last subtasks: wake the owner (at commit) to
+            # advance it now rather than at its next tick, up to a second later.
             jobs.notify(self.db, conn)
         if done.running is not None:
             # The job's rate budget is split among the subtasks running it: fresh

@@ -263,19 +263,24 @@ def checkpoint_many(db: Database, conn: Connection, done: list[BatchDone]) -> di
     return {r[0]: r[1] for r in rows}
 
 
-def none_left_beside(db: Database, conn: Connection, claim: Claim) -> bool:
-    """No subtask of the claim's job (at its current step) but this one is
-    pending or running: this one was the last (one index probe, once per
-    subtask), from the owner's claim mark on like a claim."""
+def none_pending(db: Database, conn: Connection, claim: Claim) -> bool:
+    """No subtask of the claim's job (at its current step) waits to be
+    claimed: the job's end is near (one index probe, once per subtask, from
+    the owner's claim mark on like a claim).
+
+    Not "none but this one is left": the last subtasks finish in concurrent
+    transactions, each seeing the others still running, and none would wake
+    the owner. Every subtask finishing after the last claim wakes it, at most
+    one wake-up per slot running the job's tail."""
     return not conn.execute(
         db.sql(f"""
             SELECT EXISTS (SELECT 1 FROM {{s}}.background_subtask
-                           WHERE job_id = :job_id AND step = :step AND id <> :id
+                           WHERE job_id = :job_id AND step = :step
                              AND ordinal >= coalesce(
                                  (SELECT claim_from FROM {{s}}.jobs
                                   WHERE id = :job_id AND claim_from_step = :step), {NO_MARK})
-                             AND state IN ('pending', 'running'))"""),
-        {"job_id": claim.job_id, "step": claim.job.step, "id": claim.id},
+                             AND state = 'pending')"""),
+        {"job_id": claim.job_id, "step": claim.job.step},
     ).scalar()
 
 

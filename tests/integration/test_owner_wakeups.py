@@ -9,6 +9,7 @@ import threading
 
 from support import TERMINAL, fill, make_items, wait_state, wait_until
 
+from framework import faults
 from framework.node import Node
 from framework.submit import submit
 
@@ -62,4 +63,39 @@ def test_a_job_submitted_during_an_owner_tick_starts_without_waiting_for_the_nex
         assert wait_state(db, job_id, TERMINAL, 20)["state"] == "succeeded"
     finally:
         leave.set()
+        node.drain(timeout=10)
+
+
+def test_the_last_two_subtasks_finishing_together_still_wake_the_owner(db, settings):
+    """The job's last two subtasks finish in concurrent transactions, each
+    seeing the other still running. A wake-up only from "the one left" was
+    sent by neither, and the job waited for the owner's next interval (the
+    flake of the test above, under load)."""
+    make_items(db, 1_000)
+    node = Node(settings, node_id="n1", slots=2, owner_tick_seconds=60)
+    real_tick, ticking = node.owner.tick, threading.Event()
+
+    def watched_tick():  # type: ignore[no-untyped-def]
+        ticking.set()
+        try:
+            return real_tick()
+        finally:
+            ticking.clear()
+
+    node.owner.tick = watched_tick  # type: ignore[method-assign]
+    # Both slots hold their one batch's transaction open after its finishing
+    # checkpoint, until both are there.
+    faults.arm("worker.after_checkpoint", "block")
+    node.start()
+    try:
+        wait_until(lambda: node.owner.term is not None, 10, "n1 elected")
+        job_id = submit(db, fill("md5(b)", rows_per_subtask=500, batch_rows=500)).job_id
+        faults.wait_blocked("worker.after_checkpoint", 20, count=2)
+        # The owner asleep for its 60 s interval: only a wake-up moves it now.
+        wait_until(lambda: not ticking.is_set() and not node._owner_woken.is_set(), 10,
+                   "the owner idle")
+        faults.release("worker.after_checkpoint")
+        assert wait_state(db, job_id, TERMINAL, 20)["state"] == "succeeded"
+    finally:
+        faults.disarm_all()
         node.drain(timeout=10)
