@@ -9,8 +9,11 @@ The shadow column takes the old column's place and keeps what it had: name,
 NOT NULL (proved by the validated CHECK, so SET NOT NULL does not scan),
 default, the sequences it owns, its indexes (built beforehand, renamed to
 the old names; a PRIMARY KEY or UNIQUE constraint attached USING INDEX), its
-CHECK and FOREIGN KEY constraints (validated beforehand, renamed), and the
-comments of all of them. It moves to the end of ``SELECT *``."""
+CHECK and FOREIGN KEY constraints (validated beforehand, renamed), the
+comments of all of them, the privileges granted on the column itself, its
+statistics target and its attribute options (``n_distinct``). It moves to
+the end of ``SELECT *``. Its collation is the new type's default, as with
+``ALTER TABLE ... TYPE`` without ``COLLATE``."""
 
 from __future__ import annotations
 
@@ -44,6 +47,7 @@ def cut_over(conn: Connection, job: Job) -> None:
     if old is None or new is None:
         raise CutOverBlocked(f"column {p['column'] if old is None else p['shadow']} of "
                              f"{p['table']} is gone; the job cannot finish")
+    settings = catalog.column_settings(conn, t, old.attnum)
     indexes = catalog.covering_indexes(conn, t, old.attnum)
     constraints = catalog.covering_constraints(conn, t, old.attnum)
     built = {i.name: i for i in catalog.covering_indexes(conn, t, new.attnum)}
@@ -63,6 +67,7 @@ def cut_over(conn: Connection, job: Job) -> None:
     faults.hit("alter_type.in_cutover")
     if old.default is not None:
         _set_default(conn, t, column, old.default, p["type"])
+    _set_settings(conn, t, column, settings)
     for index in indexes:
         if index.valid:
             _take_over_index(conn, t, names.index_for(job, index.name), index)
@@ -87,6 +92,18 @@ def _set_default(conn: Connection, table: str, column: str, default: str, type_:
     except sa_exc.ProgrammingError:
         run(conn, f"ALTER TABLE {table} ALTER COLUMN {column} "
                           f"SET DEFAULT CAST(({default}) AS {type_})")
+
+
+def _set_settings(conn: Connection, table: str, column: str,
+                  settings: catalog.ColumnSettings) -> None:
+    for grant in settings.grants:
+        run(conn, grant.on(table, column))
+    if settings.statistics is not None:
+        run(conn, f"ALTER TABLE {table} ALTER COLUMN {column} "
+                  f"SET STATISTICS {settings.statistics}")
+    if settings.options:
+        run(conn, f"ALTER TABLE {table} ALTER COLUMN {column} "
+                  f"SET ({', '.join(settings.options)})")
 
 
 def _take_over_index(conn: Connection, table: str, built: str, old: IndexFacts) -> None:

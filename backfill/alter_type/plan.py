@@ -79,6 +79,7 @@ def describe(conn: Connection, job: Job) -> list[str]:
     assert facts is not None  # validate found it
     clones = constraint_clones(conn, job, facts.attnum)
     builds = index_builds(conn, job, facts.attnum)
+    settings = catalog.column_settings(conn, t, facts.attnum)
     shadow = quote(p["shadow"])
     lines = ["write-only (prepare, one short transaction):"]
     lines += [f"  {s}" for s in prepare_statements(job, facts.not_null, clones)]
@@ -106,6 +107,9 @@ def describe(conn: Connection, job: Job) -> list[str]:
         "indexes and constraints renamed to their old names"
         + (" (PRIMARY KEY / UNIQUE attached USING INDEX)" if builds else ""),
         "COMMENT ON COLUMN" if facts.comment else "",
+        *(g.on(t, quote(p["column"])) for g in settings.grants),
+        f"SET STATISTICS {settings.statistics}" if settings.statistics is not None else "",
+        f"SET ({', '.join(settings.options)})" if settings.options else "",
     ])))
     lines.append(f"note: column {p['column']} moves to the end of SELECT * (a swap of columns)")
     return lines

@@ -1,5 +1,6 @@
 """What the catalogue says about one column of a table: its own facts (type,
-NOT NULL, default, comment, sequences it owns), the indexes and constraints
+NOT NULL, default, comment, sequences it owns), its settings (privileges
+granted on it, statistics target, attribute options), the indexes and constraints
 that cover it, and the objects that depend on it which a column swap cannot
 carry over (views, foreign keys of other tables, triggers, policies, ...)."""
 
@@ -22,6 +23,27 @@ class ColumnFacts:
     identity: bool
     generated: bool
     owned_sequences: tuple[str, ...]  # schema-qualified, quoted
+
+
+@dataclass(frozen=True)
+class ColumnGrant:
+    privilege: str  # SELECT, INSERT, UPDATE or REFERENCES
+    grantee: str  # a quoted role name, or PUBLIC
+    grantable: bool  # WITH GRANT OPTION
+
+    def on(self, table: str, column: str) -> str:
+        """The GRANT of this privilege on ``column`` (both quoted)."""
+        option = " WITH GRANT OPTION" if self.grantable else ""
+        return f"GRANT {self.privilege} ({column}) ON {table} TO {self.grantee}{option}"
+
+
+@dataclass(frozen=True)
+class ColumnSettings:
+    """What ``GRANT``/``ALTER TABLE`` set on the column itself."""
+
+    grants: tuple[ColumnGrant, ...]
+    statistics: int | None  # SET STATISTICS; None: the default
+    options: tuple[str, ...]  # attoptions, e.g. "n_distinct=97"
 
 
 @dataclass(frozen=True)
@@ -76,6 +98,23 @@ def column_facts(conn: Connection, table: str, column: str) -> ColumnFacts | Non
         ORDER BY 1"""), {"t": table, "n": row.attnum}).scalars().all()
     return ColumnFacts(column, row.attnum, row.type, row.attnotnull, row.default_expr,
                        row.comment, row.identity, row.generated, tuple(sequences))
+
+
+def column_settings(conn: Connection, table: str, attnum: int) -> ColumnSettings:
+    grants = conn.execute(text("""
+        SELECT g.privilege_type,
+               CASE WHEN g.grantee = 0 THEN 'PUBLIC'
+                    ELSE quote_ident(pg_get_userbyid(g.grantee)) END AS grantee,
+               g.is_grantable
+        FROM pg_attribute a, aclexplode(a.attacl) g
+        WHERE a.attrelid = to_regclass(:t) AND a.attnum = :n
+        ORDER BY 2, 1"""), {"t": table, "n": attnum}).all()
+    row = conn.execute(text("""
+        SELECT attstattarget, coalesce(attoptions, '{}') AS options FROM pg_attribute
+        WHERE attrelid = to_regclass(:t) AND attnum = :n"""), {"t": table, "n": attnum}).one()
+    return ColumnSettings(tuple(ColumnGrant(*g) for g in grants),
+                          row.attstattarget if row.attstattarget >= 0 else None,
+                          tuple(row.options))
 
 
 def covering_indexes(conn: Connection, table: str, attnum: int) -> list[IndexFacts]:

@@ -15,6 +15,8 @@ SCHEMA = """
     CREATE TABLE nokey (a int, b text);
     CREATE TABLE regional (region text, n int, a int, PRIMARY KEY (region, n));
     INSERT INTO regional SELECT (ARRAY['eu', 'us'])[g % 2 + 1], g, g FROM generate_series(1, 9) g;
+    GRANT SELECT (a) ON items TO PUBLIC;
+    ALTER TABLE items ALTER COLUMN a SET STATISTICS 300;
 """
 
 # Every refusal is checked through ``submit`` in tests/integration/test_alter_type_input.py
@@ -47,6 +49,9 @@ def test_bad_alter_type_is_one_line_exit_2_and_the_dry_run_prints_each_state_cha
         assert state in out
     assert 'ADD COLUMN "a_reorg_new" bigint' in out
     assert "moves to the end of SELECT *" in out
+    # What the cut-over sets again on the new column.
+    assert 'GRANT SELECT ("a") ON "public"."items" TO PUBLIC' in out
+    assert "SET STATISTICS 300" in out
     assert dump(items_db) == before
     # A composite key, its own column altered: ranges by (region, n), as people read them.
     result = reorg(items_db, "submit", "alter-type", "--table", "regional", "--column", "n",

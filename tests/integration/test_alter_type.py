@@ -30,6 +30,14 @@ def _make_table(url: str, a_type: str = "int", a_default: str = "7") -> None:
             COMMENT ON COLUMN items.a IS 'the a: 100%';
             COMMENT ON COLUMN items.id IS 'row id';
             COMMENT ON INDEX items_a_b IS 'by a';
+            DO $$ BEGIN CREATE ROLE app_reader; EXCEPTION WHEN duplicate_object THEN
+                  NULL; END $$;
+            GRANT SELECT (id, a), UPDATE (a) ON items TO app_reader;
+            GRANT INSERT (a) ON items TO app_reader WITH GRANT OPTION;
+            GRANT SELECT (a) ON items TO PUBLIC;
+            ALTER TABLE items ALTER COLUMN a SET STATISTICS 500,
+                              ALTER COLUMN a SET (n_distinct = 97),
+                              ALTER COLUMN id SET STATISTICS 50;
             INSERT INTO items (a, b) SELECT g % 97, 'v' || g FROM generate_series(1, {ROWS}) g;
             ANALYZE items""")
 

@@ -172,4 +172,15 @@ def column_catalog(url: str, table: str = "items") -> dict[str, Any]:
             "triggers": sorted(q("SELECT tgname FROM pg_trigger WHERE tgrelid = %(t)s::regclass "
                                  "AND NOT tgisinternal")),
             "functions": sorted(q("SELECT proname FROM pg_proc WHERE proname LIKE 'alter_type_%%'")),
+            # Privileges granted on a column, its statistics target and options.
+            "column_settings": sorted(q("""
+                SELECT attname, attstattarget, attoptions,
+                       (SELECT array_agg(grant_ ORDER BY grant_)
+                        FROM (SELECT format('%%s:%%s:%%s:%%s', pg_get_userbyid(g.grantor),
+                                            CASE WHEN g.grantee = 0 THEN 'PUBLIC'
+                                                 ELSE pg_get_userbyid(g.grantee) END,
+                                            g.privilege_type, g.is_grantable) AS grant_
+                              FROM aclexplode(attacl) g) grants)
+                FROM pg_attribute WHERE attrelid = %(t)s::regclass AND attnum > 0
+                  AND NOT attisdropped""")),
         }
