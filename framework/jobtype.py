@@ -187,6 +187,9 @@ class SubtaskContext:
     # the job delivers its limit whatever the number of workers and slots.
     # None: pace by this subtask's share of the limit (``Job.rate_share``).
     rate_gate: Callable[[int, float], float | None] | None = None
+    # Rows booked on the schedule before the first batch ran
+    # (``book_first_batch``), not booked again after it.
+    _prebooked: int = 0
 
     def should_stop(self) -> bool:
         return self.stop_event.is_set()
@@ -217,10 +220,46 @@ class SubtaskContext:
         ``worker.after_batch`` fault point too."""
         faults.hit("worker.after_batch")
         if self.job.max_rows_per_sec and rows:
-            wait = self._rate_wait(rows, took_seconds)
+            booked = min(rows, self._prebooked)
+            self._prebooked -= booked
+            wait = self._rate_wait(rows - booked, took_seconds)
             if wait > 0:
                 self.stop_event.wait(wait)
         self.wait_for_health()
+
+    def book_first_batch(self) -> None:
+        """Before the subtask's first batch: book ``batch_rows`` on the job's
+        shared schedule and wait for the booking's turn. Booked only after
+        it ran, the first batch of every slot starting at once went unpaced:
+        a burst of slots x ``batch_rows`` over the limit at the job's start
+        (and one batch whenever a slot joined). Rows booked beyond what the
+        first batch had are taken off the next bookings."""
+        limit, rows = self.job.max_rows_per_sec, self.job.batch_rows
+        if not limit or self.rate_gate is None:
+            return
+        try:
+            due = self.rate_gate(rows, 0.0)
+        except Exception as exc:  # the database is away: the batch will say so
+            log.warning("could not book job %s's first batch, pacing after it: %s",
+                        self.job.id, exc)
+            return
+        if due is None:
+            return
+        self._prebooked = rows
+        wait = due - rows / limit  # the booking's start: when the rows before it are due
+        if wait > 0:
+            self.stop_event.wait(wait)
+
+    def return_unused_booking(self) -> None:
+        """After the subtask: give back what ``book_first_batch`` booked and
+        no batch used (a range smaller than a batch, a stop): else many small
+        subtasks would hold the job far below its limit."""
+        rows, self._prebooked = self._prebooked, 0
+        if rows and self.rate_gate is not None:
+            try:
+                self.rate_gate(-rows, 0.0)
+            except Exception as exc:  # costs pace only, never rows
+                log.warning("could not return job %s's unused booking: %s", self.job.id, exc)
 
     def _rate_wait(self, rows: int, took_seconds: float) -> float:
         if self.rate_gate is not None:

@@ -358,8 +358,12 @@ class WorkerPool:
             ctx.raise_if_stopped()
             faults.hit("worker.after_claim")
             ctx.wait_for_health()
-            ctx.raise_if_stopped()
-            jobtype.run_step(jobtype.get(ctx.job.type), ctx, self.db.engine)
+            ctx.book_first_batch()
+            try:
+                ctx.raise_if_stopped()
+                jobtype.run_step(jobtype.get(ctx.job.type), ctx, self.db.engine)
+            finally:
+                ctx.return_unused_booking()
             if ctx.finished:  # the last checkpoint finished it, in the batch's transaction
                 return SlotResult(claim.id, "succeeded")
             ctx.raise_if_stopped()

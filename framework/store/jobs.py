@@ -551,13 +551,15 @@ def reserve_rate(db: Database, conn: Connection, job_id: int, rows: int,
     and its slot waits until the new due time. Every slot of every node books
     on the same row, so n slots take turns and the job as a whole delivers
     its limit; a job slower than its limit finds the schedule in the past
-    and waits not at all (no credit saved up for a burst). One short
-    statement per batch, only for a job with a limit."""
+    and waits not at all (no credit saved up for a burst). Negative ``rows``
+    give back a booking not used, never moving the schedule before now. One
+    short statement per batch, only for a job with a limit."""
     return conn.execute(
         db.sql("""
-            UPDATE {s}.jobs SET rate_due_at =
+            UPDATE {s}.jobs SET rate_due_at = greatest(
                 greatest(rate_due_at, clock_timestamp() - make_interval(secs => :took))
-                + make_interval(secs => CAST(:rows AS float8) / max_rows_per_sec)
+                + make_interval(secs => CAST(:rows AS float8) / max_rows_per_sec),
+                clock_timestamp() - make_interval(secs => :took))
             WHERE id = :job_id AND max_rows_per_sec > 0
             RETURNING extract(epoch FROM rate_due_at - clock_timestamp())::float8"""),
         {"job_id": job_id, "rows": rows, "took": max(took_seconds, 0.0)},

@@ -75,3 +75,32 @@ def test_the_rate_limit_is_the_jobs_across_two_workers_of_two_slots(
     print(f"after alter: delivered {rate:.0f} rows/s under --max-rows-per-sec {LIMIT // 2}")
     assert abs(rate / (LIMIT / 2) - 1) <= TOLERANCE, f"{rate:.0f} rows/s against {LIMIT // 2}"
     ok(reorg(url, "cancel", str(job)))
+
+
+def test_slots_starting_together_do_not_burst_past_the_limit(
+        migrated_db: str, workers: Workers) -> None:
+    """Four slots idle when the job comes each run a first batch: booked
+    only after it ran, the four went at once (4 x 2,000 rows in the first
+    instant against 1,000 rows/s). Booked before, they take turns: by any
+    moment t after the first commit, at most two batches (the first, and
+    one booked from the first's start, not its commit) plus t x the limit."""
+    url = migrated_db
+    batch = 2_000
+    make_items(url, 40_000)
+    for node in ("w1", "w2"):
+        workers.start_cli(node, "--slots", "2", "--no-spark-warmup")
+    wait_until(lambda: execute(url, "SELECT count(*) FROM reorg.nodes")[0][0] == 2, 30,
+               "both workers registered")
+    job = submit(url, "--table", "items", "--set", "c=md5(b)", "--rows-per-subtask", "10000",
+                 "--batch-rows", str(batch), "--max-rows-per-sec", str(LIMIT))
+    first = wait_until(lambda: (f := filled(url))[0] > 0 and f, 30, "a first batch committed")
+    samples = [first]
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:
+        samples.append(filled(url))
+        time.sleep(0.1)
+    print(f"\nrows committed after the first commit: {[(r, round(t - first[1], 2)) for r, t in samples]}")
+    for rows, at in samples:
+        allowed = 2 * batch + LIMIT * (at - first[1]) * (1 + TOLERANCE)
+        assert rows <= allowed, f"{rows} rows {at - first[1]:.2f}s after the first commit"
+    ok(reorg(url, "cancel", str(job)))

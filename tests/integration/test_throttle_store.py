@@ -39,6 +39,12 @@ def test_batches_booked_at_once_take_turns_on_the_jobs_schedule(db, migrated_db)
     execute(migrated_db,
             f"UPDATE reorg.jobs SET rate_due_at = now() - interval '1 hour' WHERE id = {job_b}")
     assert _book(db, job_b, 100) == pytest.approx(0.1, abs=0.05)
+    # A booking given back (a first batch booked ahead and not used) moves
+    # the schedule back, but never before now: no credit for a burst.
+    assert _book(db, job_b, 300) == pytest.approx(0.4, abs=0.05)
+    assert _book(db, job_b, -200) == pytest.approx(0.2, abs=0.05)
+    assert _book(db, job_b, -10_000) == pytest.approx(0.0, abs=0.05)
+    assert _book(db, job_b, 100) == pytest.approx(0.1, abs=0.05)
     # A job without a limit (or whose limit `reorg alter` lifted) books nothing.
     assert _book(db, _job(db, "items_c"), 100) is None
     control.alter(db, job_id, max_rows_per_sec=0, actor="t")
