@@ -28,6 +28,7 @@ from support.processes import Workers
 
 from framework import faults
 from framework.db import Database, describe_url
+from framework.store import jobs
 from framework.submit import submit
 
 TOKEN = "s3cret-token"
@@ -65,6 +66,13 @@ def test_live_progress_events_subtasks_pause_and_resume_with_the_token(
         assert "w1" in text_of(browser, "#nodes") and "owner" in text_of(browser, "#nodes")
         assert f"database {describe_url(migrated_db)}" in text_of(browser, "header")
         assert "postgresql://" not in browser.page_source
+        # What holds the job's batches, as `reorg status` says it.
+        with db.begin() as conn:
+            jobs.note_throttled(db, conn, job, "replica lag 12.0s > 5s (standby1)")
+        wait_for(browser, lambda: text_of(browser, f"#job-{job}-throttled")
+                 == "throttled: replica lag 12.0s > 5s (standby1)", 30, "the throttled note")
+        with db.begin() as conn:
+            jobs.note_throttled(db, conn, job, None)
 
         # The job moves on; the page follows without reloading (the mark a
         # reload would wipe out stays).
