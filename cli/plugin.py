@@ -32,7 +32,8 @@ Worker options. The entry point group ``reorg.worker_options``: its value a
 function whose keyword parameters, annotated with typer options, become
 options of ``reorg worker`` (e.g. ``--spark-master``, from backfill/spark);
 the worker calls it once with their values before its node starts, and runs
-what it returns, if anything, on a thread once the node runs (e.g. a warm-up).
+what it returns, if anything, on a thread once the node runs, with the
+database URL (e.g. a warm-up that reads from the database).
 
 Status lines. The entry point group ``reorg.status_lines``: its name is a job
 type's, its value a function ``(db, job status row) -> str | None``, printed
@@ -120,7 +121,7 @@ def status_line(database: Callable[[], Database], job: dict[str, Any]) -> str | 
     return None
 
 
-WorkerStart = Callable[[], None]
+WorkerStart = Callable[[str], None]  # given the database URL
 
 
 @functools.cache

@@ -76,7 +76,8 @@ def worker(
     node.start()
     log.info("job types: %s", ", ".join(types) or "none")
     for start in after_start:
-        threading.Thread(target=start, name="worker-start", daemon=True).start()
+        threading.Thread(target=start, args=(settings.database_url,), name="worker-start",
+                         daemon=True).start()
     while not stop.wait(1.0):
         pass
     log.info("stop requested; draining (signal again to exit at once)")

@@ -30,3 +30,22 @@ def start_worker_spark() -> None:
         cds.ensure_in_background(session.cds_archive(), session.settings_environ())
     except Exception as exc:  # only a speed-up: never fail a subtask for it
         log.warning("not building a Spark class-data archive: %s", one_line(exc))
+
+
+# One row of the column types a job's sample most often has: what a first
+# analysis reads (JDBC), analyses, computes and collects as Arrow.
+_WARM_ROW = ("(SELECT 1::bigint AS id, 'x'::text AS b, 1.5::numeric(10,2) AS n, "
+             "now() AS t, true AS f) reorg_warm")
+
+
+def warm_analysis(database_url: str) -> None:
+    """Run once what a job's analysis runs, on a made-up row: a JDBC read, an
+    expression analysed, computed and collected as Arrow. The JVM loads and
+    compiles those paths now, while the worker is idle, instead of in the
+    first submit's wait."""
+    from backfill.spark import session
+    from backfill.spark.jdbc import jdbc_target
+
+    jdbc = jdbc_target(database_url)
+    rows = session.get_spark().read.jdbc(jdbc.url, _WARM_ROW, properties=jdbc.read_props())
+    rows.selectExpr("id", "md5(b) AS c", "upper(b) || CAST(id AS string) AS d").toArrow()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Callable
 from typing import Annotated
 
@@ -29,7 +30,7 @@ def spark(
         envvar="REORG_SPARK_WARMUP",
         help="Start Spark when the worker starts (takes seconds; ~0.5 GiB more memory) "
              "instead of when a job type that needs it first runs here.")] = False,
-) -> Callable[[], None] | None:
+) -> Callable[[str], None] | None:
     """Configure the process's Spark before the node starts; with
     ``--spark-warmup``, return the warm-up the worker runs once the node runs."""
     configure_spark(spark_master, spark_conf or [])
@@ -50,12 +51,25 @@ def configure_spark(master: str | None, conf_pairs: list[str]) -> None:
         from_env, master=master or from_env.master, conf={**from_env.conf, **extra}))
 
 
-def warm_up_job_types() -> None:
+def warm_up_job_types(database_url: str) -> None:
     """Start what the job types need (Spark: seconds) while the node is idle,
-    not inside the first subtask's lease. A failure here is only logged:
-    subtasks that need it fail with the same one-line reason."""
+    not inside the first subtask's lease, then run a made-up analysis so the
+    first submit's does not pay the JVM's first run of those paths (measured
+    under load: 8.7 s cold, 2.9 s warmed without a JDBC read, 1.0 s with one;
+    0.3-0.7 s after). A failure here is only logged: subtasks that need it
+    fail with the same one-line reason."""
+    from backfill.spark import session, warmup
+
     for name in jobtype.names():
         try:
             jobtype.warm_up(jobtype.get(name), None)
         except Exception as exc:
             log.warning("%s did not warm up: %s", name, one_line(exc))
+    if session.started():
+        started = time.monotonic()
+        try:
+            warmup.warm_analysis(database_url)
+        except Exception as exc:  # only a speed-up
+            log.warning("Spark's analysis paths did not warm up: %s", one_line(exc))
+        else:
+            log.info("Spark warmed up for a first analysis in %.1fs", time.monotonic() - started)

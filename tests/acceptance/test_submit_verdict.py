@@ -103,3 +103,21 @@ def test_a_worker_starts_spark_only_for_a_job_type_that_needs_it(
                           timeout=SPARK_TIMEOUT)).strip())
     assert ok(reorg(url, "wait", str(job_id), "--timeout", "120", timeout=SPARK_TIMEOUT))
     assert len(java_children(worker.pid)) == 1, worker.log()
+
+
+def test_a_worker_started_with_spark_warmup_warms_the_analysis_before_any_submit(
+        migrated_db: str, workers: Workers) -> None:
+    """``--spark-warmup``: Spark starts with the worker and runs a made-up
+    analysis (a JDBC read, an expression, Arrow) while idle, so the first
+    submit does not wait for the JVM's first run of those paths."""
+    url = migrated_db
+    make_items(url, 500)
+    worker = workers.start_cli("w1", "--spark-warmup")
+    wait_until(lambda: "Spark warmed up for a first analysis" in worker.log(), SPARK_TIMEOUT,
+               "the warm-up's analysis")
+    assert len(java_children(worker.pid)) == 1, worker.log()
+    assert "did not warm up" not in worker.log()
+    job_id = int(ok(submit_without_java(url, "backfill", "--table", "items",
+                                        "--set", "c=upper(b)")).strip())
+    assert ok(reorg(url, "wait", str(job_id), "--timeout", "120", timeout=SPARK_TIMEOUT))
+    assert execute(url, "SELECT count(*) FROM items WHERE c IS DISTINCT FROM upper(b)") == [(0,)]
