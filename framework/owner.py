@@ -42,10 +42,14 @@ HISTORY_SECONDS_WHILE_RUNNING = 0.1
 LIVE_SUCCEEDED_KEPT = 5_000
 JOB_BACKOFF_CAP_SECONDS = 60.0
 # Ranges inserted per tick: a split of 100,000 ranges in one statement took
-# ~1.3 s of one tick; 10,000 take ~0.13 s, the rest follow a chunk a tick
-# (``steps.insert_split_chunk``) while workers already claim the first ones.
-# The revert step's ranges likewise.
-SPLIT_CHUNK = 10_000
+# ~1.3 s of one tick; the rest follow a chunk a tick
+# (``steps.insert_split_chunk``) while workers already claim the first ones,
+# and the owner ticks again at once while a chunk remains (``TickResult.again``).
+# 10,000 a tick made each of those ticks 1-2 s while 16 slots churned (six
+# index entries a range, and their commit); 2,000 keep a tick near a tenth of
+# that and, ticking back to back, go in faster than workers claim them. The
+# revert step's ranges likewise.
+SPLIT_CHUNK = 2_000
 
 
 class TermLost(RuntimeError):
@@ -57,6 +61,9 @@ class TickResult:
     is_owner: bool = False
     revision: int | None = None
     actions: list[str] = field(default_factory=list)
+    # Work is left that the next tick should do at once rather than after the
+    # interval: ranges of a split still to insert. Each tick stays short.
+    again: bool = False
 
 
 class Owner:
@@ -72,6 +79,7 @@ class Owner:
         self._backoff: dict[int, tuple[int, float]] = {}
         self._history_budget_ends = 0.0
         self._warming = Warming()
+        self._again = False  # this tick left ranges to insert (TickResult.again)
 
     # --- election -------------------------------------------------------
 
@@ -126,6 +134,7 @@ class Owner:
         result = TickResult(is_owner=term is not None, revision=term.revision if term else None)
         if term is None:
             return result
+        self._again = False
         try:
             for job in self._live_jobs():
                 if not self.trusted():
@@ -140,6 +149,7 @@ class Owner:
             log.warning("owner write rejected: term %s is over", term.revision)
             self.term = None
             result.is_owner = False
+        result.again = self._again and result.is_owner
         return result
 
     def _drive_one(self, term: OwnerTerm, row: dict) -> str | None:
@@ -283,6 +293,7 @@ class Owner:
             # A big split goes in a chunk a tick (``_check_running``).
             steps.begin_split(self.db, conn, term, job.id, job.step, plan.ranges, SPLIT_CHUNK)
             count = len(plan.ranges)
+            self._again = count > SPLIT_CHUNK  # the next chunk at once
             return count, f"{count} subtasks of ~{plan.rows_per_range} rows"
         metas = jobtype.fixed_subtasks(kind, conn, job, job.step)
         count = steps.insert_fixed(self.db, conn, term, job.id, job.step, metas) if metas else 0
@@ -354,6 +365,7 @@ class Owner:
                                   error=error, detail="a subtask failed")
             return "failed" if moved else None
         if to_go:
+            self._again = True
             return f"split: {to_go} ranges still to insert"
         if snap.all_succeeded:
             return self._advance(term, job)
@@ -472,6 +484,7 @@ class Owner:
                                   [(lo, hi) for _, lo, hi in progressed], SPLIT_CHUNK,
                                   metas=[{"revert_of_step": st} for st, _, _ in progressed],
                                   counter="revert_total")
+                self._again = count > SPLIT_CHUNK
                 if count:
                     faults.hit("owner.after_revert_plan")
                     if not jobs.start_revert_step(
@@ -521,6 +534,7 @@ class Owner:
             snap = steps.step_snapshot(self.db, conn, job.id, STEP_REVERT)
             error = steps.revert_error(self.db, conn, job.id)
         if to_go:
+            self._again = True
             return f"revert: {to_go} ranges still to insert"
         if not snap.all_succeeded:
             if error:
