@@ -41,6 +41,10 @@ HISTORY_SECONDS_PER_TICK = 0.3
 HISTORY_SECONDS_WHILE_RUNNING = 0.1
 LIVE_SUCCEEDED_KEPT = 5_000
 JOB_BACKOFF_CAP_SECONDS = 60.0
+# History retention and dead-node marking run at most this often, not every
+# tick: their horizons are days and a minute, and a tick's every round trip
+# waits its turn among busy slots of the same process.
+HOUSEKEEPING_SECONDS = 5.0
 # Ranges inserted per tick: a split of 100,000 ranges in one statement took
 # ~1.3 s of one tick; the rest follow a chunk a tick
 # (``steps.insert_split_chunk``) while workers already claim the first ones,
@@ -80,6 +84,7 @@ class Owner:
         self._history_budget_ends = 0.0
         self._warming = Warming()
         self._again = False  # this tick left ranges to insert (TickResult.again)
+        self._retention_due = 0.0  # monotonic time of the next retention run
 
     # --- election -------------------------------------------------------
 
@@ -355,6 +360,9 @@ class Owner:
             snap = steps.step_snapshot(self.db, conn, job.id, job.step)
             error = steps.first_error(self.db, conn, job.id) if (
                 snap.failed or snap.cancelled) else None
+            # In the same round of reads: whether succeeded ones pile up.
+            many = (error is None and not to_go and not snap.all_succeeded and snap.succeeded
+                    and steps.succeeded_beyond(self.db, conn, job.id, LIVE_SUCCEEDED_KEPT))
         if error is not None:
             with self._fenced(term) as conn:
                 if job.on_failure == "pause":  # keep every finished range; `reorg retry`
@@ -371,12 +379,9 @@ class Owner:
             return f"split: {to_go} ranges still to insert"
         if snap.all_succeeded:
             return self._advance(term, job)
-        if snap.succeeded:
-            with self.db.begin() as conn:
-                many = steps.succeeded_beyond(self.db, conn, job.id, LIVE_SUCCEEDED_KEPT)
-            if many:  # keep what status reads of a running job small
-                self._move_to_history(term, job.id, job_finished=False,
-                                      seconds=HISTORY_SECONDS_WHILE_RUNNING)
+        if many:  # keep what status reads of a running job small
+            self._move_to_history(term, job.id, job_finished=False,
+                                  seconds=HISTORY_SECONDS_WHILE_RUNNING)
         return None
 
     def _advance(self, term: OwnerTerm, job: Job) -> str | None:
@@ -577,10 +582,15 @@ class Owner:
             moved = self._move_to_history(term, job_id, job_finished=True)
             if moved:
                 actions.append(f"job {job_id}: moved {moved} subtasks to history")
+        if self.clock() < self._retention_due:
+            return actions
         with self._fenced(term, durable=False) as conn:
             deleted = history.delete_older_than(
                 self.db, conn, term, settings.history_retention_days, settings.history_batch)
             dead = nodes.mark_dead(self.db, conn, settings.node_dead_after_seconds)
+        # A full batch deleted: more may be past retention, go on next tick.
+        if deleted < settings.history_batch:
+            self._retention_due = self.clock() + HOUSEKEEPING_SECONDS
         if deleted:
             actions.append(f"deleted {deleted} history rows past retention")
         actions += [f"node {n} marked dead" for n in dead]

@@ -10,6 +10,7 @@ from support import fill, job_of, make_items, wait_until
 from framework import control
 from framework.config import Settings
 from framework.db import Database
+from framework import owner as owner_module
 from framework.owner import Owner
 from framework.store import history, nodes, owner_lease
 from framework.submit import submit
@@ -132,3 +133,25 @@ def test_only_the_owners_bookkeeping_commits_without_waiting_for_the_disk(db):
                 assert conn.execute(sa.text("SHOW synchronous_commit")).scalar() == inside
             assert conn.execute(sa.text("SHOW synchronous_commit")).scalar() == "on"
             conn.commit()
+
+
+def test_retention_and_dead_nodes_run_once_per_housekeeping_interval_not_every_tick(
+        settings):
+    db = Database(Settings(**{**settings.__dict__, "node_dead_after_seconds": 1}))
+    now = [1000.0]
+    owner = Owner(db, "o", clock=lambda: now[0])
+
+    def stop_heartbeat(node_id: str) -> None:
+        with db.begin() as conn:
+            nodes.register(db, conn, node_id=node_id, host="h", pid=1, version="v", slots=1)
+            conn.execute(db.sql("UPDATE {s}.nodes SET heartbeat_at = clock_timestamp() "
+                                "- interval '5s' WHERE node_id = :n"), {"n": node_id})
+
+    stop_heartbeat("first")
+    assert "node first marked dead" in owner.tick().actions
+    stop_heartbeat("second")
+    now[0] += owner_module.HOUSEKEEPING_SECONDS / 2
+    assert "node second marked dead" not in owner.tick().actions  # not due yet
+    now[0] += owner_module.HOUSEKEEPING_SECONDS
+    assert "node second marked dead" in owner.tick().actions
+    db.dispose()
