@@ -8,9 +8,9 @@ import sqlalchemy as sa
 from support import fill, job_of, make_items, wait_until
 
 from framework import control
+from framework import owner as owner_module
 from framework.config import Settings
 from framework.db import Database
-from framework import owner as owner_module
 from framework.owner import Owner
 from framework.store import history, nodes, owner_lease
 from framework.submit import submit
