@@ -125,12 +125,13 @@ class StatementTimes:
         sa.event.listen(engine, "after_cursor_execute", self._after)
         sa.event.listen(engine, "commit", self._before_commit)
         self._commit_started: float | None = None
+        self._last = "?"  # the function whose statement ran last: its transaction commits
 
     def reset(self) -> dict[str, float]:
-        times, self._times = self._times, {}
         if self._commit_started is not None:
-            self._add("commit", time.monotonic() - self._commit_started)
+            self._add(f"last commit, after {self._last}", time.monotonic() - self._commit_started)
             self._commit_started = None
+        times, self._times = self._times, {}
         return {k: round(v, 4) for k, v in times.items()}
 
     def _add(self, label: str, seconds: float) -> None:
@@ -143,7 +144,8 @@ class StatementTimes:
     def _after(self, conn: Any, *_: Any) -> None:
         started = conn.info.pop("bench_started", None)
         if started is not None:
-            self._add(_caller(), time.monotonic() - started)
+            self._last = _caller()
+            self._add(self._last, time.monotonic() - started)
 
     def _before_commit(self, conn: Any) -> None:
         # A commit's end has no event: it ends at the next statement or tick.
@@ -152,7 +154,8 @@ class StatementTimes:
 
     def _close_commit(self) -> None:
         if self._commit_started is not None:
-            self._add("commit+python", time.monotonic() - self._commit_started)
+            # Until the next statement: the commit and any Python in between.
+            self._add(f"commit, after {self._last}", time.monotonic() - self._commit_started)
             self._commit_started = None
 
 
@@ -296,7 +299,7 @@ def statement_means(ticks: list[dict[str, Any]]) -> dict[str, float]:
         for label, seconds in t.get("statements", {}).items():
             totals[label] = totals.get(label, 0.0) + seconds
     means = {k: round(1000 * v / max(len(ticks), 1), 1) for k, v in totals.items()}
-    return dict(sorted(means.items(), key=lambda kv: -kv[1])[:12])
+    return dict(sorted(means.items(), key=lambda kv: -kv[1])[:16])
 
 
 def cpu_now(workers: list[int], postmaster: int | None) -> dict[str, float]:
