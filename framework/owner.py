@@ -365,7 +365,8 @@ class Owner:
             to_go = steps.insert_split_chunk(self.db, conn, term, job.id, SPLIT_CHUNK)
             steps.mark_claim_from(self.db, conn, term, job.id, job.step)
         with self._reading() as conn:
-            snap = steps.step_snapshot(self.db, conn, job.id, job.step)
+            # From the claim mark: _advance re-reads the whole step (DESIGN 7).
+            snap = steps.step_snapshot(self.db, conn, job.id, job.step, from_mark=True)
             error = steps.first_error(self.db, conn, job.id) if (
                 snap.failed or snap.cancelled) else None
             # On the same connection: whether succeeded ones pile up.
@@ -546,7 +547,8 @@ class Owner:
             to_go = steps.insert_split_chunk(self.db, conn, term, job.id, SPLIT_CHUNK)
             steps.mark_claim_from(self.db, conn, term, job.id, STEP_REVERT)
         with self._reading() as conn:
-            snap = steps.step_snapshot(self.db, conn, job.id, STEP_REVERT)
+            # From the claim mark: the end of the job re-reads the whole step.
+            snap = steps.step_snapshot(self.db, conn, job.id, STEP_REVERT, from_mark=True)
             error = steps.revert_error(self.db, conn, job.id)
         if to_go:
             self._again = True

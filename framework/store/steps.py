@@ -18,7 +18,7 @@ from framework.jobtype import FIXED_SUBTASK_UNITS, STEP_REVERT
 from framework.keys import Key, decode, encode
 from framework.states import SubtaskState
 from framework.store.owner_lease import FENCE, OwnerTerm
-from framework.store.subtasks import LEASE_LIVE, guard_into
+from framework.store.subtasks import LEASE_LIVE, NO_MARK, guard_into
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
@@ -349,7 +349,14 @@ class StepSnapshot:
         return not (self.unfinished or self.failed or self.cancelled)
 
 
-def step_snapshot(db: Database, conn: Connection, job_id: int, step: int) -> StepSnapshot:
+def step_snapshot(db: Database, conn: Connection, job_id: int, step: int, *,
+                  from_mark: bool = False) -> StepSnapshot:
+    """``from_mark``: the pending and running probes start at the owner's
+    claim mark (``mark_claim_from``), past the dead index entries every
+    finished subtask leaves until vacuum (tens of thousands, walked on every
+    tick of a churning job). Only for a quick look: a decision to advance
+    re-reads without it (DESIGN 7), so a wrong mark could only delay one."""
+
     def probe(cond: str, in_order: bool = False) -> str:
         # Pending rows can be nearly all of a job's: in ordinal order the probe
         # takes the claimable index to its first one, where the planner would
@@ -359,10 +366,11 @@ def step_snapshot(db: Database, conn: Connection, job_id: int, step: int) -> Ste
         return (f"(SELECT ordinal FROM {{s}}.background_subtask WHERE job_id = :job_id "
                 f"AND step = :step AND {cond}{order} LIMIT 1) IS NOT NULL")
 
+    start = f"ordinal >= {_MARK} AND " if from_mark else ""
     row = conn.execute(
         db.sql(f"""
-            SELECT {probe("state = 'pending'", in_order=True)} AS pending,
-                   {probe("state = 'running'", in_order=True)} AS running,
+            SELECT {probe(start + "state = 'pending'", in_order=True)} AS pending,
+                   {probe(start + "state = 'running'", in_order=True)} AS running,
                    {probe(f"state = 'running' AND {LEASE_LIVE}")} AS live_leases,
                    {probe("state = 'succeeded'")} AS succeeded,
                    {probe("state = 'failed'")} AS failed,
@@ -370,6 +378,12 @@ def step_snapshot(db: Database, conn: Connection, job_id: int, step: int) -> Ste
         {"job_id": job_id, "step": step},
     ).mappings().one()
     return StepSnapshot(**row)
+
+
+# The owner's claim mark of the job's step (``mark_claim_from``), or the
+# smallest ordinal when it marks another step or none.
+_MARK = (f"coalesce((SELECT claim_from FROM {{s}}.jobs WHERE id = :job_id "
+         f"AND claim_from_step = :step), {NO_MARK})")
 
 
 def mark_claim_from(db: Database, conn: Connection, term: OwnerTerm, job_id: int,
@@ -382,7 +396,9 @@ def mark_claim_from(db: Database, conn: Connection, term: OwnerTerm, job_id: int
     Nothing claimable is ever below the mark: subtasks only leave the
     claimable set (running ones handed back keep their ordinal), ranges added
     later get higher ordinals, and ``requeue_failed`` clears the mark. With
-    nothing claimable left, a mark of the same step stays where it was."""
+    nothing claimable left, a mark of the same step stays where it was. The
+    probe starts at the step's first ordinal all the same, so that a wrong
+    mark would be put right at the next tick."""
     conn.execute(
         db.sql(f"""
             UPDATE {{s}}.jobs j SET claim_from_step = :step,
