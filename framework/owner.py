@@ -85,6 +85,9 @@ class Owner:
         self._warming = Warming()
         self._again = False  # this tick left ranges to insert (TickResult.again)
         self._retention_due = 0.0  # monotonic time of the next retention run
+        # job id -> monotonic time its claim mark is next probed from the
+        # step's start (between, from the mark itself: ``_mark_from_mark``).
+        self._full_mark_due: dict[int, float] = {}
 
     # --- election -------------------------------------------------------
 
@@ -149,7 +152,10 @@ class Owner:
             return result
         self._again = False
         try:
-            for job in self._live_jobs():
+            live = self._live_jobs()
+            self._full_mark_due = {j["id"]: self._full_mark_due[j["id"]] for j in live
+                                   if j["id"] in self._full_mark_due}
+            for job in live:
                 if not self.trusted():
                     break
                 if self._backing_off(job["id"]):
@@ -363,7 +369,8 @@ class Owner:
             steps.fail_exhausted(self.db, conn, term, job.id, self.db.settings.max_attempts)
             # A big split goes on a chunk a tick (workers claim from the start).
             to_go = steps.insert_split_chunk(self.db, conn, term, job.id, SPLIT_CHUNK)
-            steps.mark_claim_from(self.db, conn, term, job.id, job.step)
+            steps.mark_claim_from(self.db, conn, term, job.id, job.step,
+                                  from_mark=self._mark_from_mark(job.id))
         with self._reading() as conn:
             # From the claim mark: _advance re-reads the whole step (DESIGN 7).
             snap = steps.step_snapshot(self.db, conn, job.id, job.step, from_mark=True)
@@ -545,7 +552,8 @@ class Owner:
                                               detail=_table_gone(gone)))
                 return str(target)
             to_go = steps.insert_split_chunk(self.db, conn, term, job.id, SPLIT_CHUNK)
-            steps.mark_claim_from(self.db, conn, term, job.id, STEP_REVERT)
+            steps.mark_claim_from(self.db, conn, term, job.id, STEP_REVERT,
+                                  from_mark=self._mark_from_mark(job.id))
         with self._reading() as conn:
             # From the claim mark: the end of the job re-reads the whole step.
             snap = steps.step_snapshot(self.db, conn, job.id, STEP_REVERT, from_mark=True)
@@ -629,6 +637,18 @@ class Owner:
         return total
 
     # --- helpers --------------------------------------------------------
+
+    def _mark_from_mark(self, job_id: int) -> bool:
+        """Whether this tick's claim mark may start at the current mark: yes,
+        but for one tick every HOUSEKEEPING_SECONDS, which probes from the
+        step's start (a wrong mark is put right; it walks the dead entries
+        of every subtask finished since the last vacuum, and ticks come back
+        to back while a split goes in)."""
+        now = self.clock()
+        if now < self._full_mark_due.get(job_id, 0.0):
+            return True
+        self._full_mark_due[job_id] = now + HOUSEKEEPING_SECONDS
+        return False
 
     @contextmanager
     def _reading(self) -> Iterator[sa.Connection]:

@@ -387,7 +387,7 @@ _MARK = (f"coalesce((SELECT claim_from FROM {{s}}.jobs WHERE id = :job_id "
 
 
 def mark_claim_from(db: Database, conn: Connection, term: OwnerTerm, job_id: int,
-                    step: int) -> None:
+                    step: int, *, from_mark: bool = False) -> None:
     """Mark where the step's claimable subtasks begin: claims scan the
     claimable index from there, past the dead entries finished subtasks leave
     in it until vacuum (migration ``0015_throughput``). One index probe from
@@ -396,9 +396,12 @@ def mark_claim_from(db: Database, conn: Connection, term: OwnerTerm, job_id: int
     Nothing claimable is ever below the mark: subtasks only leave the
     claimable set (running ones handed back keep their ordinal), ranges added
     later get higher ordinals, and ``requeue_failed`` clears the mark. With
-    nothing claimable left, a mark of the same step stays where it was. The
-    probe starts at the step's first ordinal all the same, so that a wrong
-    mark would be put right at the next tick."""
+    nothing claimable left, a mark of the same step stays where it was.
+
+    ``from_mark``: the probe starts at the current mark, not at the step's
+    first ordinal (every subtask finished since the last vacuum leaves dead
+    entries between, walked on each tick). Without it, a wrong mark would be
+    put right: the owner probes from the start every few seconds."""
     conn.execute(
         db.sql(f"""
             UPDATE {{s}}.jobs j SET claim_from_step = :step,
@@ -406,6 +409,7 @@ def mark_claim_from(db: Database, conn: Connection, term: OwnerTerm, job_id: int
                                                          THEN j.claim_from END)
             FROM (SELECT (SELECT ordinal FROM {{s}}.background_subtask
                           WHERE job_id = :job_id AND step = :step
+                            AND ordinal >= {_MARK if from_mark else NO_MARK}
                             AND state IN ('pending', 'running')  -- subtask_claimable's
                           ORDER BY ordinal LIMIT 1) AS ordinal) first
             WHERE j.id = :job_id AND {FENCE}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from support import fill, job_of, make_items
 
+from framework import owner as owner_module
 from framework.owner import Owner
 from framework.store import jobs, owner_lease, steps, subtasks
 from framework.submit import submit
@@ -134,3 +135,29 @@ def test_the_owners_quick_look_starts_at_the_mark_but_only_a_full_read_advances(
     owner.tick()
     assert job_of(db, job_id)["state"] == "running"  # the advance's full read saw them
     assert _mark(db, job_id) == (1, ords[1])  # and the tick put the mark right
+
+
+def test_the_owner_marks_from_its_last_mark_and_from_the_start_every_few_seconds(db):
+    """Most ticks probe for the next mark from the current one (not through
+    every finished subtask's dead entries); one every HOUSEKEEPING_SECONDS
+    probes from the step's start, so a wrong mark (forced here) is put right."""
+    job_id, term = _job(db, 3)
+    ords = _ordinals(db, job_id)
+    now = [1000.0]
+    owner = Owner(db, "owner-a", clock=lambda: now[0])
+    owner.term = term
+    owner.keep_term()
+    owner.tick()  # the first probe is from the start
+    assert _mark(db, job_id) == (1, ords[0])
+    with db.begin() as conn:
+        conn.execute(db.sql("UPDATE {s}.jobs SET claim_from = :o WHERE id = :id"),
+                     {"o": ords[2], "id": job_id})
+    now[0] += 0.5
+    owner.keep_term()
+    owner.tick()
+    assert _mark(db, job_id) == (1, ords[2])  # from the mark: it stays
+    now[0] += owner_module.HOUSEKEEPING_SECONDS
+    owner.keep_term()
+    owner.tick()
+    assert _mark(db, job_id) == (1, ords[0])  # from the start: put right
+    assert job_of(db, job_id)["state"] == "running"

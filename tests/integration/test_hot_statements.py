@@ -105,6 +105,7 @@ def test_no_hot_statement_scans_the_subtask_tables(big_job):
         steps.step_snapshot(db, conn, JOB, 1)
         steps.step_snapshot(db, conn, JOB, 1, from_mark=True)
         steps.mark_claim_from(db, conn, term, JOB, 1)
+        steps.mark_claim_from(db, conn, term, JOB, 1, from_mark=True)
         steps.fail_exhausted(db, conn, term, JOB, 5)
         steps.insert_split_chunk(db, conn, term, JOB, 10_000)
         steps.split_pending(db, conn, JOB)
