@@ -94,13 +94,16 @@ def run_worker(url: str, node_id: str, slots: int, ticks_file: str) -> None:
     node = Node(settings, node_id=node_id, slots=slots)
     tick = node.owner.tick
     out = open(ticks_file, "a", buffering=1)  # noqa: SIM115 (lives as long as the process)
+    statements = StatementTimes(node.owner_db.engine)
 
     def timed_tick():  # type: ignore[no-untyped-def]
+        statements.reset()
         started = time.monotonic()
         result = tick()
         if result.is_owner:
             out.write(json.dumps({"t": time.time(), "seconds": time.monotonic() - started,
-                                  "actions": len(result.actions)}) + "\n")
+                                  "actions": len(result.actions),
+                                  "statements": statements.reset()}) + "\n")
         return result
 
     node.owner.tick = timed_tick  # type: ignore[method-assign]
@@ -110,6 +113,67 @@ def run_worker(url: str, node_id: str, slots: int, ticks_file: str) -> None:
             time.sleep(1)
     except KeyboardInterrupt:
         node.drain(5)
+
+
+class StatementTimes:
+    """Seconds each owner statement took in the current tick, by the store
+    function that sent it (where a tick's time goes), and the commits'."""
+
+    def __init__(self, engine: Any) -> None:
+        self._times: dict[str, float] = {}
+        sa.event.listen(engine, "before_cursor_execute", self._before)
+        sa.event.listen(engine, "after_cursor_execute", self._after)
+        sa.event.listen(engine, "commit", self._before_commit)
+        self._commit_started: float | None = None
+        self._last = "?"  # the function whose statement ran last: its transaction commits
+
+    def reset(self) -> dict[str, float]:
+        if self._commit_started is not None:
+            self._add(f"last commit, after {self._last}", time.monotonic() - self._commit_started)
+            self._commit_started = None
+        times, self._times = self._times, {}
+        return {k: round(v, 4) for k, v in times.items()}
+
+    def _add(self, label: str, seconds: float) -> None:
+        self._times[label] = self._times.get(label, 0.0) + seconds
+
+    def _before(self, conn: Any, *_: Any) -> None:
+        self._close_commit()
+        conn.info["bench_started"] = time.monotonic()
+
+    def _after(self, conn: Any, *_: Any) -> None:
+        started = conn.info.pop("bench_started", None)
+        if started is not None:
+            self._last = _caller()
+            self._add(self._last, time.monotonic() - started)
+
+    def _before_commit(self, conn: Any) -> None:
+        # A commit's end has no event: it ends at the next statement or tick.
+        self._close_commit()
+        self._commit_started = time.monotonic()
+
+    def _close_commit(self) -> None:
+        if self._commit_started is not None:
+            # Until the next statement: the commit and any Python in between.
+            self._add(f"commit, after {self._last}", time.monotonic() - self._commit_started)
+            self._commit_started = None
+
+
+def _caller() -> str:
+    """The framework function that sent the statement (the innermost frame in
+    framework/store, else in framework/)."""
+    import inspect
+
+    frame = inspect.currentframe()
+    fallback = "?"
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if "/framework/store/" in path:
+            return f"{Path(path).stem}.{frame.f_code.co_name}"
+        if "/framework/" in path and fallback == "?" and "/framework/db.py" not in path:
+            fallback = f"{Path(path).stem}.{frame.f_code.co_name}"
+        frame = frame.f_back
+    return fallback
 
 
 # --- the run -------------------------------------------------------------------
@@ -144,7 +208,9 @@ def main() -> None:
         server.start()
         url = server.url()
     try:
-        report = measure(url, args)
+        postmaster = (int((server.pgdata / "postmaster.pid").read_text().split()[0])
+                      if server is not None else None)
+        report = measure(url, args, postmaster)
     finally:
         if server is not None:
             server.stop()
@@ -152,7 +218,7 @@ def main() -> None:
     print(json.dumps(report, indent=2))
 
 
-def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
+def measure(url: str, args: argparse.Namespace, postmaster: int | None) -> dict[str, Any]:
     jobtype.register(NoopJobType())
     db = Database(Settings(url))
     migrate.upgrade(db)
@@ -172,6 +238,7 @@ def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
         time.sleep(3)  # the nodes register and elect an owner
         job_id = submit(db, rows_per_subtask=5)
         wait_for(db, job_id, {"running", "succeeded"}, 600)
+        cpu_before = cpu_now([p.pid for p in procs], postmaster)
         in_process: list[float] = []
         as_command: list[float] = []
         while control.status(db, job_id)[0]["state"] != "succeeded":
@@ -184,6 +251,7 @@ def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
                                capture_output=True, check=True)
                 as_command.append(time.monotonic() - started)
             time.sleep(0.5)
+        cpu_after = cpu_now([p.pid for p in procs], postmaster)
         job = timings(db, job_id)
         run_end = time.time()
         wait_until_moved(db, job_id)
@@ -197,6 +265,8 @@ def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
     ticks.unlink()
     during = [t["seconds"] for t in tick_rows if t["t"] <= run_end]
     moving = [t["seconds"] for t in tick_rows if t["t"] > run_end]
+    slowest = sorted((t for t in tick_rows if t["t"] <= run_end), key=lambda t: t["seconds"])
+    slowest = slowest[int(0.9 * len(slowest)):]
     return {
         "machine": f"{os.cpu_count()} cores",
         "subtasks": job["subtasks"], "processes": args.processes, "slots": args.slots,
@@ -205,12 +275,55 @@ def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
         "pgbench_tps_16_clients": floor,
         "subtasks_per_pgbench_transaction": (
             round(job["subtasks"] / job["run_seconds"] / floor, 3) if floor else None),
+        # CPU seconds per 1,000 subtasks while the job ran: the worker
+        # processes' (Python) and the server's (every postgres process).
+        "cpu_seconds_per_1000_subtasks": {
+            k: round(1000 * (cpu_after[k] - cpu_before[k]) / max(job["subtasks"], 1), 3)
+            for k in cpu_after},
         "status_ms_in_process": ms_summary(in_process),
         "status_ms_command": ms_summary(as_command),
         "owner_tick_ms_running": ms_summary(during),
         "owner_tick_ms_after": ms_summary(moving),
+        # Where the time of the slowest tenth of the running ticks went: mean
+        # ms per tick of each owner statement (by the function sending it).
+        "owner_tick_slowest_tenth_ms": statement_means(slowest),
+        "owner_tick_running_mean_ms": statement_means(
+            [t for t in tick_rows if t["t"] <= run_end]),
         "pickup_ms": ms_summary(pickups),
     }
+
+
+def statement_means(ticks: list[dict[str, Any]]) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for t in ticks:
+        for label, seconds in t.get("statements", {}).items():
+            totals[label] = totals.get(label, 0.0) + seconds
+    means = {k: round(1000 * v / max(len(ticks), 1), 1) for k, v in totals.items()}
+    return dict(sorted(means.items(), key=lambda kv: -kv[1])[:16])
+
+
+def cpu_now(workers: list[int], postmaster: int | None) -> dict[str, float]:
+    """CPU seconds used so far by the worker processes and by the server
+    (the postmaster and its children, from /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def stat(pid: int) -> tuple[int, float]:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            return -1, 0.0
+        return int(fields[1]), (int(fields[11]) + int(fields[12])) / tick
+
+    used = {"workers": sum(stat(pid)[1] for pid in workers)}
+    if postmaster is not None:
+        server = stat(postmaster)[1]
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                parent, seconds = stat(int(entry.name))
+                if parent == postmaster:
+                    server += seconds
+        used["postgres"] = server
+    return used
 
 
 PGBENCH_SCRIPT = """\\set id random(1, 100000)

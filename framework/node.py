@@ -137,18 +137,21 @@ class Node:
     def _owner_loop(self) -> None:
         while not self._owner_stop.is_set():
             self._owner_woken.clear()
-            self._owner_tick()
-            self._owner_woken.wait(self.owner_tick_seconds)
+            if not self._owner_tick():  # else a split's next chunk: at once
+                self._owner_woken.wait(self.owner_tick_seconds)
 
-    def _owner_tick(self) -> None:
+    def _owner_tick(self) -> bool:
+        """One tick; True when it left work the next tick should do at once."""
         try:
             result = self.owner.tick()
         except Exception as exc:
             log.warning("owner tick failed: %s", one_line(exc), exc_info=exc)
-            return
+            return False
         for action in result.actions:
             log.info("owner rev %s: %s", result.revision, action)
-        self._report_jobs(result.is_owner)
+        if not result.again:  # the figures once the chunks of a split are in
+            self._report_jobs(result.is_owner)
+        return result.again
 
     def _report_jobs(self, is_owner: bool) -> None:
         """The owner's job gauges: one progress read of the live jobs (and of

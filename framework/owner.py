@@ -41,11 +41,19 @@ HISTORY_SECONDS_PER_TICK = 0.3
 HISTORY_SECONDS_WHILE_RUNNING = 0.1
 LIVE_SUCCEEDED_KEPT = 5_000
 JOB_BACKOFF_CAP_SECONDS = 60.0
+# History retention and dead-node marking run at most this often, not every
+# tick: their horizons are days and a minute, and a tick's every round trip
+# waits its turn among busy slots of the same process.
+HOUSEKEEPING_SECONDS = 5.0
 # Ranges inserted per tick: a split of 100,000 ranges in one statement took
-# ~1.3 s of one tick; 10,000 take ~0.13 s, the rest follow a chunk a tick
-# (``steps.insert_split_chunk``) while workers already claim the first ones.
-# The revert step's ranges likewise.
-SPLIT_CHUNK = 10_000
+# ~1.3 s of one tick; the rest follow a chunk a tick
+# (``steps.insert_split_chunk``) while workers already claim the first ones,
+# and the owner ticks again at once while a chunk remains (``TickResult.again``).
+# 10,000 a tick made each of those ticks 1-2 s while 16 slots churned (six
+# index entries a range, and their commit); 2,000 keep a tick near a tenth of
+# that and, ticking back to back, go in faster than workers claim them. The
+# revert step's ranges likewise.
+SPLIT_CHUNK = 2_000
 
 
 class TermLost(RuntimeError):
@@ -57,6 +65,9 @@ class TickResult:
     is_owner: bool = False
     revision: int | None = None
     actions: list[str] = field(default_factory=list)
+    # Work is left that the next tick should do at once rather than after the
+    # interval: ranges of a split still to insert. Each tick stays short.
+    again: bool = False
 
 
 class Owner:
@@ -72,11 +83,24 @@ class Owner:
         self._backoff: dict[int, tuple[int, float]] = {}
         self._history_budget_ends = 0.0
         self._warming = Warming()
+        self._again = False  # this tick left ranges to insert (TickResult.again)
+        self._retention_due = 0.0  # monotonic time of the next retention run
+        # job id -> monotonic time its claim mark is next probed from the
+        # step's start (between, from the mark itself: ``_mark_from_mark``).
+        self._full_mark_due: dict[int, float] = {}
 
     # --- election -------------------------------------------------------
 
     def _hold_term(self) -> OwnerTerm | None:
         sent = self.clock()
+        ttl = self.db.settings.owner_lease_seconds
+        if self.term is not None and sent - self._renewed_at < leases.renew_interval(ttl):
+            # Renewed a moment ago (a tick or ``keep_term``): the term is good
+            # for most of its lease still, and a renewal is a durable commit,
+            # which with 16 slots committing took up to 220 ms of a tick;
+            # ticks come back to back while a split goes in. A deposed
+            # owner's writes are fenced anyway (DESIGN 4).
+            return self.term
         with self.db.begin() as conn:
             if self.term is not None and not owner_lease.renew(self.db, conn, self.term):
                 log.warning("owner term %s is over", self.term.revision)
@@ -126,8 +150,12 @@ class Owner:
         result = TickResult(is_owner=term is not None, revision=term.revision if term else None)
         if term is None:
             return result
+        self._again = False
         try:
-            for job in self._live_jobs():
+            live = self._live_jobs()
+            self._full_mark_due = {j["id"]: self._full_mark_due[j["id"]] for j in live
+                                   if j["id"] in self._full_mark_due}
+            for job in live:
                 if not self.trusted():
                     break
                 if self._backing_off(job["id"]):
@@ -140,6 +168,7 @@ class Owner:
             log.warning("owner write rejected: term %s is over", term.revision)
             self.term = None
             result.is_owner = False
+        result.again = self._again and result.is_owner
         return result
 
     def _drive_one(self, term: OwnerTerm, row: dict) -> str | None:
@@ -186,7 +215,7 @@ class Owner:
         return entry is not None and self.clock() < entry[1]
 
     def _live_jobs(self) -> list[dict]:
-        with self.db.begin() as conn:
+        with self._reading() as conn:
             return jobs.live(self.db, conn)
 
     def _drive(self, term: OwnerTerm, row: dict) -> str | None:
@@ -283,6 +312,7 @@ class Owner:
             # A big split goes in a chunk a tick (``_check_running``).
             steps.begin_split(self.db, conn, term, job.id, job.step, plan.ranges, SPLIT_CHUNK)
             count = len(plan.ranges)
+            self._again = count > SPLIT_CHUNK  # the next chunk at once
             return count, f"{count} subtasks of ~{plan.rows_per_range} rows"
         metas = jobtype.fixed_subtasks(kind, conn, job, job.step)
         count = steps.insert_fixed(self.db, conn, term, job.id, job.step, metas) if metas else 0
@@ -329,7 +359,9 @@ class Owner:
         return replace(job, params={**params, jobs.VERDICT: jobs.ACCEPTED})
 
     def _check_running(self, term: OwnerTerm, row: dict, job: Job) -> str | None:
-        with self._fenced(term) as conn:
+        # Exhausted subtasks failed here fail the job only in a durable
+        # transaction below, which flushes this one first.
+        with self._fenced(term, durable=False) as conn:
             if row["run_on_node"] and row["run_on_node"] != self.node_id:
                 # Small jobs follow the owner: a new owner takes over its
                 # predecessor's local jobs.
@@ -337,11 +369,16 @@ class Owner:
             steps.fail_exhausted(self.db, conn, term, job.id, self.db.settings.max_attempts)
             # A big split goes on a chunk a tick (workers claim from the start).
             to_go = steps.insert_split_chunk(self.db, conn, term, job.id, SPLIT_CHUNK)
-            steps.mark_claim_from(self.db, conn, term, job.id, job.step)
-        with self.db.begin() as conn:
-            snap = steps.step_snapshot(self.db, conn, job.id, job.step)
+            steps.mark_claim_from(self.db, conn, term, job.id, job.step,
+                                  from_mark=self._mark_from_mark(job.id))
+        with self._reading() as conn:
+            # From the claim mark: _advance re-reads the whole step (DESIGN 7).
+            snap = steps.step_snapshot(self.db, conn, job.id, job.step, from_mark=True)
             error = steps.first_error(self.db, conn, job.id) if (
                 snap.failed or snap.cancelled) else None
+            # On the same connection: whether succeeded ones pile up.
+            many = (error is None and not to_go and not snap.all_succeeded and snap.succeeded
+                    and steps.succeeded_beyond(self.db, conn, job.id, LIVE_SUCCEEDED_KEPT))
         if error is not None:
             with self._fenced(term) as conn:
                 if job.on_failure == "pause":  # keep every finished range; `reorg retry`
@@ -354,15 +391,13 @@ class Owner:
                                   error=error, detail="a subtask failed")
             return "failed" if moved else None
         if to_go:
+            self._again = True
             return f"split: {to_go} ranges still to insert"
         if snap.all_succeeded:
             return self._advance(term, job)
-        if snap.succeeded:
-            with self.db.begin() as conn:
-                many = steps.succeeded_beyond(self.db, conn, job.id, LIVE_SUCCEEDED_KEPT)
-            if many:  # keep what status reads of a running job small
-                self._move_to_history(term, job.id, job_finished=False,
-                                      seconds=HISTORY_SECONDS_WHILE_RUNNING)
+        if many:  # keep what status reads of a running job small
+            self._move_to_history(term, job.id, job_finished=False,
+                                  seconds=HISTORY_SECONDS_WHILE_RUNNING)
         return None
 
     def _advance(self, term: OwnerTerm, job: Job) -> str | None:
@@ -472,6 +507,7 @@ class Owner:
                                   [(lo, hi) for _, lo, hi in progressed], SPLIT_CHUNK,
                                   metas=[{"revert_of_step": st} for st, _, _ in progressed],
                                   counter="revert_total")
+                self._again = count > SPLIT_CHUNK
                 if count:
                     faults.hit("owner.after_revert_plan")
                     if not jobs.start_revert_step(
@@ -516,11 +552,14 @@ class Owner:
                                               detail=_table_gone(gone)))
                 return str(target)
             to_go = steps.insert_split_chunk(self.db, conn, term, job.id, SPLIT_CHUNK)
-            steps.mark_claim_from(self.db, conn, term, job.id, STEP_REVERT)
-        with self.db.begin() as conn:
-            snap = steps.step_snapshot(self.db, conn, job.id, STEP_REVERT)
+            steps.mark_claim_from(self.db, conn, term, job.id, STEP_REVERT,
+                                  from_mark=self._mark_from_mark(job.id))
+        with self._reading() as conn:
+            # From the claim mark: the end of the job re-reads the whole step.
+            snap = steps.step_snapshot(self.db, conn, job.id, STEP_REVERT, from_mark=True)
             error = steps.revert_error(self.db, conn, job.id)
         if to_go:
+            self._again = True
             return f"revert: {to_go} ranges still to insert"
         if not snap.all_succeeded:
             if error:
@@ -555,16 +594,21 @@ class Owner:
     def _housekeeping(self, term: OwnerTerm) -> list[str]:
         actions = []
         settings = self.db.settings
-        with self.db.begin() as conn:
+        with self._reading() as conn:
             finished = history.jobs_awaiting_history(self.db, conn, limit=10)
         for job_id in finished:
             moved = self._move_to_history(term, job_id, job_finished=True)
             if moved:
                 actions.append(f"job {job_id}: moved {moved} subtasks to history")
-        with self._fenced(term) as conn:
+        if self.clock() < self._retention_due:
+            return actions
+        with self._fenced(term, durable=False) as conn:
             deleted = history.delete_older_than(
                 self.db, conn, term, settings.history_retention_days, settings.history_batch)
             dead = nodes.mark_dead(self.db, conn, settings.node_dead_after_seconds)
+        # A full batch deleted: more may be past retention, go on next tick.
+        if deleted < settings.history_batch:
+            self._retention_due = self.clock() + HOUSEKEEPING_SECONDS
         if deleted:
             actions.append(f"deleted {deleted} history rows past retention")
         actions += [f"node {n} marked dead" for n in dead]
@@ -581,7 +625,7 @@ class Owner:
         if seconds is not None:
             ends = min(ends, self.clock() + seconds)
         while self.clock() < ends:
-            with self._fenced(term) as conn:
+            with self._fenced(term, durable=False) as conn:  # atomic either way (DESIGN 10)
                 moved = history.move_finished(self.db, conn, term, job_id, batch,
                                               only_succeeded=not job_finished)
                 if job_finished and moved < batch:
@@ -594,12 +638,39 @@ class Owner:
 
     # --- helpers --------------------------------------------------------
 
+    def _mark_from_mark(self, job_id: int) -> bool:
+        """Whether this tick's claim mark may start at the current mark: yes,
+        but for one tick every HOUSEKEEPING_SECONDS, which probes from the
+        step's start (a wrong mark is put right; it walks the dead entries
+        of every subtask finished since the last vacuum, and ticks come back
+        to back while a split goes in)."""
+        now = self.clock()
+        if now < self._full_mark_due.get(job_id, 0.0):
+            return True
+        self._full_mark_due[job_id] = now + HOUSEKEEPING_SECONDS
+        return False
+
     @contextmanager
-    def _fenced(self, term: OwnerTerm) -> Iterator[sa.Connection]:
+    def _reading(self) -> Iterator[sa.Connection]:
+        """A connection for the tick's reads, each one statement (one
+        snapshot, as under READ COMMITTED in a transaction) in autocommit:
+        one round trip instead of three (BEGIN, the read, COMMIT), each of
+        which waits its turn among the busy slots of the owner's process."""
+        with self.db.connect(isolation_level="AUTOCOMMIT") as conn:
+            yield conn
+
+    @contextmanager
+    def _fenced(self, term: OwnerTerm, *, durable: bool = True) -> Iterator[sa.Connection]:
         """A transaction that starts by holding the owner term (see
-        ``owner_lease.hold``), so every statement in it is fenced."""
+        ``owner_lease.hold``), so every statement in it is fenced.
+
+        ``durable=False`` for bookkeeping a later tick redoes if a server
+        crash loses it (claim marks, split chunks, history moves, retention):
+        its commit does not wait for the disk, which with 16 slots committing
+        was most of a running tick (each fenced transaction writes: the
+        lease row's lock). Job transitions stay durable."""
         with self.db.begin() as conn:
-            if not owner_lease.hold(self.db, conn, term):
+            if not owner_lease.hold(self.db, conn, term, durable=durable):
                 raise TermLost()
             yield conn
 

@@ -91,11 +91,21 @@ def resign(db: Database, conn: Connection, term: OwnerTerm) -> bool:
     return row is not None
 
 
-def hold(db: Database, conn: Connection, term: OwnerTerm) -> bool:
+def hold(db: Database, conn: Connection, term: OwnerTerm, *, durable: bool = True) -> bool:
     """Check the term at the start of a multi-statement owner transaction and
     keep the lease row KEY SHARE locked until it commits: no new term can begin
-    while this transaction's DDL and writes are in flight."""
-    return conn.execute(db.sql(f"SELECT {FENCE}"), term.params()).scalar() is True
+    while this transaction's DDL and writes are in flight.
+
+    ``durable=False``: the commit does not wait for its WAL to reach disk
+    (``synchronous_commit`` off for this transaction only), for the owner's
+    bookkeeping that a later tick redoes if a server crash loses it. It stays
+    atomic, and any durable commit after it flushes it too (WAL is written
+    in order), so nothing that depends on it can outlive it."""
+    if durable:
+        return conn.execute(db.sql(f"SELECT {FENCE}"), term.params()).scalar() is True
+    return conn.execute(
+        db.sql(f"SELECT {FENCE}, set_config('synchronous_commit', 'off', true)"),
+        term.params()).scalar() is True
 
 
 def current(db: Database, conn: Connection) -> dict[str, object]:

@@ -18,7 +18,7 @@ from framework.jobtype import FIXED_SUBTASK_UNITS, STEP_REVERT
 from framework.keys import Key, decode, encode
 from framework.states import SubtaskState
 from framework.store.owner_lease import FENCE, OwnerTerm
-from framework.store.subtasks import LEASE_LIVE, guard_into
+from framework.store.subtasks import LEASE_LIVE, NO_MARK, guard_into
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
@@ -147,36 +147,51 @@ def insert_split_chunk(
     db: Database, conn: Connection, term: OwnerTerm, job_id: int, chunk: int,
 ) -> int | None:
     """Insert the next ``chunk`` ranges of the job's pending split, and move
-    its cursor (or drop the row, once all are in) in the same transaction.
+    its cursor (or drop the row, once all are in) in the same statement.
     Returns how many ranges are still to insert, or None when the job has no
     pending split. The row is locked: two owners never insert one chunk twice
     (and a deposed one's insert is fenced anyway). The slices are taken in
-    SQL: a chunk reads its part of the plan, not all of it."""
+    SQL and go straight into the live table: a chunk reads its part of the
+    plan, and its keys never pass through Python (decoded and encoded again,
+    they were most of a chunk's time in an owner sharing its process with
+    busy slots)."""
     row = conn.execute(
-        db.sql("""
-            SELECT step, inserted, cardinality(los) AS total, meta,
-                   CAST(los[inserted + 1 : inserted + :chunk] AS text[]) AS los,
-                   CAST(his[inserted + 1 : inserted + :chunk] AS text[]) AS his,
-                   metas[inserted + 1 : inserted + :chunk] AS metas
-            FROM {s}.job_split_pending WHERE job_id = :job_id FOR UPDATE"""),
-        {"job_id": job_id, "chunk": chunk},
+        db.sql(f"""
+            WITH plan AS (
+                SELECT job_id, step, inserted, cardinality(los) AS total, meta,
+                       los[inserted + 1 : inserted + :chunk] AS los,
+                       his[inserted + 1 : inserted + :chunk] AS his,
+                       metas[inserted + 1 : inserted + :chunk] AS metas
+                FROM {{s}}.job_split_pending WHERE job_id = :job_id FOR UPDATE),
+            fenced AS (SELECT * FROM plan WHERE {FENCE}),
+            added AS (
+                INSERT INTO {{s}}.background_subtask
+                    (job_id, step, ordinal, state, start_key, end_key, curr_key, meta)
+                SELECT f.job_id, f.step, f.inserted + r.ordinal - 1, 'pending', r.lo, r.hi,
+                       r.lo, coalesce(r.meta, f.meta)
+                -- metas is NULL where every range has the plan's meta: then
+                -- unnest pads it with NULLs.
+                FROM fenced f, unnest(f.los, f.his, f.metas)
+                     WITH ORDINALITY AS r(lo, hi, meta, ordinal)
+                RETURNING 1),
+            counted AS (SELECT count(*) AS n FROM added),
+            advanced AS (
+                UPDATE {{s}}.job_split_pending p SET inserted = f.inserted + counted.n
+                FROM fenced f, counted
+                WHERE p.job_id = f.job_id AND f.inserted + counted.n < f.total),
+            finished AS (
+                DELETE FROM {{s}}.job_split_pending p USING fenced f, counted
+                WHERE p.job_id = f.job_id AND f.inserted + counted.n >= f.total)
+            SELECT plan.total - plan.inserted AS left_before, counted.n AS added,
+                   EXISTS (SELECT 1 FROM fenced) AS held
+            FROM plan, counted"""),
+        {"job_id": job_id, "chunk": chunk, **term.params()},
     ).mappings().one_or_none()
     if row is None:
         return None
-    ranges = [(decode(lo), decode(hi)) for lo, hi in zip(row["los"], row["his"], strict=True)]
-    if insert_ranges(db, conn, term, job_id, row["step"], ranges, first_ordinal=row["inserted"],
-                     meta=row["meta"], counted=True,
-                     metas=row["metas"]) != len(ranges):
-        return len(ranges)  # fenced out: nothing inserted, the caller's term check says why
-    inserted = row["inserted"] + len(ranges)
-    if inserted >= row["total"]:
-        conn.execute(db.sql(f"DELETE FROM {{s}}.job_split_pending WHERE job_id = :job_id "
-                            f"AND {FENCE}"), {"job_id": job_id, **term.params()})
-        return 0
-    conn.execute(db.sql(f"UPDATE {{s}}.job_split_pending SET inserted = :inserted "
-                        f"WHERE job_id = :job_id AND {FENCE}"),
-                 {"job_id": job_id, "inserted": inserted, **term.params()})
-    return int(row["total"]) - inserted
+    if not row["held"]:
+        return int(row["left_before"])  # fenced out: the caller's term check says why
+    return int(row["left_before"]) - int(row["added"])
 
 
 def split_pending(db: Database, conn: Connection, job_id: int) -> bool:
@@ -334,7 +349,14 @@ class StepSnapshot:
         return not (self.unfinished or self.failed or self.cancelled)
 
 
-def step_snapshot(db: Database, conn: Connection, job_id: int, step: int) -> StepSnapshot:
+def step_snapshot(db: Database, conn: Connection, job_id: int, step: int, *,
+                  from_mark: bool = False) -> StepSnapshot:
+    """``from_mark``: the pending and running probes start at the owner's
+    claim mark (``mark_claim_from``), past the dead index entries every
+    finished subtask leaves until vacuum (tens of thousands, walked on every
+    tick of a churning job). Only for a quick look: a decision to advance
+    re-reads without it (DESIGN 7), so a wrong mark could only delay one."""
+
     def probe(cond: str, in_order: bool = False) -> str:
         # Pending rows can be nearly all of a job's: in ordinal order the probe
         # takes the claimable index to its first one, where the planner would
@@ -344,10 +366,11 @@ def step_snapshot(db: Database, conn: Connection, job_id: int, step: int) -> Ste
         return (f"(SELECT ordinal FROM {{s}}.background_subtask WHERE job_id = :job_id "
                 f"AND step = :step AND {cond}{order} LIMIT 1) IS NOT NULL")
 
+    start = f"ordinal >= {_MARK} AND " if from_mark else ""
     row = conn.execute(
         db.sql(f"""
-            SELECT {probe("state = 'pending'", in_order=True)} AS pending,
-                   {probe("state = 'running'", in_order=True)} AS running,
+            SELECT {probe(start + "state = 'pending'", in_order=True)} AS pending,
+                   {probe(start + "state = 'running'", in_order=True)} AS running,
                    {probe(f"state = 'running' AND {LEASE_LIVE}")} AS live_leases,
                    {probe("state = 'succeeded'")} AS succeeded,
                    {probe("state = 'failed'")} AS failed,
@@ -357,8 +380,14 @@ def step_snapshot(db: Database, conn: Connection, job_id: int, step: int) -> Ste
     return StepSnapshot(**row)
 
 
+# The owner's claim mark of the job's step (``mark_claim_from``), or the
+# smallest ordinal when it marks another step or none.
+_MARK = (f"coalesce((SELECT claim_from FROM {{s}}.jobs WHERE id = :job_id "
+         f"AND claim_from_step = :step), {NO_MARK})")
+
+
 def mark_claim_from(db: Database, conn: Connection, term: OwnerTerm, job_id: int,
-                    step: int) -> None:
+                    step: int, *, from_mark: bool = False) -> None:
     """Mark where the step's claimable subtasks begin: claims scan the
     claimable index from there, past the dead entries finished subtasks leave
     in it until vacuum (migration ``0015_throughput``). One index probe from
@@ -367,7 +396,12 @@ def mark_claim_from(db: Database, conn: Connection, term: OwnerTerm, job_id: int
     Nothing claimable is ever below the mark: subtasks only leave the
     claimable set (running ones handed back keep their ordinal), ranges added
     later get higher ordinals, and ``requeue_failed`` clears the mark. With
-    nothing claimable left, a mark of the same step stays where it was."""
+    nothing claimable left, a mark of the same step stays where it was.
+
+    ``from_mark``: the probe starts at the current mark, not at the step's
+    first ordinal (every subtask finished since the last vacuum leaves dead
+    entries between, walked on each tick). Without it, a wrong mark would be
+    put right: the owner probes from the start every few seconds."""
     conn.execute(
         db.sql(f"""
             UPDATE {{s}}.jobs j SET claim_from_step = :step,
@@ -375,6 +409,7 @@ def mark_claim_from(db: Database, conn: Connection, term: OwnerTerm, job_id: int
                                                          THEN j.claim_from END)
             FROM (SELECT (SELECT ordinal FROM {{s}}.background_subtask
                           WHERE job_id = :job_id AND step = :step
+                            AND ordinal >= {_MARK if from_mark else NO_MARK}
                             AND state IN ('pending', 'running')  -- subtask_claimable's
                           ORDER BY ordinal LIMIT 1) AS ordinal) first
             WHERE j.id = :job_id AND {FENCE}

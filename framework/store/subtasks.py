@@ -71,7 +71,11 @@ class Claim:
 
 
 _JOB = "jobrow_"  # prefix of the job's columns in a claim's row
-_KEYS = ("start_key", "end_key", "curr_key")
+# The job's columns in a claim's RETURNING; params as text, parsed once per
+# job rather than once per claimed row.
+_JOB_RETURNING = ", ".join(
+    f"CAST(j.params AS text) AS {_JOB}params" if c.strip() == "params"
+    else f"j.{c.strip()} AS {_JOB}{c.strip()}" for c in JOB_COLUMNS.split(","))
 
 
 def claim(db: Database, conn: Connection, exec_id: str, limit: int = 1) -> list[Claim]:
@@ -130,19 +134,27 @@ def claim(db: Database, conn: Connection, exec_id: str, limit: int = 1) -> list[
                       CAST(st.end_key AS text) AS end_key, CAST(st.curr_key AS text) AS curr_key,
                       st.epoch,
                       st.attempts, st.meta, j.concurrency - candidate.room AS running_before,
-                      {", ".join(f"j.{c.strip()} AS {_JOB}{c.strip()}"
-                                 for c in JOB_COLUMNS.split(","))}"""),
+                      {_JOB_RETURNING}"""),
         {"exec_id": exec_id, "ttl": db.settings.lease_seconds,
          "max_attempts": db.settings.max_attempts, "limit": limit},
     ).mappings().all()
     claimed = Counter(r["job_id"] for r in rows)
+    # One Job per job, not per claimed row: a slot claims up to 32 quick
+    # subtasks at once and this loop is most of a claim's Python time.
+    jobs: dict[int, Job] = {}
     claims = []
     for row in sorted(rows, key=lambda r: (r["job_id"], r["id"])):  # range order
-        job = Job(**{k[len(_JOB):]: v for k, v in row.items() if k.startswith(_JOB)},
-                  running=row["running_before"] + claimed[row["job_id"]])
-        fields: dict[str, Any] = {k: decode(v) if k in _KEYS else v for k, v in row.items()
-                                  if not k.startswith(_JOB) and k != "running_before"}
-        claims.append(Claim(**fields, exec_id=exec_id, job=job))
+        job = jobs.get(row["job_id"])
+        if job is None:
+            columns = {k[len(_JOB):]: v for k, v in row.items() if k.startswith(_JOB)}
+            job = jobs[row["job_id"]] = Job(
+                **{**columns, "params": json.loads(columns["params"])},
+                running=row["running_before"] + claimed[row["job_id"]])
+        claims.append(Claim(
+            id=row["id"], job_id=row["job_id"], start_key=decode(row["start_key"]),
+            end_key=decode(row["end_key"]), curr_key=decode(row["curr_key"]),
+            epoch=row["epoch"], attempts=row["attempts"], meta=row["meta"],
+            exec_id=exec_id, job=job))
     return claims
 
 

@@ -5,10 +5,11 @@ its key space in even ranges (issue 12, DESIGN 5), on a real PostgreSQL."""
 from __future__ import annotations
 
 import sqlalchemy as sa
-from support import job_of, make_items, scalar
+from support import job_of, make_items, scalar, wait_until
 
 from framework import control
 from framework import owner as owner_module
+from framework.node import Node
 from framework.owner import Owner
 from framework.splitting import plan_split
 from framework.store import steps
@@ -70,6 +71,39 @@ def test_a_split_goes_in_a_chunk_a_tick_and_the_job_succeeds_only_once_all_are_i
     assert [(lo, hi) for _, lo, hi in ranges] == plan.ranges  # no gap, overlap or repeat
     assert [o for o, _, _ in ranges] == list(range(20))
     assert scalar(db, "SELECT count(*) FROM items WHERE c IS DISTINCT FROM md5(b)") == 0
+
+
+def test_a_tick_that_leaves_ranges_to_insert_asks_for_the_next_tick_at_once(db, monkeypatch):
+    """Each tick inserts one chunk (it stays short); while ranges remain it
+    says so, and the node ticks again without waiting for the interval."""
+    monkeypatch.setattr(owner_module, "SPLIT_CHUNK", CHUNK)
+    make_items(db, 200)
+    job_id = submit(db, _sql_update(rows_per_subtask=10)).job_id
+    owner = Owner(db, "o1")
+    seen = []
+    for _ in range(6):
+        result = owner.tick()
+        seen.append((len(_live_ranges(db, job_id)), result.again))
+    # 20 ranges: the start inserts 4, each later tick 4 more; the tick that
+    # inserts the last chunk, and any after it, have nothing left to do at once.
+    assert seen == [(4, True), (8, True), (12, True), (16, True), (20, False), (20, False)]
+    assert not _pending(db, job_id)
+
+
+def test_a_node_inserts_a_split_chunk_after_chunk_without_waiting_an_interval(
+        db, monkeypatch, settings):
+    """No worker claims (no slots) and the owner's interval is a minute: the
+    chunks still all go in at once, tick after tick."""
+    monkeypatch.setattr(owner_module, "SPLIT_CHUNK", CHUNK)
+    make_items(db, 200)
+    job_id = submit(db, _sql_update(rows_per_subtask=10)).job_id
+    node = Node(settings, node_id="n1", slots=0, owner_tick_seconds=60)
+    node.start()  # its first tick starts the job
+    try:
+        wait_until(lambda: len(_live_ranges(db, job_id)) == 20 and not _pending(db, job_id),
+                   timeout=20, message="every chunk of the split inserted")
+    finally:
+        node.drain(timeout=10)
 
 
 def test_a_job_cancelled_mid_split_inserts_no_more_ranges_and_is_restored(db, monkeypatch):

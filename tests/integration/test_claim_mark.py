@@ -4,8 +4,10 @@ dead entries of finished subtasks, and never miss a claimable subtask."""
 
 from __future__ import annotations
 
-from support import fill, make_items
+from support import fill, job_of, make_items
 
+from framework import owner as owner_module
+from framework.owner import Owner
 from framework.store import jobs, owner_lease, steps, subtasks
 from framework.submit import submit
 
@@ -103,3 +105,59 @@ def test_a_retried_failed_subtask_below_the_mark_is_claimable_at_once(db):
     with db.begin() as conn:
         retried, = subtasks.claim(db, conn, "w2")
     assert retried.id == first.id
+
+
+def test_the_owners_quick_look_starts_at_the_mark_but_only_a_full_read_advances(db):
+    """The tick's step snapshot probes pending and running subtasks from the
+    mark. A mark past a pending subtask (never written so, forced here) could
+    only make the quick look say done, and the advance would re-read the
+    whole step (DESIGN 7); the tick puts the mark right before it looks, and
+    the job stays running."""
+    job_id, term = _job(db, 3)
+    ords = _ordinals(db, job_id)
+    with db.begin() as conn:
+        first, = subtasks.claim(db, conn, "w1")
+    _finish(db, first)
+    with db.begin() as conn:
+        steps.mark_claim_from(db, conn, term, job_id, 1)
+    assert _mark(db, job_id) == (1, ords[1])
+    with db.begin() as conn:
+        snap = steps.step_snapshot(db, conn, job_id, 1, from_mark=True)
+        assert snap.pending and not snap.all_succeeded
+        # Past the last ordinal: the quick look finds nothing pending...
+        conn.execute(db.sql("UPDATE {s}.jobs SET claim_from = :o WHERE id = :id"),
+                     {"o": ords[-1] + 1, "id": job_id})
+        assert not steps.step_snapshot(db, conn, job_id, 1, from_mark=True).pending
+        assert steps.step_snapshot(db, conn, job_id, 1).pending  # ...the full read does
+    owner = Owner(db, "owner-a")
+    owner.term = term
+    owner.keep_term()
+    owner.tick()
+    assert job_of(db, job_id)["state"] == "running"  # the advance's full read saw them
+    assert _mark(db, job_id) == (1, ords[1])  # and the tick put the mark right
+
+
+def test_the_owner_marks_from_its_last_mark_and_from_the_start_every_few_seconds(db):
+    """Most ticks probe for the next mark from the current one (not through
+    every finished subtask's dead entries); one every HOUSEKEEPING_SECONDS
+    probes from the step's start, so a wrong mark (forced here) is put right."""
+    job_id, term = _job(db, 3)
+    ords = _ordinals(db, job_id)
+    now = [1000.0]
+    owner = Owner(db, "owner-a", clock=lambda: now[0])
+    owner.term = term
+    owner.keep_term()
+    owner.tick()  # the first probe is from the start
+    assert _mark(db, job_id) == (1, ords[0])
+    with db.begin() as conn:
+        conn.execute(db.sql("UPDATE {s}.jobs SET claim_from = :o WHERE id = :id"),
+                     {"o": ords[2], "id": job_id})
+    now[0] += 0.5
+    owner.keep_term()
+    owner.tick()
+    assert _mark(db, job_id) == (1, ords[2])  # from the mark: it stays
+    now[0] += owner_module.HOUSEKEEPING_SECONDS
+    owner.keep_term()
+    owner.tick()
+    assert _mark(db, job_id) == (1, ords[0])  # from the start: put right
+    assert job_of(db, job_id)["state"] == "running"
