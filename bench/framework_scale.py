@@ -10,7 +10,9 @@ database's own timestamps where it can:
 - split: submit to the job running (the owner's split and subtask insert);
 - subtasks/s: claimed + checkpointed + finished per second, job start to end;
 - status latency while the job runs: ``control.status`` in-process and
-  ``reorg status JOB --json`` as a command (p50 / max);
+  ``reorg status JOB --json`` as a command (p50 / max), and beside each
+  command its floor: a Python process that only connects and runs
+  ``SELECT 1``, at the same moment (what the busy slots leave any command);
 - owner tick: p50 / p95 / max while the job runs and while its subtasks move
   to history;
 - pickup latency: idle workers, one small job submitted at a time, submit to
@@ -46,6 +48,11 @@ from framework.jobtype import Job, SubtaskContext, Target
 from framework.store import history, jobs
 
 ROOT = Path(__file__).resolve().parents[1]
+# ``reorg`` as a user's environment runs it: the script beside this Python
+# (not a version manager's shim, a shell script in front of it).
+REORG = str(Path(sys.executable).with_name("reorg")) if Path(sys.executable).with_name(
+    "reorg").exists() else (shutil.which("reorg") or "reorg")
+FLOOR_COMMAND = "import sys, psycopg; psycopg.connect(sys.argv[1]).execute('SELECT 1').fetchall()"
 
 NOOP = "bench-noop"
 
@@ -241,15 +248,22 @@ def measure(url: str, args: argparse.Namespace, postmaster: int | None) -> dict[
         cpu_before = cpu_now([p.pid for p in procs], postmaster)
         in_process: list[float] = []
         as_command: list[float] = []
+        floor_command: list[float] = []
         while control.status(db, job_id)[0]["state"] != "succeeded":
             started = time.monotonic()
             control.status(db, job_id)
             in_process.append(time.monotonic() - started)
             if len(as_command) < 10:
                 started = time.monotonic()
-                subprocess.run(["reorg", "--db", url, "status", str(job_id), "--json"],
+                subprocess.run([REORG, "--db", url, "status", str(job_id), "--json"],
                                capture_output=True, check=True)
                 as_command.append(time.monotonic() - started)
+                # The least any status command does, at the same moment: start
+                # Python, connect, one query (the CPU the busy slots leave it).
+                started = time.monotonic()
+                subprocess.run([sys.executable, "-c", FLOOR_COMMAND, url],
+                               capture_output=True, check=True)
+                floor_command.append(time.monotonic() - started)
             time.sleep(0.5)
         cpu_after = cpu_now([p.pid for p in procs], postmaster)
         job = timings(db, job_id)
@@ -282,6 +296,7 @@ def measure(url: str, args: argparse.Namespace, postmaster: int | None) -> dict[
             for k in cpu_after},
         "status_ms_in_process": ms_summary(in_process),
         "status_ms_command": ms_summary(as_command),
+        "status_floor_ms_command": ms_summary(floor_command),
         "owner_tick_ms_running": ms_summary(during),
         "owner_tick_ms_after": ms_summary(moving),
         # Where the time of the slowest tenth of the running ticks went: mean
