@@ -49,15 +49,30 @@ class UpdateSql:
     batches: str | None = None
     # False for a range that ends at END (framework.keys): no upper bound.
     bounded: bool = True
+    # True: the statement finds the batch's upper bound itself, the first
+    # ``:n`` keys from ``:lo`` below ``:end`` (a single integer key only), and
+    # returns it (``hi``) with the keys it holds (``scanned``): no key scan
+    # of its own per batch (``backfill.batch_bounds``).
+    scanning: bool = False
 
     def update(self) -> str:
         """The batch: set the column on the range's rows matching ``where``.
-        Binds ``lo`` and ``hi``. In overwrite mode it keeps before-images and
-        returns one row: the rows it saw, the rows it wrote; fewer written
-        means some changed under it, and ``update_locked`` does those."""
+        Binds ``lo`` and ``hi`` (``scanning``: ``lo``, ``end`` and ``n``, and
+        returns ``hi`` and ``scanned``). In overwrite mode it keeps
+        before-images and returns the rows it saw and the rows it wrote; fewer
+        written means some changed under it, and ``update_locked`` does
+        those."""
         t, a, col = self.table, self.alias, quote(self.column)
         if self.images is None:
-            return f"UPDATE {t} AS {a} SET {col} = {embed(self.expr)} WHERE {self._matching()}"
+            plain = f"UPDATE {t} AS {a} SET {col} = {embed(self.expr)} WHERE {self._matching()}"
+            if not self.scanning:
+                return plain
+            # Not referenced, still run to completion (PostgreSQL runs every
+            # data-modifying CTE); no RETURNING, nothing to hold.
+            return f"""
+                WITH {self._bound_ctes()},
+                reorg_written AS ({plain})
+                SELECT hi, scanned FROM reorg_bound"""
         # No row locks: the old values are read in the statement's snapshot,
         # and the update joins them by ctid, so it writes only the very
         # version it took the image of (DESIGN 8, 9). A row an application
@@ -69,8 +84,11 @@ class UpdateSql:
         # and its slot reused while this snapshot is open.) Locking every
         # row first (FOR UPDATE) cost 1.3-1.7x a plain ranged UPDATE
         # (docs/benchmarks.md): each lock is a write of its own.
+        bound = f"{self._bound_ctes()},\n" if self.scanning else ""
+        returned = "hi, scanned, " if self.scanning else ""
+        source = " FROM reorg_bound" if self.scanning else ""
         return f"""
-            WITH reorg_read AS (
+            WITH {bound}reorg_read AS (
                 SELECT {self._read_keys()}, {a}.{col} AS reorg_old, {a}.ctid AS reorg_tid
                 FROM {t} AS {a} WHERE {self._matching()}),
             reorg_updated AS (
@@ -78,8 +96,8 @@ class UpdateSql:
                 WHERE {a}.ctid = reorg_read.reorg_tid AND {self._in_range()}
                 RETURNING {self._kept_keys("reorg_read")}, reorg_read.reorg_old AS old),
             reorg_kept AS ({self.kept.keep("reorg_updated")})
-            SELECT (SELECT count(*) FROM reorg_read) AS seen,
-                   (SELECT count(*) FROM reorg_updated) AS written"""
+            SELECT {returned}(SELECT count(*) FROM reorg_read) AS seen,
+                   (SELECT count(*) FROM reorg_updated) AS written{source}"""
 
     def update_locked(self) -> str:
         """Overwrite mode, after ``update`` wrote fewer rows than it saw: the
@@ -105,7 +123,28 @@ class UpdateSql:
             {self.kept.keep("reorg_updated")}"""
 
     def _in_range(self) -> str:
+        if self.scanning:
+            # The bound as an InitPlan parameter: an index range scan still,
+            # and [:lo, :end) keeps the planner's row estimate to the range.
+            k = self.key.expr(self.alias)
+            return (f"{k} >= :lo AND {k} < :end AND {k} < (SELECT hi FROM reorg_bound)")
         return self.key.in_range(self.alias, bounded=self.bounded)
+
+    def _bound_ctes(self) -> str:
+        """``reorg_bound``: one row, the batch's upper bound ``hi`` (``:end``
+        when fewer than ``:n`` keys are left) and the keys below it
+        (``scanned``), read in the statement's snapshot from the key index."""
+        assert self.key.integer, "scanning bounds are for a single integer key"
+        k = self.key.expr(self.alias)
+        t, a = self.table, self.alias
+        return f"""reorg_keys AS (
+                SELECT {k} AS k FROM {t} AS {a} WHERE {k} >= :lo AND {k} < :end
+                ORDER BY {k} LIMIT :n),
+            reorg_bound AS (
+                SELECT count(*) AS scanned,
+                       CASE WHEN count(*) < :n THEN CAST(:end AS bigint)
+                            ELSE max(k) + 1 END AS hi
+                FROM reorg_keys)"""
 
     def _matching(self) -> str:
         return f"{self._in_range()} AND {embed(self.where or 'TRUE')}"

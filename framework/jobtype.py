@@ -171,6 +171,9 @@ class SubtaskContext:
     stop_event: threading.Event
     # Reason the subtask must stop ('lease lost', 'job pausing', ...); set with stop_event.
     stop_reason: list[str] = field(default_factory=list)
+    # The job type's own notes between the batches of this run (e.g. how
+    # dense the last batch's keys were); never stored, gone with the claim.
+    batch_state: dict[str, Any] = field(default_factory=dict)
     _on_stop: list[Callable[[], None]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _hard: bool = False
