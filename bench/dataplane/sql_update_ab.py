@@ -42,17 +42,19 @@ def _use(repo: Path) -> None:
 def _job(url: str, rows: int, args: tuple[str, ...], column: str) -> dict[str, float]:
     """One ``reorg submit sql-update`` → ``reorg wait``: the wall time and its
     parts (subtasks first start → last end, and the rest)."""
-    began = time.perf_counter()
+    began, clock = time.time(), time.perf_counter()
     job_id, submit_seconds = reorg_cli.submit(url, "sql-update", args)
     reorg_cli.wait_job(url, job_id)
-    total = time.perf_counter() - began
+    total = time.perf_counter() - clock
     verify(url, rows, "reorg sql-update", column)
     with system_tables(url) as db:
         timeline = job_timeline(db, job_id)
-    processing = (max(s.finished for s in timeline.subtasks)
-                  - min(s.started for s in timeline.subtasks))
-    return {"total": total, "submit": submit_seconds, "subtasks": processing,
-            "fixed": total - processing}
+    first = min(s.started for s in timeline.subtasks)
+    last = max(s.finished for s in timeline.subtasks)
+    return {"total": total, "submit": submit_seconds, "subtasks": last - first,
+            "fixed": total - (last - first), "created": timeline.created - began,
+            "queued": timeline.started - timeline.created, "claimed": first - timeline.started,
+            "waited": began + total - last}
 
 
 def _round(url: str, rows: int, repo: Path, log_dir: Path, label: str) -> dict[str, float]:
@@ -85,6 +87,9 @@ def report(label: str, r: dict[str, float], load: tuple[float, float]) -> list[s
         f"({r['add-column total']:.2f} s / {r['chunked']:.2f} s); subtasks "
         f"{r['add-column subtasks']:.2f} s ({r['add-column subtasks'] / r['chunked']:.2f}x), "
         f"the rest {r['add-column fixed']:.2f} s (submit command {r['add-column submit']:.2f} s)",
+        f"    the rest: submit start -> job row {r['add-column created']:.2f} s, -> running "
+        f"{r['add-column queued']:.2f} s, -> first subtask {r['add-column claimed']:.2f} s; "
+        f"last subtask end -> wait exit {r['add-column waited']:.2f} s",
         f"  overwrite / chunked SQL on old values: {r['overwrite total'] / r['chunked old']:.2f} "
         f"({r['overwrite total']:.2f} s / {r['chunked old']:.2f} s); subtasks "
         f"{r['overwrite subtasks']:.2f} s ({r['overwrite subtasks'] / r['chunked old']:.2f}x), "
