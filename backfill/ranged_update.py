@@ -55,49 +55,72 @@ class UpdateSql:
     # of its own per batch (``backfill.batch_bounds``).
     scanning: bool = False
 
-    def update(self) -> str:
+    def update(self, checkpoint: str | None = None) -> str:
         """The batch: set the column on the range's rows matching ``where``.
         Binds ``lo`` and ``hi`` (``scanning``: ``lo``, ``end`` and ``n``, and
         returns ``hi`` and ``scanned``). In overwrite mode it keeps
         before-images and returns the rows it saw and the rows it wrote; fewer
         written means some changed under it, and ``update_locked`` does
-        those."""
+        those. ``checkpoint``: a fenced checkpoint written by the same
+        statement (``framework.jobtype.InlineCheckpoint``; its key and rows
+        from ``batch_end``), whose state it returns as ``checkpoint_state``
+        (NULL: the lease is lost). Without one, a plain update on fixed
+        bounds is the bare UPDATE."""
         t, a, col = self.table, self.alias, quote(self.column)
+        ctes = [self._bound_ctes()] if self.scanning else []
+        returned = ["hi", "scanned"] if self.scanning else []
         if self.images is None:
             plain = f"UPDATE {t} AS {a} SET {col} = {embed(self.expr)} WHERE {self._matching()}"
-            if not self.scanning:
+            if not self.scanning and checkpoint is None:
                 return plain
-            # Not referenced, still run to completion (PostgreSQL runs every
-            # data-modifying CTE); no RETURNING, nothing to hold.
-            return f"""
-                WITH {self._bound_ctes()},
-                reorg_written AS ({plain})
-                SELECT hi, scanned FROM reorg_bound"""
-        # No row locks: the old values are read in the statement's snapshot,
-        # and the update joins them by ctid, so it writes only the very
-        # version it took the image of (DESIGN 8, 9). A row an application
-        # changed after that snapshot has a new version at another ctid:
-        # READ COMMITTED re-checks that version (EvalPlanQual) against the
-        # same image row, the ctid differs, and the row is skipped, so no
-        # value is computed from, nor an image taken of, a version this
-        # statement did not overwrite. (The old version cannot be vacuumed
-        # and its slot reused while this snapshot is open.) Locking every
-        # row first (FOR UPDATE) cost 1.3-1.7x a plain ranged UPDATE
-        # (docs/benchmarks.md): each lock is a write of its own.
-        bound = f"{self._bound_ctes()},\n" if self.scanning else ""
-        returned = "hi, scanned, " if self.scanning else ""
-        source = " FROM reorg_bound" if self.scanning else ""
-        return f"""
-            WITH {bound}reorg_read AS (
+            if self.scanning:
+                # Not referenced, still run to completion (PostgreSQL runs
+                # every data-modifying CTE); no RETURNING, nothing to hold.
+                ctes.append(f"reorg_written AS ({plain})")
+            else:  # the checkpoint counts its rows
+                ctes.append(f"reorg_written AS ({plain} RETURNING 1)")
+                returned.append("(SELECT count(*) FROM reorg_written) AS written")
+        else:
+            # No row locks: the old values are read in the statement's
+            # snapshot, and the update joins them by ctid, so it writes only
+            # the very version it took the image of (DESIGN 8, 9). A row an
+            # application changed after that snapshot has a new version at
+            # another ctid: READ COMMITTED re-checks that version
+            # (EvalPlanQual) against the same image row, the ctid differs,
+            # and the row is skipped, so no value is computed from, nor an
+            # image taken of, a version this statement did not overwrite.
+            # (The old version cannot be vacuumed and its slot reused while
+            # this snapshot is open.) Locking every row first (FOR UPDATE)
+            # cost 1.3-1.7x a plain ranged UPDATE (docs/benchmarks.md): each
+            # lock is a write of its own.
+            ctes += [
+                f"""reorg_read AS (
                 SELECT {self._read_keys()}, {a}.{col} AS reorg_old, {a}.ctid AS reorg_tid
-                FROM {t} AS {a} WHERE {self._matching()}),
-            reorg_updated AS (
+                FROM {t} AS {a} WHERE {self._matching()})""",
+                f"""reorg_updated AS (
                 UPDATE {t} AS {a} SET {col} = {embed(self.expr)} FROM reorg_read
                 WHERE {a}.ctid = reorg_read.reorg_tid AND {self._in_range()}
-                RETURNING {self._kept_keys("reorg_read")}, reorg_read.reorg_old AS old),
-            reorg_kept AS ({self.kept.keep("reorg_updated")})
-            SELECT {returned}(SELECT count(*) FROM reorg_read) AS seen,
-                   (SELECT count(*) FROM reorg_updated) AS written{source}"""
+                RETURNING {self._kept_keys("reorg_read")}, reorg_read.reorg_old AS old)""",
+                f"reorg_kept AS ({self.kept.keep('reorg_updated')})"]
+            returned += ["(SELECT count(*) FROM reorg_read) AS seen",
+                         "(SELECT count(*) FROM reorg_updated) AS written"]
+        if checkpoint is not None:
+            ctes.append(f"reorg_checkpoint AS ({checkpoint})")
+            returned.append("(SELECT state FROM reorg_checkpoint) AS checkpoint_state")
+        source = " FROM reorg_bound" if self.scanning else ""
+        joined = ",\n            ".join(ctes)
+        return f"WITH {joined}\n            SELECT {', '.join(returned)}{source}"
+
+    def batch_end(self) -> tuple[str, str]:
+        """SQL of the batch's end key (stored form, jsonb) and of its rows
+        within ``update``'s statement, for a checkpoint written by it: the
+        bound it found and the keys it passed over (``scanning``), else
+        ``:hi`` and the rows of the range it saw (no ``where`` then: they are
+        the range's keys)."""
+        if self.scanning:
+            return "to_jsonb((SELECT hi FROM reorg_bound))", "(SELECT scanned FROM reorg_bound)"
+        rows = "reorg_written" if self.images is None else "reorg_read"
+        return "to_jsonb(CAST(:hi AS bigint))", f"(SELECT count(*) FROM {rows})"
 
     def update_locked(self) -> str:
         """Overwrite mode, after ``update`` wrote fewer rows than it saw: the

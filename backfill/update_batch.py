@@ -18,15 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from backfill.batch_bounds import next_bound
 from backfill.ranged_update import UpdateSql
-from framework.jobtype import SubtaskContext
+from framework.jobtype import InlineCheckpoint, SubtaskContext
 from framework.keys import END, Key
-from framework.privileges import as_role, run_as
+from framework.privileges import as_role, run_as, session_role
 
 # Below this share of key values holding a row, a batch of ``n`` key values
 # would write too few rows: the next batch scans for its ``n`` keys instead.
@@ -43,43 +44,57 @@ def run_update_batch(ctx: SubtaskContext, conn: Connection,
     job, curr, end, n = ctx.job, ctx.curr_key, ctx.end_key, ctx.job.batch_rows
     integer = job.key.integer and end is not END
     with ctx.cancel_on_stop(conn):
-        if integer and not filtered and not ctx.batch_state.get(_SPARSE):
-            upper = min(curr + n, end)
-            bounds = {"lo": curr, "hi": upper}
-            sql = sql_for(True)
-            scanned = _write(ctx, conn, sql, bounds)
-        elif integer:
-            sql = replace(sql_for(True), scanning=True)
-            with as_role(conn, run_as(job)):  # the user's SQL, their privileges only
-                row = conn.execute(text(sql.update()), {"lo": curr, "end": end, "n": n}).one()
-                upper, scanned = int(row.hi), int(row.scanned)
-                bounds = {"lo": curr, "hi": upper}
-                sql = replace(sql, scanning=False)
-                if sql.images is not None and row.written < row.seen:
-                    conn.execute(text(sql.update_locked()), bounds)  # rows changed under it
-        else:
+        if not integer:
             upper, scanned = next_bound(conn, job.target_table, job.key, curr, end, n)
             sql = sql_for(upper is not END)
             bounds = {"lo": job.key.bind(curr), "hi": job.key.bind(upper)}
-            _write(ctx, conn, sql, bounds)
-        if integer:
+            inline = None
+            row = _write(ctx, conn, sql, bounds, inline)
+        else:
+            arithmetic = not filtered and not ctx.batch_state.get(_SPARSE)
+            upper = min(curr + n, end)  # the bound if arithmetic
+            sql = replace(sql_for(True), scanning=not arithmetic)
+            inline = _inline_checkpoint(ctx, conn, sql)
+            row = _write(ctx, conn, sql, {"lo": curr, "hi": upper, "end": end, "n": n}, inline)
+            if sql.scanning:
+                upper, scanned = int(row["hi"]), int(row["scanned"])
+            else:
+                scanned = int(row["seen"] if sql.images is not None else row["written"])
+            bounds = {"lo": curr, "hi": upper}
             ctx.batch_state[_SPARSE] = scanned < DENSE_SHARE * (upper - curr)
+        if sql.images is not None and row["written"] < row["seen"]:
+            # Rows changed under the statement: locked, on fixed bounds now.
+            with as_role(conn, run_as(job)):  # the user's SQL, their privileges only
+                conn.execute(text(replace(sql, scanning=False).update_locked()), bounds)
         if sql.batches:
             conn.execute(text(sql.record_batch()), {**bounds, "subtask": ctx.subtask_id})
-        ctx.checkpoint(conn, upper, scanned)
+        if inline is None:
+            ctx.checkpoint(conn, upper, scanned)
+        else:
+            inline.done(conn, upper, scanned, row["checkpoint_state"])
     return scanned
 
 
-def _write(ctx: SubtaskContext, conn: Connection, sql: UpdateSql,
-           bounds: dict[str, Key]) -> int:
-    """The batch's statement on fixed bounds; the rows of the range it saw
-    (overwrite mode: with the locked fallback for rows changed under it) or
-    wrote."""
+def _inline_checkpoint(ctx: SubtaskContext, conn: Connection,
+                       sql: UpdateSql) -> InlineCheckpoint | None:
+    """The batch's checkpoint as part of its statement, where the worker
+    offers one and the statement runs as the worker itself (the submitter
+    is the worker's role): the checkpoint is never the submitter's to write.
+    A separate statement otherwise."""
+    role = run_as(ctx.job)
+    if ctx.inline_checkpoint is None or (role is not None and role != session_role(conn)):
+        return None
+    return ctx.inline_checkpoint(*sql.batch_end())
+
+
+def _write(ctx: SubtaskContext, conn: Connection, sql: UpdateSql, bounds: dict[str, Key],
+           inline: InlineCheckpoint | None) -> dict[str, Any]:
+    """The batch's statement, as the submitter: what it returned (``hi``,
+    ``scanned``, ``seen``, ``written``, ``checkpoint_state``, as it has them)."""
+    statement = sql.update(None if inline is None else inline.sql)
+    params = {**bounds, **(inline.params if inline else {})}
     with as_role(conn, run_as(ctx.job)):  # the user's SQL, their privileges only
-        result = conn.execute(text(sql.update()), bounds)
-        if sql.images is None:
-            return int(result.rowcount)
-        seen, written = result.one()
-        if written < seen:  # rows changed under the batch
-            conn.execute(text(sql.update_locked()), bounds)
-        return int(seen)
+        result = conn.execute(text(statement), params)
+        if not result.returns_rows:  # the bare UPDATE
+            return {"written": int(result.rowcount)}
+        return dict(result.mappings().one())

@@ -146,6 +146,20 @@ class Job:
 LEASE_LOST = "lease lost"
 
 
+@dataclass(frozen=True)
+class InlineCheckpoint:
+    """A batch's checkpoint written by the batch's own statement, as one of
+    its CTEs (``SubtaskContext.inline_checkpoint``): ``sql`` is a fenced
+    ``UPDATE ... RETURNING state`` binding ``params``. After the statement,
+    ``done(conn, key, rows, state)`` with the state it returned does the rest
+    of ``checkpoint`` (None, no row: the lease is lost; it raises LeaseLost
+    and the batch must roll back)."""
+
+    sql: str
+    params: dict[str, Any]
+    done: Callable[[Connection, Any, int, str | None], None]
+
+
 @dataclass
 class SubtaskContext:
     """What a worker hands a job type to run one subtask.
@@ -190,6 +204,12 @@ class SubtaskContext:
     # the job delivers its limit whatever the number of workers and slots.
     # None: pace by this subtask's share of the limit (``Job.rate_share``).
     rate_gate: Callable[[int, float], float | None] | None = None
+    # ``checkpoint`` as SQL for the batch's own statement (one round trip
+    # fewer), given SQL of the new key (its stored form, jsonb) and of the
+    # rows; None (or a None result): call ``checkpoint`` after the write.
+    # Only for a statement that runs as the worker's role: the checkpoint is
+    # the worker's to write, never the submitter's.
+    inline_checkpoint: Callable[[str, str], InlineCheckpoint | None] | None = None
 
     def should_stop(self) -> bool:
         return self.stop_event.is_set()

@@ -11,9 +11,10 @@ from collections import Counter
 
 import pytest
 import sqlalchemy as sa
-from support import TERMINAL, rows, wait_state
+from support import TERMINAL, rows, wait_state, wait_until
 
 from framework import faults
+from framework.store import subtasks
 from framework.submit import SubmitRequest, submit
 
 BATCH = 50
@@ -107,3 +108,45 @@ def test_a_rollback_after_both_kinds_of_batch_restores_every_row(db, start_node)
     assert wait_state(db, job_id, TERMINAL)["state"] == "reverted"
     assert len({x for _, x in rows(db.engine, "SELECT id, xid FROM writes")}) >= 30
     assert rows(db.engine, "SELECT id, c FROM t ORDER BY id") == [(i, f"old {i}") for i in ids]
+
+
+def test_the_checkpoint_is_part_of_the_batch_statement_and_still_fenced(db, start_node):
+    """A solo batch writes its rows and its fenced checkpoint in one
+    statement. A worker whose subtask was taken over before that statement
+    ran finds its checkpoint refused by the statement itself: the batch's
+    rows never commit, and the new holder's lease and progress stand."""
+    run(db, "CREATE TABLE t (id bigint PRIMARY KEY, b text)")
+    run(db, "INSERT INTO t SELECT i, 'v' || i FROM generate_series(1, 500) i")
+    statements: list[str] = []
+    stop = capture(db, statements)
+    faults.arm("worker.before_checkpoint", "block@2")  # before batch 2's statement
+    try:
+        job_id = submit(db, SubmitRequest(
+            "sql-update", {"table": "t", "set": "d=md5(b)", "add_column": "d:text"},
+            rows_per_subtask=10_000, batch_rows=BATCH)).job_id
+        node = start_node("n1", slots=1, lease_seconds=120)  # no renewal meanwhile
+        faults.wait_blocked("worker.before_checkpoint", timeout=60)
+        with db.begin() as conn:  # its lease runs out; another worker claims it
+            conn.execute(db.sql("UPDATE {s}.background_subtask SET exec_expired = "
+                                "clock_timestamp() - interval '1s' WHERE job_id = :j"),
+                         {"j": job_id})
+        with db.begin() as conn:
+            taken = subtasks.claim(db, conn, "w2")
+        assert len(taken) == 1 and taken[0].curr_key == 1 + BATCH
+        faults.release("worker.before_checkpoint")
+        wait_until(lambda: any(r.subtask_id == taken[0].id for r in node.pool.results),
+                   timeout=60, message="the fenced-out batch to end")
+    finally:
+        faults.disarm_all()
+        stop()
+    result = next(r for r in node.pool.results if r.subtask_id == taken[0].id)
+    assert (result.outcome, result.batches) == ("lost", 1)
+    inline = [s for s in statements if "reorg_checkpoint" in s]
+    assert len(inline) == 2  # both batches' statements carried their checkpoint
+    assert not [s for s in statements if "SET\n" in s and "curr_key = new.k" in s
+                and "reorg_checkpoint" not in s]  # and no checkpoint of its own
+    assert rows(db.engine, "SELECT min(id), max(id), count(*) FROM t WHERE d IS NOT NULL") == [
+        (1, BATCH, BATCH)]  # batch 2 wrote its rows in the refused statement: rolled back
+    assert rows(db.engine, f"""SELECT CAST(curr_key AS bigint), exec_id, row_count
+                               FROM {db.schema}.background_subtask WHERE id = :i""",
+                i=taken[0].id) == [(1 + BATCH, "w2", BATCH)]
