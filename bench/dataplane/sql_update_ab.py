@@ -1,6 +1,6 @@
 """``sql-update`` against chunked SQL, this checkout and a baseline checkout
 taking turns on the same server: ``python -m bench.dataplane.sql_update_ab
---baseline PATH``.
+[--baseline PATH]``.
 
 Issue 9's two ``sql-update`` ratios, without the rest of the data-plane
 benchmark (no Spark): ``--add-column`` against (3) chunked SQL, and an
@@ -39,11 +39,12 @@ def _use(repo: Path) -> None:
     reorg_cli.REPO = workers.REPO = repo  # type: ignore[misc]
 
 
-def _job(url: str, rows: int, args: tuple[str, ...], column: str) -> dict[str, float]:
+def _job(url: str, rows: int, args: tuple[str, ...], column: str,
+         extra: tuple[str, ...] = ()) -> dict[str, float]:
     """One ``reorg submit sql-update`` → ``reorg wait``: the wall time and its
     parts (subtasks first start → last end, and the rest)."""
     began, clock = time.time(), time.perf_counter()
-    job_id, submit_seconds = reorg_cli.submit(url, "sql-update", args)
+    job_id, submit_seconds = reorg_cli.submit(url, "sql-update", (*args, *extra))
     reorg_cli.wait_job(url, job_id)
     total = time.perf_counter() - clock
     verify(url, rows, "reorg sql-update", column)
@@ -57,7 +58,8 @@ def _job(url: str, rows: int, args: tuple[str, ...], column: str) -> dict[str, f
             "waited": began + total - last}
 
 
-def _round(url: str, rows: int, repo: Path, log_dir: Path, label: str) -> dict[str, float]:
+def _round(url: str, rows: int, repo: Path, log_dir: Path, label: str,
+           extra: tuple[str, ...]) -> dict[str, float]:
     _use(repo)
     out: dict[str, float] = {}
     with workers.running_worker(url, f"ab-{label}-{os.getpid()}", log_dir) as _worker:
@@ -68,14 +70,14 @@ def _round(url: str, rows: int, repo: Path, log_dir: Path, label: str) -> dict[s
         reset_table(url)
         out["chunked"] = run_chunked_sql(url)
         reset_table(url)
-        for part, value in _job(url, rows, reorg_cli.ADD_D, "d").items():
+        for part, value in _job(url, rows, reorg_cli.ADD_D, "d", extra).items():
             out[f"add-column {part}"] = value
         reset_table(url, old_values=True)
         out["chunked old"] = run_chunked_sql(url)
         reset_table(url, old_values=True)
         out["chunked images"] = run_chunked_sql(url, images=True)
         reset_table(url, old_values=True)
-        for part, value in _job(url, rows, reorg_cli.SET_C, "c").items():
+        for part, value in _job(url, rows, reorg_cli.SET_C, "c", extra).items():
             out[f"overwrite {part}"] = value
     return out
 
@@ -101,16 +103,20 @@ def report(label: str, r: dict[str, float], load: tuple[float, float]) -> list[s
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.dataplane.sql_update_ab",
                                      description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--baseline", type=Path, required=True,
+    parser.add_argument("--baseline", type=Path,
                         help="a checkout to compare with (e.g. `git worktree add --detach "
-                             "/tmp/base main`)")
+                             "/tmp/base main`); without it, this checkout alone")
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--rows-per-subtask", type=int,
+                        help="passed to every timed `reorg submit` (default: reorg's)")
     parser.add_argument("--db", help="postgresql:// URL of an existing server; default: a "
                         "throwaway local cluster")
     args = parser.parse_args(argv)
     log_dir = Path(tempfile.mkdtemp(prefix="reorg-ab-logs-"))
     lines: list[str] = []
+    extra = (("--rows-per-subtask", str(args.rows_per_subtask)) if args.rows_per_subtask
+             else ())
     with database(args.db) as server:
         build_table(server.url, args.rows)
         execute(server.url, f"DROP TABLE IF EXISTS {WARM_TABLE}",
@@ -118,12 +124,15 @@ def main(argv: Sequence[str] | None = None) -> None:
                 f"ALTER TABLE {WARM_TABLE} ADD PRIMARY KEY (id)")
         reorg_cli.reorg(server.url, "db", "upgrade")
         for n in range(1, args.rounds + 1):
-            for label, repo in (("baseline", args.baseline.resolve()), ("this checkout", THIS)):
+            checkouts = [("this checkout", THIS)]
+            if args.baseline:
+                checkouts.insert(0, ("baseline", args.baseline.resolve()))
+            for label, repo in checkouts:
                 before = os.getloadavg()[0]
-                result = _round(server.url, args.rows, repo, log_dir, label.split()[0])
+                result = _round(server.url, args.rows, repo, log_dir, label.split()[0], extra)
                 lines += report(f"round {n}, {label} ({repo})", result,
                                 (before, os.getloadavg()[0]))
-                print("\n".join(lines[-3:]), flush=True)
+                print("\n".join(lines[-4:]), flush=True)
     print("\n".join(["", "results", *lines]), flush=True)
 
 
