@@ -21,15 +21,18 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from bench.dataplane import reorg_cli, workers
 from bench.dataplane.baselines import run_chunked_sql
+from bench.dataplane.proctree import tree_cpu_ticks
 from bench.dataplane.records import TABLE
 from bench.dataplane.server import build_table, database, execute, reset_table, verify
 from bench.dataplane.tracking import job_timeline, system_tables
 
+T = TypeVar("T")
 THIS = reorg_cli.REPO
 WARM_TABLE = "bench.warm"
 
@@ -37,6 +40,21 @@ WARM_TABLE = "bench.warm"
 def _use(repo: Path) -> None:
     """Run the ``reorg`` command and workers from ``repo``'s sources."""
     reorg_cli.REPO = workers.REPO = repo  # type: ignore[misc]
+
+
+HZ = os.sysconf("SC_CLK_TCK")
+ROOTS: list[int] = []  # this process and the PostgreSQL server: every process at work
+
+
+def _cpu(out: dict[str, float], name: str, run: Callable[[], T]) -> T:
+    """``run()``, with the CPU seconds every process at work used meanwhile
+    (the server's backends, the worker, the `reorg` commands, this process's
+    SQL connections) as ``out[name + " cpu"]``: steadier than wall time while
+    others load the machine."""
+    before = tree_cpu_ticks(ROOTS)
+    result = run()
+    out[f"{name} cpu"] = (tree_cpu_ticks(ROOTS) - before) / HZ
+    return result
 
 
 def _job(url: str, rows: int, args: tuple[str, ...], column: str,
@@ -68,16 +86,19 @@ def _round(url: str, rows: int, repo: Path, log_dir: Path, label: str,
                                "--set", "c=md5(b)", "--json")
         reorg_cli.wait_job(url, int(json.loads(done.stdout)["id"]))  # the worker's first job warms its caches
         reset_table(url)
-        out["chunked"] = run_chunked_sql(url)
+        out["chunked"] = _cpu(out, "chunked", lambda: run_chunked_sql(url))
         reset_table(url)
-        for part, value in _job(url, rows, reorg_cli.ADD_D, "d", extra).items():
+        for part, value in _cpu(out, "add-column", lambda: _job(
+                url, rows, reorg_cli.ADD_D, "d", extra)).items():
             out[f"add-column {part}"] = value
         reset_table(url, old_values=True)
-        out["chunked old"] = run_chunked_sql(url)
+        out["chunked old"] = _cpu(out, "chunked old", lambda: run_chunked_sql(url))
         reset_table(url, old_values=True)
-        out["chunked images"] = run_chunked_sql(url, images=True)
+        out["chunked images"] = _cpu(out, "chunked images",
+                                     lambda: run_chunked_sql(url, images=True))
         reset_table(url, old_values=True)
-        for part, value in _job(url, rows, reorg_cli.SET_C, "c", extra).items():
+        for part, value in _cpu(out, "overwrite", lambda: _job(
+                url, rows, reorg_cli.SET_C, "c", extra)).items():
             out[f"overwrite {part}"] = value
     return out
 
@@ -97,6 +118,11 @@ def report(label: str, r: dict[str, float], load: tuple[float, float]) -> list[s
         f"{r['overwrite subtasks']:.2f} s ({r['overwrite subtasks'] / r['chunked old']:.2f}x), "
         f"the rest {r['overwrite fixed']:.2f} s; floor (chunked SQL writing the same images) "
         f"{r['chunked images'] / r['chunked old']:.2f} ({r['chunked images']:.2f} s)",
+        f"  CPU of every process at work: --add-column / chunked SQL "
+        f"{r['add-column cpu'] / r['chunked cpu']:.2f} ({r['add-column cpu']:.2f} s / "
+        f"{r['chunked cpu']:.2f} s); overwrite / chunked SQL on old values "
+        f"{r['overwrite cpu'] / r['chunked old cpu']:.2f} ({r['overwrite cpu']:.2f} s / "
+        f"{r['chunked old cpu']:.2f} s), floor {r['chunked images cpu'] / r['chunked old cpu']:.2f}",
     ]
 
 
@@ -118,6 +144,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     extra = (("--rows-per-subtask", str(args.rows_per_subtask)) if args.rows_per_subtask
              else ())
     with database(args.db) as server:
+        ROOTS[:] = [os.getpid(), *([server.postmaster] if server.postmaster else [])]
         build_table(server.url, args.rows)
         execute(server.url, f"DROP TABLE IF EXISTS {WARM_TABLE}",
                 f"CREATE TABLE {WARM_TABLE} AS SELECT * FROM {TABLE} WHERE id <= 20000",
@@ -132,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 result = _round(server.url, args.rows, repo, log_dir, label.split()[0], extra)
                 lines += report(f"round {n}, {label} ({repo})", result,
                                 (before, os.getloadavg()[0]))
-                print("\n".join(lines[-4:]), flush=True)
+                print("\n".join(lines[-5:]), flush=True)
     print("\n".join(["", "results", *lines]), flush=True)
 
 
