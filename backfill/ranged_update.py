@@ -64,8 +64,9 @@ class UpdateSql:
         those. ``checkpoint``: a fenced checkpoint written by the same
         statement (``framework.jobtype.InlineCheckpoint``; its key and rows
         from ``batch_end``), whose state it returns as ``checkpoint_state``
-        (NULL: the lease is lost). Without one, a plain update on fixed
-        bounds is the bare UPDATE."""
+        (NULL: the lease is lost); the batch's record (overwrite mode) then
+        goes in it too, binding ``subtask``. Without one, a plain update on
+        fixed bounds is the bare UPDATE."""
         t, a, col = self.table, self.alias, quote(self.column)
         ctes = [self._bound_ctes()] if self.scanning else []
         returned = ["hi", "scanned"] if self.scanning else []
@@ -105,6 +106,9 @@ class UpdateSql:
             returned += ["(SELECT count(*) FROM reorg_read) AS seen",
                          "(SELECT count(*) FROM reorg_updated) AS written"]
         if checkpoint is not None:
+            if self.batches is not None:  # its record too: the worker writes both
+                hi = "(SELECT hi FROM reorg_bound)" if self.scanning else ":hi"
+                ctes.append(f"reorg_recorded AS ({self.kept.record_batch(hi)})")
             ctes.append(f"reorg_checkpoint AS ({checkpoint})")
             returned.append("(SELECT state FROM reorg_checkpoint) AS checkpoint_state")
         source = " FROM reorg_bound" if self.scanning else ""

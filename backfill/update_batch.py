@@ -55,7 +55,8 @@ def run_update_batch(ctx: SubtaskContext, conn: Connection,
             upper = min(curr + n, end)  # the bound if arithmetic
             sql = replace(sql_for(True), scanning=not arithmetic)
             inline = _inline_checkpoint(ctx, conn, sql)
-            row = _write(ctx, conn, sql, {"lo": curr, "hi": upper, "end": end, "n": n}, inline)
+            row = _write(ctx, conn, sql, {"lo": curr, "hi": upper, "end": end, "n": n,
+                                          "subtask": ctx.subtask_id}, inline)
             if sql.scanning:
                 upper, scanned = int(row["hi"]), int(row["scanned"])
             else:
@@ -66,7 +67,7 @@ def run_update_batch(ctx: SubtaskContext, conn: Connection,
             # Rows changed under the statement: locked, on fixed bounds now.
             with as_role(conn, run_as(job)):  # the user's SQL, their privileges only
                 conn.execute(text(replace(sql, scanning=False).update_locked()), bounds)
-        if sql.batches:
+        if sql.batches and inline is None:  # else the statement recorded it
             conn.execute(text(sql.record_batch()), {**bounds, "subtask": ctx.subtask_id})
         if inline is None:
             ctx.checkpoint(conn, upper, scanned)
