@@ -83,9 +83,11 @@ def _inline_checkpoint(ctx: SubtaskContext, conn: Connection,
     is the worker's role): the checkpoint is never the submitter's to write.
     A separate statement otherwise."""
     role = run_as(ctx.job)
-    if ctx.inline_checkpoint is None or (role is not None and role != session_role(conn)):
+    end = sql.batch_end()
+    if (ctx.inline_checkpoint is None or end is None
+            or (role is not None and role != session_role(conn))):
         return None
-    return ctx.inline_checkpoint(*sql.batch_end())
+    return ctx.inline_checkpoint(*end)
 
 
 def _write(ctx: SubtaskContext, conn: Connection, sql: UpdateSql, bounds: dict[str, Key],
