@@ -164,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 lines += report(f"round {n}, {label} ({repo})", result,
                                 (before, os.getloadavg()[0]))
                 print("\n".join(lines[-5:]), flush=True)
-    print("\n".join(["", "results", *lines]), flush=True)
+    print("\n".join(["", "results", *lines, f"worker logs in {log_dir}"]), flush=True)
 
 
 if __name__ == "__main__":
