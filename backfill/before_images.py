@@ -77,13 +77,17 @@ class BeforeImages:
                 f"SELECT {keys}, old, pg_current_xact_id() FROM {written} "
                 f"WHERE num_nulls(old) = 0")
 
-    def record_batch(self) -> str:
+    def record_batch(self, hi: str | None = None) -> str:
         """The batch's range and transaction id. Binds ``subtask``, ``lo``,
-        ``hi`` (as ``KeySpec.bind`` gives them)."""
-        lo, hi = (":lo", ":hi") if self.key.integer else ("CAST(:lo AS jsonb)",
-                                                          "CAST(:hi AS jsonb)")
+        ``hi`` (as ``KeySpec.bind`` gives them); ``hi``: SQL of the upper
+        bound instead (a single integer key), e.g. one the statement found."""
+        lo, upper = (":lo", ":hi") if self.key.integer else ("CAST(:lo AS jsonb)",
+                                                             "CAST(:hi AS jsonb)")
+        if hi is not None:
+            assert self.key.integer, "an upper bound as SQL is for a single integer key"
+            upper = hi
         return (f"INSERT INTO {self.batches} (subtask_id, lo, hi, xid) "
-                f"VALUES (:subtask, {lo}, {hi}, pg_current_xact_id())")
+                f"VALUES (:subtask, {lo}, {upper}, pg_current_xact_id())")
 
     def index_for_restore(self) -> list[str]:
         """Indexes a range's restore batches look up by key: the images by

@@ -25,6 +25,10 @@ POLL_SECONDS = 0.5
 # `reorg wait` looks more often: a script waiting on a job should go on within
 # a fraction of a second of its end (one small status read each time).
 WAIT_POLL_SECONDS = 0.2
+# ... unless it hears every job move as it happens (the NOTIFY of each one,
+# ``jobs.channel``): it then looks at once, and otherwise only this often, so
+# its reads do not compete with the job's batches for the CPUs.
+WAIT_LISTENING_POLL_SECONDS = 1.0
 
 # Called between polls; may raise to stop waiting (the demo checks its workers).
 Tick = Callable[[], None]
@@ -172,7 +176,15 @@ def watch(db: Database | DirectDatabase, job_id: int | None, limit: int,
 
 def wait_terminal(db: Database | DirectDatabase, job_id: int, timeout: float | None,
                   on_tick: Tick | None = None) -> dict[str, Any] | None:
-    """Poll until the job is terminal; None when ``timeout`` passes first."""
+    """Poll until the job is terminal; None when ``timeout`` passes first.
+    On one psycopg connection (``DirectDatabase``) it listens for the job
+    moves' NOTIFY and looks again as soon as one comes."""
+    from framework.store.jobs import channel
+
+    notified = getattr(db, "notified", None)
+    if notified is not None:
+        notified(channel(db), 0)  # listening before the first read: nothing is missed
+    every = WAIT_POLL_SECONDS if notified is None else WAIT_LISTENING_POLL_SECONDS
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         job = control.status(db, job_id, 1)[0]
@@ -182,6 +194,8 @@ def wait_terminal(db: Database | DirectDatabase, job_id: int, timeout: float | N
             return None
         if on_tick is not None:
             on_tick()
-        pause = (WAIT_POLL_SECONDS if deadline is None
-                 else min(WAIT_POLL_SECONDS, deadline - time.monotonic()))
-        time.sleep(max(pause, 0.0))
+        pause = every if deadline is None else min(every, deadline - time.monotonic())
+        if notified is not None:
+            notified(channel(db), max(pause, 0.0))
+        else:
+            time.sleep(max(pause, 0.0))

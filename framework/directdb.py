@@ -20,6 +20,7 @@ from functools import lru_cache
 from typing import Any
 
 import psycopg
+import psycopg.sql
 from psycopg.conninfo import make_conninfo
 
 from framework.config import Settings
@@ -80,6 +81,7 @@ class DirectDatabase:
         self.settings = settings
         self.schema = settings.schema
         self._conn: psycopg.Connection[Any] | None = None
+        self._listening: psycopg.Connection[Any] | None = None  # LISTENs on its channel
 
     def sql(self, template: str) -> str:
         return psycopg_sql(template, self.schema)
@@ -103,6 +105,19 @@ class DirectDatabase:
 
     def check_schema_current(self) -> None:
         check_current(self.schema, self.schema_revision())
+
+    def notified(self, channel: str, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for a NOTIFY on ``channel``; True
+        when one came. LISTENs from the first call on (and again on a new
+        connection after a reconnect): a caller that reads what it waits for
+        after that first call misses no notification sent after its read."""
+        conn = self._connection()
+        if self._listening is not conn:
+            conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
+            self._listening = conn
+        for _ in conn.notifies(timeout=max(timeout, 0.0), stop_after=1):
+            return True
+        return False
 
     def dispose(self) -> None:
         if self._conn is not None:

@@ -146,6 +146,20 @@ class Job:
 LEASE_LOST = "lease lost"
 
 
+@dataclass(frozen=True)
+class InlineCheckpoint:
+    """A batch's checkpoint written by the batch's own statement, as one of
+    its CTEs (``SubtaskContext.inline_checkpoint``): ``sql`` is a fenced
+    ``UPDATE ... RETURNING state`` binding ``params``. After the statement,
+    ``done(conn, key, rows, state)`` with the state it returned does the rest
+    of ``checkpoint`` (None, no row: the lease is lost; it raises LeaseLost
+    and the batch must roll back)."""
+
+    sql: str
+    params: dict[str, Any]
+    done: Callable[[Connection, Any, int, str | None], None]
+
+
 @dataclass
 class SubtaskContext:
     """What a worker hands a job type to run one subtask.
@@ -171,6 +185,9 @@ class SubtaskContext:
     stop_event: threading.Event
     # Reason the subtask must stop ('lease lost', 'job pausing', ...); set with stop_event.
     stop_reason: list[str] = field(default_factory=list)
+    # The job type's own notes between the batches of this run (e.g. how
+    # dense the last batch's keys were); never stored, gone with the claim.
+    batch_state: dict[str, Any] = field(default_factory=dict)
     _on_stop: list[Callable[[], None]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _hard: bool = False
@@ -187,6 +204,12 @@ class SubtaskContext:
     # the job delivers its limit whatever the number of workers and slots.
     # None: pace by this subtask's share of the limit (``Job.rate_share``).
     rate_gate: Callable[[int, float], float | None] | None = None
+    # ``checkpoint`` as SQL for the batch's own statement (one round trip
+    # fewer), given SQL of the new key (its stored form, jsonb) and of the
+    # rows; None (or a None result): call ``checkpoint`` after the write.
+    # Only for a statement that runs as the worker's role: the checkpoint is
+    # the worker's to write, never the submitter's.
+    inline_checkpoint: Callable[[str, str], InlineCheckpoint | None] | None = None
     # Rows booked on the schedule before the first batch ran
     # (``book_first_batch``), not booked again after it.
     _prebooked: int = 0

@@ -26,7 +26,14 @@ from sqlalchemy.engine import Connection
 from framework import faults, jobtype, leases, metrics
 from framework.db import Database
 from framework.errors import is_retryable, one_line
-from framework.jobtype import LEASE_LOST, STEP_REVERT, LeaseLost, Stopped, SubtaskContext
+from framework.jobtype import (
+    LEASE_LOST,
+    STEP_REVERT,
+    InlineCheckpoint,
+    LeaseLost,
+    Stopped,
+    SubtaskContext,
+)
 from framework.keys import Key
 from framework.states import JobState
 from framework.store import jobs, subtasks
@@ -345,6 +352,8 @@ class WorkerPool:
                 held, conn, key, rows, meta),
             stop_event=threading.Event(), health_gate=self.health.hold,
             rate_gate=lambda rows, took: self._reserve_rate(claim.job_id, rows, took),
+            inline_checkpoint=lambda key_sql, rows_sql: self._inline_checkpoint(
+                held, key_sql, rows_sql),
         )
         held = _Held(claim, ctx, renewed_at, tally)
         with self._lock:
@@ -422,6 +431,28 @@ class WorkerPool:
         # only a job with a rate limit needs it.
         done = subtasks.checkpoint(self.db, conn, claim, key, rows, meta,
                                    count_running=bool(ctx.job.max_rows_per_sec))
+        self._checkpointed(ctx, claim, tally, conn, key, rows, done)
+
+    def _inline_checkpoint(self, h: _Held, key_sql: str, rows_sql: str) -> InlineCheckpoint | None:
+        """The checkpoint for the batch's own statement (``SubtaskContext.
+        inline_checkpoint``); None for a batch whose checkpoint is the
+        group's, or a rate-limited job's (its checkpoint counts the running
+        subtasks)."""
+        if h.grouped or h.ctx.job.max_rows_per_sec:
+            return None
+        faults.hit("worker.before_checkpoint")  # before the statement that writes both
+        sql, params = subtasks.checkpoint_in_statement(self.db, h.claim, key_sql, rows_sql)
+
+        def done(conn: Connection, key: Key, rows: int, state: str | None) -> None:
+            self._checkpointed(h.ctx, h.claim, h.tally, conn, key, rows,
+                               None if state is None else subtasks.Checkpointed(state, None))
+
+        return InlineCheckpoint(sql, params, done)
+
+    def _checkpointed(self, ctx: SubtaskContext, claim: Claim, tally: _Tally, conn: Connection,
+                      key: Key, rows: int, done: subtasks.Checkpointed | None) -> None:
+        """After the fenced checkpoint statement (``done``: what it returned;
+        None: 0 rows, the lease is lost and the batch must roll back)."""
         if done is None:
             metrics.batch(claim.job_id, claim.job.type, "refused")
             self._lose(ctx, "checkpoint_refused")
@@ -440,7 +471,6 @@ class WorkerPool:
             # with every batch, so a budget shared with other nodes holds.
             ctx.job = replace(ctx.job, running=done.running)
         faults.hit("worker.after_checkpoint")
-
 
     def _count_when_done(self, conn: Connection, claim: Claim, tally: _Tally,
                          rows: int) -> None:

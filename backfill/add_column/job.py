@@ -29,7 +29,6 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
 from backfill.add_column.ddl import BODY_QUOTE, AddColumnDdl
-from backfill.batch_bounds import next_bound
 from backfill.expressions import embed, on_one_line, one_expression, optional_expression
 from backfill.ranged_update import UpdateSql, alias_of, check_update_statement
 from backfill.tables import (
@@ -41,11 +40,11 @@ from backfill.tables import (
     resolve_type,
     set_ddl_lock_timeout,
 )
+from backfill.update_batch import run_update_batch
 from framework import jobtype
 from framework.errors import one_line
 from framework.jobtype import InvalidParams, Job, Step, SubtaskContext, Target
-from framework.keys import END, decode, shown
-from framework.privileges import as_role, run_as
+from framework.keys import decode, shown
 
 BACKFILL, NOT_NULL = 1, 2  # stored step numbers: never renumber
 
@@ -137,16 +136,9 @@ class AddColumn:
 
     def run_batch(self, ctx: SubtaskContext, conn: Connection) -> int:
         """One backfill batch from ``ctx.curr_key``, checkpointed, not committed."""
-        job, curr = ctx.job, ctx.curr_key
-        with ctx.cancel_on_stop(conn):
-            upper, scanned = next_bound(conn, job.target_table, job.key, curr, ctx.end_key,
-                                        job.batch_rows)
-            # The user's --value, with the submitter's privileges only.
-            with as_role(conn, run_as(job)):
-                conn.execute(text(_update(job, bounded=upper is not END).update()),
-                             {"lo": job.key.bind(curr), "hi": job.key.bind(upper)})
-            ctx.checkpoint(conn, upper, scanned)
-        return scanned
+        job = ctx.job
+        return run_update_batch(ctx, conn, lambda bounded: _update(job, bounded),
+                                filtered=False)
 
     @staticmethod
     def _validate_not_null(ctx: SubtaskContext, engine: Engine) -> None:

@@ -28,7 +28,6 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
-from backfill.batch_bounds import next_bound
 from backfill.expressions import one_expression, optional_expression
 from backfill.ranged_update import UpdateSql, alias_of, check_update_statement
 from backfill.restore import index_before_restoring, restore_in_batches
@@ -40,9 +39,9 @@ from backfill.tables import (
     set_ddl_lock_timeout,
     target_column,
 )
+from backfill.update_batch import run_update_batch
 from framework import jobtype, privileges
 from framework.jobtype import Job, SubtaskContext, Target
-from framework.keys import END
 from framework.privileges import as_role, run_as
 
 
@@ -94,25 +93,9 @@ class SqlUpdate:
         """One batch from ``ctx.curr_key`` on ``conn``, checkpointed, not
         committed; its rows scanned. The pool runs quick subtasks' batches
         together through it (``framework.jobtype.BatchExecutor``)."""
-        job, curr = ctx.job, ctx.curr_key
-        # A hard stop (lease lost, cancel) cancels the running statement,
-        # so the open batch rolls back at once.
-        with ctx.cancel_on_stop(conn):
-            upper, scanned = next_bound(conn, job.target_table, job.key, curr, ctx.end_key,
-                                        job.batch_rows)
-            sql = update_sql(job, bounded=upper is not END)
-            bounds = {"lo": job.key.bind(curr), "hi": job.key.bind(upper)}
-            # The user's --set and --where, with the submitter's privileges only.
-            with as_role(conn, run_as(ctx.job)):
-                result = conn.execute(text(sql.update()), bounds)
-                if sql.images is not None:
-                    seen, written = result.one()
-                    if written < seen:  # rows changed under the batch
-                        conn.execute(text(sql.update_locked()), bounds)
-            if sql.batches:
-                conn.execute(text(sql.record_batch()), {**bounds, "subtask": ctx.subtask_id})
-            ctx.checkpoint(conn, upper, scanned)
-        return scanned
+        job = ctx.job
+        return run_update_batch(ctx, conn, lambda bounded: update_sql(job, bounded),
+                                filtered=bool(job.params.get("where")))
 
     def advance(self, conn: Connection, job: Job) -> None:
         if job.params["overwrite"]:

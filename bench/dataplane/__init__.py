@@ -36,4 +36,8 @@ Modules, one job each:
     records      the benchmark's parameters and result records
     report       the summary printed at the end and docs/benchmarks.md
     proctree     process trees, memory and CPU time from /proc
+
+Beside it, each with its own command: ``batch_profile`` (where an
+``sql-update`` batch's time goes, by statement) and ``sql_update_ab``
+(``sql-update``'s ratios for a baseline checkout and this one, taking turns).
 """

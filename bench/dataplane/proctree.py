@@ -67,6 +67,24 @@ def launch_times(root: int, comm: str) -> list[float]:
     return sorted(out)
 
 
+def tree_cpu_ticks(roots: list[int]) -> int:
+    """CPU clock ticks used so far by the process trees of ``roots``: each
+    live process's own (utime + stime) plus what its reaped children used
+    (cutime + cstime). The difference of two readings is what the trees used
+    in between, processes started, ended or both meanwhile included: a child
+    reaped in between moves its ticks into its parent's cutime."""
+    table = processes()
+    total = 0
+    for pid in {pid for root in roots for pid in process_tree(root, table)}:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # exited meanwhile: its parent's cutime has it at the next reading
+        # fields[0] is field 3 of proc(5): utime 14, stime 15, cutime 16, cstime 17.
+        total += sum(int(f) for f in fields[11:15])
+    return total
+
+
 class OtherCpu(threading.Thread):
     """CPU seconds used by processes outside the benchmark's own trees (this
     process with its workers and Spark, and our PostgreSQL server): other

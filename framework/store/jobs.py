@@ -618,7 +618,9 @@ def notify(db: Database, conn: Connection) -> None:
     conn.execute(db.sql("SELECT pg_notify(:channel, '')"), {"channel": channel(db)})
 
 
-def channel(db: Database) -> str:
+def channel(db: ReadDatabase) -> str:
+    """Every job move and every wake-up of the owner and idle workers is
+    NOTIFYed here (``reorg wait`` listens too)."""
     return f"reorg_{db.schema}"
 
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 
 import pytest
-from support import TERMINAL, fill, make_items, wait_state
+from support import TERMINAL, fill, make_items, wait_state, wait_until
 
 from framework import control
 from framework.db import SchemaBehind
@@ -63,3 +64,28 @@ def test_status_as_a_command_loads_no_sqlalchemy_pydantic_rich_or_alembic(db, se
     shown = json.loads("\n".join(lines[:-1]))
     assert [j["id"] for j in shown] == [job_id] and shown[0]["state"] == "queued"
     assert json.loads(lines[-1]) == [0, []]
+
+
+def test_wait_hears_the_job_end_instead_of_polling_for_it(db, settings, start_node,
+                                                          monkeypatch):
+    """``reorg wait`` on the direct connection LISTENs for job moves: with
+    its fallback poll an hour away, it still returns once the job succeeds."""
+    from cli import progress
+
+    monkeypatch.setattr(progress, "WAIT_LISTENING_POLL_SECONDS", 3600.0)
+    make_items(db, 2_000)
+    job_id = submit(db, fill("md5(b)", rows_per_subtask=500, batch_rows=100)).job_id
+    direct = DirectDatabase(settings)
+    waited: list[dict] = []
+    waiter = threading.Thread(
+        target=lambda: waited.append(progress.wait_terminal(direct, job_id, None)), daemon=True)
+    try:
+        waiter.start()
+        wait_until(lambda: direct._listening is not None, timeout=30,
+                   message="wait never started listening")
+        start_node("n1")
+        waiter.join(120)
+        assert not waiter.is_alive(), "wait did not hear the job end"
+        assert waited[0]["state"] == "succeeded"
+    finally:
+        direct.dispose()

@@ -1,0 +1,103 @@
+"""One batch of a ranged UPDATE (``sql-update``, ``add-column``): where it
+ends, the statement, and what it scanned; the caller checkpoints it in the
+same transaction (DESIGN 3).
+
+Where a batch ends costs no statement of its own on a single integer key.
+A unique integer key has at most ``n`` rows in ``[curr, curr + n)``, so that
+range is a batch that never exceeds ``--batch-rows``; on dense keys (the
+usual serial id) it holds exactly ``n`` and needs no key scan at all. Where
+the previous batch found the key values under half filled, the statement
+finds its bound itself instead: the first ``n`` keys in its own snapshot
+(``UpdateSql.scanning``), one statement where a separate scan took a round
+trip, its planning and ~5 % of a batch (docs/benchmarks.md). Either way the
+batches tile the range: each starts where the last one's checkpoint ended.
+Other keys (``framework.keys``) scan first (``batch_bounds.next_bound``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
+
+from backfill.batch_bounds import next_bound
+from backfill.ranged_update import UpdateSql
+from framework.jobtype import InlineCheckpoint, SubtaskContext
+from framework.keys import END, Key
+from framework.privileges import as_role, run_as, session_role
+
+# Below this share of key values holding a row, a batch of ``n`` key values
+# would write too few rows: the next batch scans for its ``n`` keys instead.
+DENSE_SHARE = 0.5
+_SPARSE = "update_batch.sparse"  # ctx.batch_state: the last batch's range was sparse
+
+
+def run_update_batch(ctx: SubtaskContext, conn: Connection,
+                     sql_for: Callable[[bool], UpdateSql], *, filtered: bool) -> int:
+    """Write the batch from ``ctx.curr_key`` with ``sql_for(bounded)``'s
+    statement as the job's submitter and checkpoint it (not committed);
+    return the keys it scanned. ``filtered``: the statement has a predicate
+    (``--where``), so the rows it writes are not the keys it passed over."""
+    job, curr, end, n = ctx.job, ctx.curr_key, ctx.end_key, ctx.job.batch_rows
+    integer = job.key.integer and end is not END
+    with ctx.cancel_on_stop(conn):
+        if not integer:
+            upper, scanned = next_bound(conn, job.target_table, job.key, curr, end, n)
+            sql = sql_for(upper is not END)
+            bounds = {"lo": job.key.bind(curr), "hi": job.key.bind(upper)}
+            inline = None
+            row = _write(ctx, conn, sql, bounds, inline)
+        else:
+            arithmetic = not filtered and not ctx.batch_state.get(_SPARSE)
+            upper = min(curr + n, end)  # the bound if arithmetic
+            sql = replace(sql_for(True), scanning=not arithmetic)
+            inline = _inline_checkpoint(ctx, conn, sql)
+            row = _write(ctx, conn, sql, {"lo": curr, "hi": upper, "end": end, "n": n,
+                                          "subtask": ctx.subtask_id}, inline)
+            if sql.scanning:
+                upper, scanned = int(row["hi"]), int(row["scanned"])
+            else:
+                scanned = int(row["seen"] if sql.images is not None else row["written"])
+            bounds = {"lo": curr, "hi": upper}
+            ctx.batch_state[_SPARSE] = scanned < DENSE_SHARE * (upper - curr)
+        if sql.images is not None and row["written"] < row["seen"]:
+            # Rows changed under the statement: locked, on fixed bounds now.
+            with as_role(conn, run_as(job)):  # the user's SQL, their privileges only
+                conn.execute(text(replace(sql, scanning=False).update_locked()), bounds)
+        if sql.batches and inline is None:  # else the statement recorded it
+            conn.execute(text(sql.record_batch()), {**bounds, "subtask": ctx.subtask_id})
+        if inline is None:
+            ctx.checkpoint(conn, upper, scanned)
+        else:
+            inline.done(conn, upper, scanned, row["checkpoint_state"])
+    return scanned
+
+
+def _inline_checkpoint(ctx: SubtaskContext, conn: Connection,
+                       sql: UpdateSql) -> InlineCheckpoint | None:
+    """The batch's checkpoint as part of its statement, where the worker
+    offers one and the statement runs as the worker itself (the submitter
+    is the worker's role): the checkpoint is never the submitter's to write.
+    A separate statement otherwise."""
+    role = run_as(ctx.job)
+    end = sql.batch_end()
+    if (ctx.inline_checkpoint is None or end is None
+            or (role is not None and role != session_role(conn))):
+        return None
+    return ctx.inline_checkpoint(*end)
+
+
+def _write(ctx: SubtaskContext, conn: Connection, sql: UpdateSql, bounds: dict[str, Key],
+           inline: InlineCheckpoint | None) -> dict[str, Any]:
+    """The batch's statement, as the submitter: what it returned (``hi``,
+    ``scanned``, ``seen``, ``written``, ``checkpoint_state``, as it has them)."""
+    statement = sql.update(None if inline is None else inline.sql)
+    params = {**bounds, **(inline.params if inline else {})}
+    with as_role(conn, run_as(ctx.job)):  # the user's SQL, their privileges only
+        result = conn.execute(text(statement), params)
+        if not result.returns_rows:  # the bare UPDATE
+            return {"written": int(result.rowcount)}
+        return dict(result.mappings().one())
