@@ -34,7 +34,8 @@ KINDS = [
     ("create staging (if not exists)", "CREATE TEMP TABLE"),
     ("session settings", "SET LOCAL"),
     ("checkpoint", "curr_key = new.k"),
-    ("merge (UPDATE ... FROM staging)", "UPDATE"),
+    ("merge (UPDATE ... FROM staging)", "reorg_stage_"),
+    ("batch record (INSERT, for rollback)", "_batches\" (subtask_id"),
 ]
 
 
@@ -66,7 +67,7 @@ class StageClock:
 
     @contextmanager
     def installed(self) -> Iterator[None]:
-        from pyspark.sql import DataFrame, DataFrameReader
+        from pyspark.sql import DataFrameReader
         from sqlalchemy import event
         from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
         from sqlalchemy.engine import Engine
@@ -101,7 +102,9 @@ class StageClock:
             self.wrap(RangePipeline, "_apply", "main thread: whole batch transaction"),
             self.wrap(DataFrameReader, "jdbc", "read: new JDBC DataFrame (connection + schema query)"),
             self.wrap(Transform, "output", "read: transform's DataFrame (plan, expression check)"),
-            self.wrap(DataFrame, "toArrow", "read: Spark job (JDBC read, md5, Arrow to driver)"),
+            self.wrap(_dataframe_class(), "toArrow",
+                      "read: Spark job (JDBC read, md5, Arrow to driver)"),
+            self.wrap(batches.SubtaskRunner, "apply", "in the transaction: apply (COPY, merge, record)"),
             self.wrap(landing, "to_csv", "read: Arrow -> CSV"),
             self.wrap(batches.landing, "copy_in", "COPY into the staging table"),
         ]
@@ -116,6 +119,15 @@ class StageClock:
             event.remove(Engine, "after_cursor_execute", after)
             for u in undo:
                 u()
+
+
+def _dataframe_class() -> Any:
+    """The DataFrame class whose methods run (Spark 4's classic one, when there)."""
+    try:
+        from pyspark.sql.classic.dataframe import DataFrame
+    except ImportError:
+        from pyspark.sql import DataFrame
+    return DataFrame
 
 
 def run_job(url: str, node: Any, db: Any, batch_rows: int) -> float:
