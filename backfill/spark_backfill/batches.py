@@ -224,7 +224,14 @@ class SubtaskRunner(RangePipeline):
         while staged.rows:
             landing.copy_in(raw, self.spec.column_type, m.stage_columns, staged.data, keys)
             faults.hit("spark.after_stage")
+            # Without nested loops the overwrite's second read of the range
+            # (``o``, for the old values) is a merge join of two index range
+            # scans instead of an index probe per row: the statement takes a
+            # third less time, the same as without images. Only for this
+            # statement: ``changed`` has no range bound to scan by.
+            conn.exec_driver_sql("SET LOCAL enable_nestloop = off")
             result = conn.execute(text(merge), bounds)
+            conn.exec_driver_sql("SET LOCAL enable_nestloop = on")
             applied = result.scalar_one() if m.overwrite else result.rowcount
             if applied == staged.rows:
                 break
