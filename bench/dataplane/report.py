@@ -368,9 +368,12 @@ def write_kill_section(res: Results, add: Add) -> None:
     add(f"Re-processed in all: {lost:,} rows in "
         f"{sum(len(s.lost_batches()) for s in k.in_flight)} batches over {len(k.in_flight)} "
         f"slots, at most {worst} batches and {most:,} rows per slot; the job's `--batch-rows` "
-        f"is {k.batch_rows:,}. A slot's pipeline has up to two batches in flight (one merging, "
-        "the next one reading), each at most `--batch-rows` (`backfill.spark.sizing`); a "
-        "kill can catch every slot so.\n")
+        f"is {k.batch_rows:,}. A slot's pipeline has up to two Spark reads in flight (the one "
+        "whose batches it is merging, and the next one), each of up to `batches_per_read` "
+        "batches (5 for `backfill`) of at most `--batch-rows` rows (`backfill.spark.sizing`), "
+        "so a kill re-reads up to that much; the rows written more than once (above) stay 0, "
+        "since each batch of a read merges and commits with its checkpoint alone, and the "
+        "one merging at the kill rolls back.\n")
 
 
 METHOD = f"""\
