@@ -155,10 +155,11 @@ class BatchStats(BatchStat):
 class SubtaskRunner(RangePipeline):
     """One ``backfill`` subtask."""
 
-    # One Spark job per 5 batches: its fixed cost (scheduling, plan, a JDBC
-    # connection and query) was half of a 10,000-row batch's read
-    # (docs/benchmarks.md, "Where a backfill batch's time goes").
-    batches_per_read = 5
+    # One Spark job per 10 batches: a job's fixed cost (scheduling, plan, a
+    # JDBC connection and query) was most of a 10,000-row batch's read, and
+    # 10 a read took a third less JVM CPU than 5 (docs/benchmarks.md, "Where
+    # a backfill batch's time goes"). Writes a kill redoes stay one batch.
+    batches_per_read = 10
 
     def __init__(self, ctx: SubtaskContext, engine: Engine, spec: BackfillSpec) -> None:
         self.spec = spec

@@ -17,6 +17,7 @@ times on a shared machine, to be read as shares of a batch.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import threading
 import time
@@ -121,6 +122,31 @@ class StageClock:
                 u()
 
 
+def tree_cpu(root: int) -> dict[str, float]:
+    """CPU seconds used so far by ``root``'s process tree, by command name
+    (``java``, ``python``, ``postgres``), counting the children its processes
+    reaped (a Spark JDBC connection's backend exits with its task)."""
+    import os
+    from pathlib import Path
+
+    from bench.dataplane.proctree import process_tree
+
+    hz = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = defaultdict(float)
+    for pid in process_tree(root):
+        try:
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # exited meanwhile
+        # proc(5) fields 14-17: utime, stime, cutime, cstime (fields[0] is field 3).
+        ticks = sum(int(f) for f in fields[11:15])
+        kind = "java" if name == "java" else "postgres" if name.startswith("postgres") \
+            else "python"
+        out[kind] += ticks / hz
+    return out
+
+
 def _dataframe_class() -> Any:
     """The DataFrame class whose methods run (Spark 4's classic one, when there)."""
     try:
@@ -218,6 +244,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         build_table(url, args.rows)
         reorg(url, "db", "upgrade")
         settings = Settings(database_url=url)
+
+        def pg_cpu() -> dict[str, float]:
+            return {"postgres": tree_cpu(server.postmaster)["postgres"]} if server.postmaster \
+                else {}
+
         db = Database(settings)
         node = Node(settings, node_id="profile", slots=args.slots)
         node.start()
@@ -229,11 +260,18 @@ def main(argv: Sequence[str] | None = None) -> None:
                 SubtaskRunner.batches_per_read = per_read
                 reset_table(url)
                 clock = StageClock()
+                cpu_before = {**tree_cpu(os.getpid()), **pg_cpu()}
                 with clock.installed():
                     wall = run_job(url, node, db, args.batch_rows)
+                cpu = {k: v - cpu_before.get(k, 0.0)
+                       for k, v in {**tree_cpu(os.getpid()), **pg_cpu()}.items()}
                 batches = len(clock.samples["main thread: whole batch transaction"])
                 out.append(f"{per_read} batch(es) per Spark read:")
                 out += report(clock, batches, wall)
+                out.append("  CPU seconds during the job: " + ", ".join(
+                    f"{k} {v:.2f}" for k, v in sorted(cpu.items()))
+                    + f"; {sum(cpu.values()):.2f} in all, {sum(cpu.values()) / wall:.2f} "
+                    "CPUs on average")
             out.append("probes on the warm session, median of "
                        f"{args.repeat} ({args.batch_rows:,}-row batches):")
             for name, samples in probes(url, args.batch_rows, args.repeat).items():

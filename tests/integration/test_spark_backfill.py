@@ -72,7 +72,7 @@ def test_one_spark_read_of_five_batches_commits_each_batch_with_its_checkpoint(
     make_items(target_db, 6_300, step=3)  # keys 1, 4, ..., 18,898
     job = BACKFILL.submit(target_db, 109, {"table": "items", "set": "c=md5(b)",
                                            "target_batch_seconds": 0})
-    assert SubtaskRunner.batches_per_read == 5
+    monkeypatch.setattr(SubtaskRunner, "batches_per_read", 5)
     reads: list[int] = []
     real_read = SubtaskRunner._read
 
