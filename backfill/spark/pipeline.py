@@ -233,7 +233,7 @@ class RangePipeline(ABC):
         # A hard stop (lease lost, cancel) kills this subtask's Spark jobs at once.
         unregister = ctx.on_stop(lambda: sc.cancelJobGroup(self.group) if sc else None)
         pool = ThreadPoolExecutor(1, thread_name_prefix=f"read-{ctx.subtask_id}")
-        pending: Future[Batch] | None = None
+        pending: Future[list[Batch]] | None = None
         try:
             # != rather than <: keys of any type are tuples, the last one END.
             if ctx.curr_key != ctx.end_key:
@@ -282,8 +282,10 @@ class RangePipeline(ABC):
         for a key of any type), their payloads cut apart by ``split``."""
         self.ctx.raise_if_stopped()
         started = time.monotonic()
+        edges: list[tuple[Key, int]]
         if self.batches_per_read > 1 and self.keys.integer:
-            edges = self.batch_edges(lo, rows, self.batches_per_read)
+            assert isinstance(lo, int)  # a single integer key's keys are ints
+            edges = list(self.batch_edges(lo, rows, self.batches_per_read))
         else:
             edges = [self.bounds(lo, rows)]
         hi, scanned = edges[-1][0], sum(n for _, n in edges)

@@ -24,6 +24,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 from bench.dataplane.records import TABLE
@@ -149,11 +150,12 @@ def tree_cpu(root: int) -> dict[str, float]:
 
 def _dataframe_class() -> Any:
     """The DataFrame class whose methods run (Spark 4's classic one, when there)."""
+    import importlib
+
     try:
-        from pyspark.sql.classic.dataframe import DataFrame
+        return importlib.import_module("pyspark.sql.classic.dataframe").DataFrame
     except ImportError:
-        from pyspark.sql import DataFrame
-    return DataFrame
+        return importlib.import_module("pyspark.sql.dataframe").DataFrame
 
 
 def run_job(url: str, node: Any, db: Any, batch_rows: int) -> float:
@@ -190,26 +192,28 @@ def probes(url: str, batch_rows: int, repeat: int) -> dict[str, list[float]]:
     base = read_base(spark, target, TABLE)
     out: dict[str, list[float]] = defaultdict(list)
     sql = (f"SELECT *, xmin::text::bigint FROM {TABLE} WHERE id >= %s AND id < %s")
+    def lap(name: str, fn: Callable[[], Any]) -> None:
+        began = time.perf_counter()
+        fn()
+        out[name].append(time.perf_counter() - began)
+
+    def md5_to_arrow(lo: int, hi: int) -> Any:
+        return key_between(base, "id", lo, hi).select("id", F.md5("b").alias("c")).toArrow()
+
+    def fetch(conn: psycopg.Connection[Any], lo: int, hi: int) -> Any:
+        return conn.cursor(binary=True).execute(sql, (lo, hi)).fetchall()
+
     with psycopg.connect(url, autocommit=True) as conn:
         for i in range(repeat):
             lo = 1 + i * batch_rows
             hi = lo + batch_rows
-
-            def lap(name: str, fn: Callable[[], Any]) -> None:
-                began = time.perf_counter()
-                fn()
-                out[name].append(time.perf_counter() - began)
-
             lap("Spark job on an empty range (fixed cost: job, JDBC connection, query)",
-                lambda: key_between(base, "id", -2, -1).select(
-                    "id", F.md5("b").alias("c")).toArrow())
-            lap("Spark job reading the batch's rows, md5, toArrow",
-                lambda lo=lo, hi=hi: key_between(base, "id", lo, hi).select(
-                    "id", F.md5("b").alias("c")).toArrow())
+                partial(md5_to_arrow, -2, -1))
+            lap("Spark job reading the batch's rows, md5, toArrow", partial(md5_to_arrow, lo, hi))
             lap("Spark job reading the batch's rows, no transform, count",
-                lambda lo=lo, hi=hi: key_between(base, "id", lo, hi).count())
+                key_between(base, "id", lo, hi).count)
             lap("PostgreSQL serving the same read to psycopg (binary)",
-                lambda lo=lo, hi=hi: conn.cursor(binary=True).execute(sql, (lo, hi)).fetchall())
+                partial(fetch, conn, lo, hi))
     return out
 
 
