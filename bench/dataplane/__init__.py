@@ -36,4 +36,9 @@ Modules, one job each:
     records      the benchmark's parameters and result records
     report       the summary printed at the end and docs/benchmarks.md
     proctree     process trees, memory and CPU time from /proc
+
+Tools of their own, run with ``python -m bench.dataplane.NAME``:
+
+    batch_profile        where an ``sql-update`` batch's time goes, by statement
+    spark_batch_profile  where a ``backfill`` batch's time goes, by stage, and CPU by process
 """
