@@ -223,7 +223,8 @@ def issue9_rows(res: Results) -> list[tuple[str, str, str, str]]:
             per_slot = [s.lost_rows for s in k.in_flight]
             rows.append((f"rows read again after kill -9 (`{k.job_type}`), most per slot / in all",
                          f"{max(per_slot, default=0):,} / {k.rows_read - res.rows:,}",
-                         "– (a Spark read covers up to `batches_per_read` batches)", ""))
+                         "none (a Spark read covers up to `batches_per_read` batches)",
+                         "reported"))
     return rows
 
 
