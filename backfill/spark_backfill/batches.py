@@ -232,8 +232,8 @@ class SubtaskRunner(RangePipeline):
             # statement: ``changed`` has no range bound to scan by.
             conn.exec_driver_sql("SET LOCAL enable_nestloop = off")
             result = conn.execute(text(merge), bounds)
-            conn.exec_driver_sql("SET LOCAL enable_nestloop = on")
             applied = result.scalar_one() if m.overwrite else result.rowcount
+            conn.exec_driver_sql("SET LOCAL enable_nestloop = on")
             if applied == staged.rows:
                 break
             rounds += 1
