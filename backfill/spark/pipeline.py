@@ -3,11 +3,19 @@ how it is applied: the one batch loop of ``backfill``
 (``backfill.spark_backfill.batches``), ``copy`` (``backfill.copy.batches``) and
 ``checksum`` (``backfill.checksum.batches``).
 
-    read thread:  bounds ─► compute(lo, hi) on Spark (its own job group)
-    main thread:              one transaction: apply(batch) ─► checkpoint ─► commit
+    read thread:  bounds ─► compute(lo, hi) on Spark (its own job group) ─► split
+    main thread:              one transaction per batch: apply(batch) ─► checkpoint ─► commit
 
 Batch k+1 is computed while batch k is applied, so Spark's time hides behind
-the database's. Each batch's write and its fenced checkpoint commit in one
+the database's. A job type may read several batches in one Spark job
+(``batches_per_read``): Spark's fixed cost per job (scheduling, a JDBC
+connection and query, ~90 ms on the 2-core bench machine, whatever the
+rows) is then paid once for them, while each batch still merges and
+checkpoints in its own transaction. A kill -9 therefore redoes at most one
+batch of writes, and re-reads what the slot had read beyond its last
+commit: the rest of its current read and the prefetched next one.
+
+Each batch's write and its fenced checkpoint commit in one
 transaction (DESIGN 3): a zombie's checkpoint raises LeaseLost and the whole
 batch rolls back; a retried subtask resumes at the committed ``curr_key``, so
 no batch applies twice. A hard stop (lease lost, cancel) cancels the
@@ -97,6 +105,9 @@ class RangePipeline(ABC):
 
     uses_spark = True  # False: compute() runs no Spark job (no session is started)
     range_above = sizing.RANGE_ABOVE  # batches up to batch_rows times this (sizing)
+    # Batches one Spark job reads (``split`` cuts its payload into them); only
+    # for a single integer key, whose batch edges the driver can compare.
+    batches_per_read = 1
 
     def __init__(self, ctx: SubtaskContext, engine: Engine, *, table: str, key: str,
                  key_name: str, target_seconds: float = 1.0,
@@ -141,6 +152,13 @@ class RangePipeline(ABC):
     @abstractmethod
     def compute(self, lo: Any, hi: Any, scanned: int) -> Any:
         """Read thread: the batch's Spark work, ending in driver-side data."""
+
+    def split(self, payload: Any, lo: Key, edges: list[tuple[Key, int]]) -> list[Any]:
+        """Read thread: ``payload`` of a read of several batches, one payload
+        per batch ``[lo, edges[0][0]), [edges[0][0], edges[1][0]), ...``."""
+        if len(edges) == 1:
+            return [payload]
+        raise NotImplementedError(f"{type(self).__name__} reads one batch at a time")
 
     @abstractmethod
     def apply(self, conn: Connection, raw: Any, batch: Batch) -> Any:
@@ -215,7 +233,7 @@ class RangePipeline(ABC):
         # A hard stop (lease lost, cancel) kills this subtask's Spark jobs at once.
         unregister = ctx.on_stop(lambda: sc.cancelJobGroup(self.group) if sc else None)
         pool = ThreadPoolExecutor(1, thread_name_prefix=f"read-{ctx.subtask_id}")
-        pending: Future[Batch] | None = None
+        pending: Future[list[Batch]] | None = None
         try:
             # != rather than <: keys of any type are tuples, the last one END.
             if ctx.curr_key != ctx.end_key:
@@ -226,20 +244,23 @@ class RangePipeline(ABC):
                 # prefetched read (``finally`` cancels it).
                 ctx.raise_if_stopped()
                 try:
-                    batch = pending.result()
+                    read = pending.result()
                 except Exception:
                     ctx.raise_if_stopped()  # a cancelled Spark job: report the stop, not the error
                     raise
                 pending = None
                 ctx.raise_if_stopped()
-                if batch.hi != ctx.end_key:
-                    pending = pool.submit(self._read, batch.hi, self._size())
-                apply_seconds = self._apply(batch)
-                self.sizer.observe(batch.scanned, max(batch.seconds, apply_seconds))
-                if self.learned is not None:
-                    self.learned[self.sizer.batch_rows] = self.sizer.rows
-                ctx.throttle(batch.scanned, time.monotonic() - last_commit)
-                last_commit = time.monotonic()
+                if read[-1].hi != ctx.end_key:
+                    pending = pool.submit(self._read, read[-1].hi, self._size())
+                for i, batch in enumerate(read):
+                    if i:
+                        ctx.raise_if_stopped()  # and between the batches of one read
+                    apply_seconds = self._apply(batch)
+                    self.sizer.observe(batch.scanned, max(batch.seconds, apply_seconds))
+                    if self.learned is not None:
+                        self.learned[self.sizer.batch_rows] = self.sizer.rows
+                    ctx.throttle(batch.scanned, time.monotonic() - last_commit)
+                    last_commit = time.monotonic()
         finally:
             if sc is not None and pending is not None and not pending.done():
                 # Leaving early: don't finish a read nobody applies. (On a dead
@@ -256,14 +277,29 @@ class RangePipeline(ABC):
 
     # --- read thread: bounds, then compute -------------------------------------
 
-    def _read(self, lo: Key, rows: int) -> Batch:
+    def _read(self, lo: Key, rows: int) -> list[Batch]:
+        """One Spark job's batches: ``batches_per_read`` of ``rows`` each (one
+        for a key of any type), their payloads cut apart by ``split``."""
         self.ctx.raise_if_stopped()
         started = time.monotonic()
-        hi, scanned = self.bounds(lo, rows)
+        edges: list[tuple[Key, int]]
+        if self.batches_per_read > 1 and self.keys.integer:
+            assert isinstance(lo, int)  # a single integer key's keys are ints
+            edges = list(self.batch_edges(lo, rows, self.batches_per_read))
+        else:
+            edges = [self.bounds(lo, rows)]
+        hi, scanned = edges[-1][0], sum(n for _, n in edges)
         if self.uses_spark:
             self.tag_spark_jobs()
-        payload = self.compute(lo, hi, scanned)
-        return Batch(lo, hi, scanned, payload, time.monotonic() - started)
+        payloads = self.split(self.compute(lo, hi, scanned), lo, edges)
+        seconds = time.monotonic() - started
+        batches, start = [], lo
+        for (end, n), payload in zip(edges, payloads, strict=True):
+            # Each batch's share of the read's time, for the sizer and the stats.
+            share = n / scanned if scanned else 1 / len(edges)
+            batches.append(Batch(start, end, n, payload, seconds * share))
+            start = end
+        return batches
 
     def tag_spark_jobs(self) -> None:
         """Spark jobs this thread starts from now on belong to the subtask's job
@@ -300,6 +336,33 @@ class RangePipeline(ABC):
             left = conn.execute(text(f"SELECT count(*) FROM {t} WHERE {k} >= :lo AND {k} < :end"),
                                 {"lo": lo, "end": end}).scalar()
             return end, int(left or 0)
+
+    def batch_edges(self, lo: int, rows: int, count: int) -> list[tuple[int, int]]:
+        """``bounds`` of ``count`` batches in a row from ``lo``, in one index
+        scan of at most ``count`` batches and a half: each batch's exclusive
+        upper key and row count, the same edges ``count`` calls of ``bounds``
+        would give (a remainder under half a batch joins the last one)."""
+        t, k, end = self.table, self.key, self.ctx.end_key
+        last = count * rows + rows // 2 + 1  # the row whose existence makes the last cut
+        wanted = [j * rows + 1 for j in range(1, count + 1)]
+        with self.engine.connect() as conn:
+            found = conn.execute(text(f"""
+                SELECT k, rn, n FROM (
+                    SELECT k, rn, count(*) OVER () AS n FROM (
+                        SELECT {k} AS k, row_number() OVER (ORDER BY {k}) AS rn FROM {t}
+                        WHERE {k} >= :lo AND {k} < :end ORDER BY {k} LIMIT :last) firsts
+                ) counted WHERE rn = ANY(:wanted) OR rn = n"""),
+                {"lo": lo, "end": end, "last": last, "wanted": wanted}).all()
+        n = int(found[0].n) if found else 0
+        cut = {int(r.rn): int(r.k) for r in found}
+        edges: list[tuple[int, int]] = []
+        for j in range(1, count + 1):
+            if n >= j * rows + rows // 2 + 1:
+                edges.append((cut[j * rows + 1], rows))
+            else:
+                edges.append((end, n - (j - 1) * rows))
+                break
+        return edges
 
     def _keyset_bounds(self, lo: Key, rows: int) -> tuple[Key, int]:
         """``bounds`` for a key of any type: the same two probes as keyset

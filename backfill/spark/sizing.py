@@ -1,15 +1,16 @@
 """How much work a Spark subtask and its batches get: the default range size
 (``ROWS_PER_SUBTASK``) and the adaptive batch size, steered toward a target time.
 
-A batch is the unit a crash redoes: its read, its merge and its checkpoint
-commit together or not at all, so a worker killed mid-batch loses at most the
-batch it was merging and the one it was reading (``pipeline``). Batches
+A batch is the unit a crash redoes: its merge and its checkpoint commit
+together or not at all, so a worker killed mid-batch loses at most the batch
+it was merging, and re-reads what its Spark reads held beyond it (a read
+covers ``batches_per_read`` batches; ``pipeline``). Batches
 therefore never exceed the job's ``batch_rows``: the sizer only shrinks them
 (down to ``batch_rows / 8``) when a batch takes longer than the target time
 (lock hold time, the statement timeout), and grows them back toward
 ``batch_rows``, never beyond what the rate limit allows in one target period.
-Spark's fixed cost per batch (a job, a JDBC read) is hidden behind the
-previous batch's merge. (It used to grow batches to 32x ``batch_rows``,
+Spark's fixed cost per job (scheduling, a JDBC connection and query) is
+shared by the batches of a read. (It used to grow batches to 32x ``batch_rows``,
 147,000 rows at the default 10,000, which a kill -9 then redid.)
 """
 

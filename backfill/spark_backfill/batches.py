@@ -36,6 +36,7 @@ from framework.keys import END, KeySpec, decode
 from framework.privileges import run_as
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame
 
 
@@ -115,6 +116,10 @@ class Staged:
     rows: int
 
 
+def _staged(table: pa.Table) -> Staged:
+    return Staged(landing.to_csv(table), table.num_rows)
+
+
 @dataclass(frozen=True)
 class Merged:
     """What a batch's merge did."""
@@ -150,6 +155,12 @@ class BatchStats(BatchStat):
 class SubtaskRunner(RangePipeline):
     """One ``backfill`` subtask."""
 
+    # One Spark job per 10 batches: a job's fixed cost (scheduling, plan, a
+    # JDBC connection and query) was most of a 10,000-row batch's read, and
+    # 10 a read took a third less JVM CPU than 5 (docs/benchmarks.md, "Where
+    # a backfill batch's time goes"). Writes a kill redoes stay one batch.
+    batches_per_read = 10
+
     def __init__(self, ctx: SubtaskContext, engine: Engine, spec: BackfillSpec) -> None:
         self.spec = spec
         self.cache = _job_cache(spec.job_id, jdbc_target(engine.url).url, run_as(ctx.job))
@@ -158,28 +169,45 @@ class SubtaskRunner(RangePipeline):
 
     # --- read: Spark, Arrow (read thread) ---------------------------------------
 
-    def compute(self, lo: Any, hi: Any, scanned: int) -> Staged:
+    def compute(self, lo: Any, hi: Any, scanned: int) -> pa.Table:
         if not self.keys.integer:
             query = read_query(self.spec.table, self.spec.where,
                                columns=text_columns(self.keys))
-            return self._stage(self.keyset_frame(query, lo, hi, scanned))
+            return self._computed(self.keyset_frame(query, lo, hi, scanned))
         base = self.cache.get(self.spark, "base", lambda: read_base(
             self.spark, self.jdbc, self.spec.table, self.spec.where))
-        return self._stage(key_between(base, self.key_name, lo, hi,
-                                       self.partitions(scanned)))
+        return self._computed(key_between(base, self.key_name, lo, hi,
+                                          self.partitions(scanned)))
 
-    def _stage(self, df: DataFrame) -> Staged:
-        """Transform ``df`` (rows read with versions) into staging CSV. Old values
-        are not staged: the merge takes them inside PostgreSQL (``merge``)."""
+    def split(self, payload: pa.Table, lo: Any, edges: list[tuple[Any, int]]) -> list[Staged]:
+        """The read's rows as staging CSV, one per batch of it: a batch stages
+        exactly the rows of its key range, which its merge bounds."""
+        if len(edges) == 1:
+            return [_staged(payload)]
+        import pyarrow.compute as pc
+
+        keys, staged, start = payload.column("k"), [], lo
+        for end, _ in edges:
+            staged.append(_staged(payload.filter(
+                pc.and_(pc.greater_equal(keys, start), pc.less(keys, end)))))
+            start = end
+        return staged
+
+    def _computed(self, df: DataFrame) -> pa.Table:
+        """Transform ``df`` (rows read with versions) into the staged columns, on
+        the driver. Old values are not staged: the merge takes them inside
+        PostgreSQL (``merge``)."""
         def register() -> Any:
             target_type = df.schema[self.spec.transform.column].dataType
             self.spec.transform.register(self.spark, target_type)
             return target_type
 
         target_type = self.cache.get(self.spark, "target_type", register)
-        table = self.spec.transform.output(df, self.key_name, target_type,
-                                           self.spec.keys).toArrow()
-        return Staged(landing.to_csv(table), table.num_rows)
+        return self.spec.transform.output(df, self.key_name, target_type,
+                                          self.spec.keys).toArrow()
+
+    def _stage(self, df: DataFrame) -> Staged:
+        return _staged(self._computed(df))
 
     # --- merge (main thread, in the batch transaction) ---------------------------
 
@@ -197,8 +225,15 @@ class SubtaskRunner(RangePipeline):
         while staged.rows:
             landing.copy_in(raw, self.spec.column_type, m.stage_columns, staged.data, keys)
             faults.hit("spark.after_stage")
+            # Without nested loops the overwrite's second read of the range
+            # (``o``, for the old values) is a merge join of two index range
+            # scans instead of an index probe per row: the statement takes a
+            # third less time, the same as without images. Only for this
+            # statement: ``changed`` has no range bound to scan by.
+            conn.exec_driver_sql("SET LOCAL enable_nestloop = off")
             result = conn.execute(text(merge), bounds)
             applied = result.scalar_one() if m.overwrite else result.rowcount
+            conn.exec_driver_sql("SET LOCAL enable_nestloop = on")
             if applied == staged.rows:
                 break
             rounds += 1

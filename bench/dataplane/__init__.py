@@ -37,7 +37,9 @@ Modules, one job each:
     report       the summary printed at the end and docs/benchmarks.md
     proctree     process trees, memory and CPU time from /proc
 
-Beside it, each with its own command: ``batch_profile`` (where an
-``sql-update`` batch's time goes, by statement) and ``sql_update_ab``
-(``sql-update``'s ratios for a baseline checkout and this one, taking turns).
+Tools of their own, run with ``python -m bench.dataplane.NAME``:
+
+    batch_profile        where an ``sql-update`` batch's time goes, by statement
+    spark_batch_profile  where a ``backfill`` batch's time goes, by stage, and CPU by process
+    sql_update_ab        ``sql-update``'s ratios for a baseline checkout and this one, taking turns
 """

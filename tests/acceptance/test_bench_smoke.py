@@ -50,6 +50,28 @@ def test_dataplane_benchmark_runs_end_to_end_on_a_small_table(fresh_db, tmp_path
     assert "python -m bench.dataplane --db URL --rows 3000" in report  # no credentials
 
 
+@pytest.mark.spark
+def test_spark_batch_profile_runs_and_names_every_stage(fresh_db, tmp_path):
+    """``python -m bench.dataplane.spark_batch_profile`` on a small table, one
+    and two batches a read: each job's batches, the Spark job, the merge and
+    the checkpoint are timed, and the probes ran."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.dataplane.spark_batch_profile", "--db", fresh_db,
+         "--rows", "4000", "--batch-rows", "1000", "--batches-per-read", "1", "2",
+         "--repeat", "1"],
+        cwd=ROOT, env={**os.environ, "TMPDIR": str(tmp_path)}, capture_output=True, text=True,
+        timeout=240)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = done.stdout
+    assert "1 batch(es) per Spark read:" in out and "2 batch(es) per Spark read:" in out
+    assert out.count("4 batches, job") == 2, out
+    for stage in ("read: Spark job (JDBC read, md5, Arrow to driver)",
+                  "merge (UPDATE ... FROM staging)", "checkpoint", "commit",
+                  "COPY into the staging table", "CPU seconds during the job",
+                  "Spark job on an empty range", "PostgreSQL serving the same read"):
+        assert stage in out, stage
+
+
 @pytest.mark.slow
 def test_framework_scale_benchmark_runs_end_to_end(fresh_db):
     """``python -m bench.framework_scale`` on 1,000 no-op subtasks, 2 processes

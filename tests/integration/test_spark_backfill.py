@@ -64,6 +64,40 @@ def test_python_udf(spark, target_db):
     assert scalar(target_db, "SELECT count(*) FROM items WHERE c IS DISTINCT FROM reverse(b)") == 0
 
 
+def test_one_spark_read_of_five_batches_commits_each_batch_with_its_checkpoint(
+        spark, target_db, monkeypatch):
+    """A read covers ``batches_per_read`` batches; each merges and checkpoints
+    alone, at the edges ``bounds`` gives one batch at a time (gappy keys, the
+    last remainder under half a batch joining the last batch)."""
+    make_items(target_db, 6_300, step=3)  # keys 1, 4, ..., 18,898
+    job = BACKFILL.submit(target_db, 109, {"table": "items", "set": "c=md5(b)",
+                                           "target_batch_seconds": 0})
+    monkeypatch.setattr(SubtaskRunner, "batches_per_read", 5)
+    reads: list[int] = []
+    real_read = SubtaskRunner._read
+
+    def counted(self, lo, rows):
+        batches = real_read(self, lo, rows)
+        reads.append(len(batches))
+        return batches
+
+    monkeypatch.setattr(SubtaskRunner, "_read", counted)
+    ctx, lease = make_context(target_db, job, 1, 1, 18_899)
+    runner = SubtaskRunner(ctx, target_db, spec_of(job))
+    one_at_a_time, lo = [], 1
+    while lo != 18_899:
+        lo, n = runner.bounds(lo, 1_000)
+        one_at_a_time.append((lo, n))
+    runner.run()
+    assert reads == [5, 1]  # 6,300 rows: five batches, then the last with its remainder
+    assert [(s.hi, s.scanned) for s in runner.stats] == one_at_a_time
+    assert one_at_a_time[-1] == (18_899, 1_300)
+    assert lease.attempts == [hi for hi, _ in one_at_a_time]  # a checkpoint per batch
+    assert lease.row().checkpoints == 6
+    assert [s.rows for s in runner.stats] == [n for _, n in one_at_a_time]
+    assert scalar(target_db, "SELECT count(*) FROM items WHERE c IS DISTINCT FROM md5(b)") == 0
+
+
 # --- fencing (DESIGN 3) -------------------------------------------------------
 
 
@@ -133,9 +167,9 @@ def test_rows_changed_between_read_and_merge_are_recomputed(spark, target_db, mo
     real_read, real_recompute = SubtaskRunner._read, SubtaskRunner._recompute
 
     def read_then_write(self, lo, rows):
-        batch = real_read(self, lo, rows)
-        write(batch.lo, batch.hi)
-        return batch
+        batches = real_read(self, lo, rows)  # one Spark read: a batch or several
+        write(batches[0].lo, batches[-1].hi)
+        return batches
 
     def recompute_then_write(self, conn, round_no):
         staged = real_recompute(self, conn, round_no)

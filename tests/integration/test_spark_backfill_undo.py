@@ -100,10 +100,10 @@ def test_a_write_the_merge_waits_for_is_recomputed_and_imaged_as_written(
     real_read = SubtaskRunner._read
 
     def read_then_write(self, lo, n):
-        batch = real_read(self, lo, n)
+        batches = real_read(self, lo, n)
         threading.Thread(target=write_until_the_merge_waits, daemon=True).start()
         assert written.wait(30)  # uncommitted, so the merge's snapshot still sees Spark's read
-        return batch
+        return batches
 
     monkeypatch.setattr(SubtaskRunner, "_read", read_then_write)
     runner = backfill.run_range(target_db, job, 1, 1, 1_001)
