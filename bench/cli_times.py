@@ -104,6 +104,14 @@ def submit_args(job_type: str, attempt: str) -> list[str]:
     return ["--table", SMALL, "--target", TWIN]  # checksum
 
 
+def _ready(log: bytes, warms_analysis: bool) -> bool:
+    """Spark is up, and, for a checkout whose worker warms Spark's analysis
+    paths up after that (and logs when done), that warm-up is over."""
+    if not warms_analysis:
+        return b"Spark " in log and b" started" in log
+    return b"Spark warmed up for a first analysis" in log or b"did not warm up" in log
+
+
 @contextmanager
 def worker(run: Run, log: Path) -> Iterator[None]:
     """``reorg worker --spark-warmup`` of the run's checkout, Spark started."""
@@ -114,7 +122,10 @@ def worker(run: Run, log: Path) -> Iterator[None]:
                                 start_new_session=True)
     try:
         deadline = time.monotonic() + 180
-        while b"Spark " not in log.read_bytes() or b" started" not in log.read_bytes():
+        # Ready once Spark is up and has run its warm-up analysis (a worker
+        # that does not log one, e.g. a baseline before it existed: once up).
+        warms = "warm_analysis" in (run.checkout / "backfill/spark/warmup.py").read_text()
+        while not _ready(log.read_bytes(), warms):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(f"error: the worker did not start Spark; see {log}")
             time.sleep(0.2)
