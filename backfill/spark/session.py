@@ -55,6 +55,12 @@ _DEFAULTS = {
     # Batch plans are a range scan and a projection: adaptive execution has
     # nothing to re-plan and costs ~20 ms of driver CPU per batch.
     "spark.sql.adaptive.enabled": "false",
+    # PySpark's DataFrame debugging records the Python call site of every
+    # DataFrame API call: a JVM round trip for a setting, a walk of the stack
+    # and an attempt to import IPython and ipykernel, per call (the first one
+    # imported 460 modules, ~0.3 s of a first analysis). The call sites would
+    # name reorg's own lines, never the user's expression.
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
 }
 # A speculative duplicate task would read and land a batch twice; the merge is
 # fenced, but the work and the locks are not free. Never on for database sinks.

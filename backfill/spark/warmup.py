@@ -43,9 +43,13 @@ def warm_analysis(database_url: str) -> None:
     expression analysed, computed and collected as Arrow. The JVM loads and
     compiles those paths now, while the worker is idle, instead of in the
     first submit's wait."""
+    # The functions module too, which a first analysis would import.
+    from pyspark.sql import functions as F
+
     from backfill.spark import session
     from backfill.spark.jdbc import jdbc_target
 
     jdbc = jdbc_target(database_url)
     rows = session.get_spark().read.jdbc(jdbc.url, _WARM_ROW, properties=jdbc.read_props())
-    rows.selectExpr("id", "md5(b) AS c", "upper(b) || CAST(id AS string) AS d").toArrow()
+    rows = rows.withColumn("e", F.expr("CAST(n AS string)"))
+    rows.selectExpr("id", "md5(b) AS c", "upper(b) || CAST(id AS string) AS d", "e").toArrow()
