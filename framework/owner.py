@@ -312,7 +312,8 @@ class Owner:
             # A big split goes in a chunk a tick (``_check_running``).
             steps.begin_split(self.db, conn, term, job.id, job.step, plan.ranges, SPLIT_CHUNK)
             count = len(plan.ranges)
-            self._again = count > SPLIT_CHUNK  # the next chunk at once
+            # The next chunk at once; never unset: another job's may be due too.
+            self._again = self._again or count > SPLIT_CHUNK
             return count, f"{count} subtasks of ~{plan.rows_per_range} rows"
         metas = jobtype.fixed_subtasks(kind, conn, job, job.step)
         count = steps.insert_fixed(self.db, conn, term, job.id, job.step, metas) if metas else 0
@@ -507,7 +508,7 @@ class Owner:
                                   [(lo, hi) for _, lo, hi in progressed], SPLIT_CHUNK,
                                   metas=[{"revert_of_step": st} for st, _, _ in progressed],
                                   counter="revert_total")
-                self._again = count > SPLIT_CHUNK
+                self._again = self._again or count > SPLIT_CHUNK
                 if count:
                     faults.hit("owner.after_revert_plan")
                     if not jobs.start_revert_step(
