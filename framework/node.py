@@ -1,4 +1,4 @@
-"""One reorg node: a worker pool plus a candidate for owner, on one schedule.
+"""One reorg node: a worker pool plus a candidate for owner.
 
 ``reorg worker`` runs exactly this. The owner ticks (campaign, then duties
 while elected) on a thread of its own, every interval or at once when woken.

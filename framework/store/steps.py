@@ -18,7 +18,7 @@ from framework.jobtype import FIXED_SUBTASK_UNITS, STEP_REVERT
 from framework.keys import Key, decode, encode
 from framework.states import SubtaskState
 from framework.store.owner_lease import FENCE, OwnerTerm
-from framework.store.subtasks import LEASE_LIVE, NO_MARK, guard_into
+from framework.store.subtasks import CLAIM_MARK, LEASE_LIVE, NO_MARK, guard_into
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
@@ -366,7 +366,7 @@ def step_snapshot(db: Database, conn: Connection, job_id: int, step: int, *,
         return (f"(SELECT ordinal FROM {{s}}.background_subtask WHERE job_id = :job_id "
                 f"AND step = :step AND {cond}{order} LIMIT 1) IS NOT NULL")
 
-    start = f"ordinal >= {_MARK} AND " if from_mark else ""
+    start = f"ordinal >= {CLAIM_MARK} AND " if from_mark else ""
     row = conn.execute(
         db.sql(f"""
             SELECT {probe(start + "state = 'pending'", in_order=True)} AS pending,
@@ -378,12 +378,6 @@ def step_snapshot(db: Database, conn: Connection, job_id: int, step: int, *,
         {"job_id": job_id, "step": step},
     ).mappings().one()
     return StepSnapshot(**row)
-
-
-# The owner's claim mark of the job's step (``mark_claim_from``), or the
-# smallest ordinal when it marks another step or none.
-_MARK = (f"coalesce((SELECT claim_from FROM {{s}}.jobs WHERE id = :job_id "
-         f"AND claim_from_step = :step), {NO_MARK})")
 
 
 def mark_claim_from(db: Database, conn: Connection, term: OwnerTerm, job_id: int,
@@ -409,7 +403,7 @@ def mark_claim_from(db: Database, conn: Connection, term: OwnerTerm, job_id: int
                                                          THEN j.claim_from END)
             FROM (SELECT (SELECT ordinal FROM {{s}}.background_subtask
                           WHERE job_id = :job_id AND step = :step
-                            AND ordinal >= {_MARK if from_mark else NO_MARK}
+                            AND ordinal >= {CLAIM_MARK if from_mark else NO_MARK}
                             AND state IN ('pending', 'running')  -- subtask_claimable's
                           ORDER BY ordinal LIMIT 1) AS ordinal) first
             WHERE j.id = :job_id AND {FENCE}

@@ -29,6 +29,10 @@ LEASE_LIVE = "exec_expired > clock_timestamp()"
 # The claim's lower bound on ordinals when the owner has not marked the job's
 # step (the smallest integer: ordinals are ``integer``).
 NO_MARK = -2147483648
+# The owner's claim mark of the job's step (``steps.mark_claim_from``), or
+# NO_MARK when it marks another step or none. Binds ``job_id`` and ``step``.
+CLAIM_MARK = (f"coalesce((SELECT claim_from FROM {{s}}.jobs WHERE id = :job_id "
+              f"AND claim_from_step = :step), {NO_MARK})")
 
 
 def running_of(job_id: str) -> str:
@@ -308,10 +312,7 @@ def none_pending(db: Database, conn: Connection, claim: Claim) -> bool:
         db.sql(f"""
             SELECT EXISTS (SELECT 1 FROM {{s}}.background_subtask
                            WHERE job_id = :job_id AND step = :step
-                             AND ordinal >= coalesce(
-                                 (SELECT claim_from FROM {{s}}.jobs
-                                  WHERE id = :job_id AND claim_from_step = :step), {NO_MARK})
-                             AND state = 'pending')"""),
+                             AND ordinal >= {CLAIM_MARK} AND state = 'pending')"""),
         {"job_id": claim.job_id, "step": claim.job.step},
     ).scalar()
 
