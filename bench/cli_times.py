@@ -41,8 +41,8 @@ from pathlib import Path
 
 from bench.dataplane.reorg_cli import REPO, clean_env
 from bench.dataplane.server import database, execute
+from bench.dataplane.submit_times import SMALL, TWIN, submit_arguments
 
-SMALL, TWIN = "bench.small", "bench.small_twin"
 JOB_TYPES = ("sql-update", "checksum", "backfill", "copy")
 SPARK_TYPES = ("backfill", "copy")
 
@@ -95,15 +95,6 @@ class Run:
         return self.timed(self.command(*args), times)
 
 
-def submit_args(job_type: str, attempt: str) -> list[str]:
-    if job_type in ("sql-update", "backfill"):
-        return ["--table", SMALL, "--set", "c=md5(b)"]
-    if job_type == "copy":
-        return ["--table", SMALL, "--target", f"bench.small_copy_{attempt}", "--create-target",
-                "--select", "id", "--select", "md5(b) AS c"]
-    return ["--table", SMALL, "--target", TWIN]  # checksum
-
-
 def _ready(log: bytes, warms_analysis: bool) -> bool:
     """Spark is up, and, for a checkout whose worker warms Spark's analysis
     paths up after that (and logs when done), that warm-up is over."""
@@ -147,14 +138,14 @@ def measure(run: Run, tag: str, repeats: int, log_dir: Path,
     with worker(run, log_dir / f"worker-{tag}.log"):
         for job_type in SPARK_TYPES:  # the worker's first analysis of each type
             first = times.setdefault(f"first `reorg submit {job_type}`", Times())
-            job = json.loads(run.reorg("submit", job_type, *submit_args(job_type, f"{tag}_w"),
+            job = json.loads(run.reorg("submit", job_type, *submit_arguments(job_type, f"{tag}_w"),
                                        "--json", times=first))["id"]
             run.reorg("wait", str(job))
         for attempt in range(repeats):
             for job_type in JOB_TYPES:
                 lap = times.setdefault(f"`reorg submit {job_type}`", Times())
                 job = json.loads(run.reorg("submit", job_type,
-                                           *submit_args(job_type, f"{tag}_{attempt}"),
+                                           *submit_arguments(job_type, f"{tag}_{attempt}"),
                                            "--json", times=lap))["id"]
                 run.reorg("wait", str(job))
             run.reorg("status", str(job), "--json",

@@ -22,7 +22,9 @@ SMALL_ROWS = 10_000
 REPEATS = 3
 
 
-def _arguments(job_type: str, attempt: int) -> list[str]:
+def submit_arguments(job_type: str, attempt: object) -> list[str]:
+    """``reorg submit JOB_TYPE``'s arguments for a job on ``SMALL`` (``copy``
+    writes a table of its own per ``attempt``)."""
     if job_type in ("sql-update", "backfill"):
         return ["--table", SMALL, "--set", "c=md5(b)"]
     if job_type == "copy":
@@ -47,7 +49,7 @@ def run_submit_times(url: str, log_dir: Path) -> dict[str, list[float]]:
         for job_type in ("sql-update", "backfill", "copy", "checksum"):
             for attempt in range(REPEATS):
                 with timed(f"reorg submit {job_type}") as lap:
-                    done = reorg(url, "submit", job_type, *_arguments(job_type, attempt))
+                    done = reorg(url, "submit", job_type, *submit_arguments(job_type, attempt))
                 times.setdefault(job_type, []).append(lap.seconds)
                 wait_job(url, int(done.stdout.strip()))
     execute(url, f"DROP TABLE IF EXISTS {SMALL}, {TWIN}",
