@@ -90,6 +90,22 @@ def test_a_tick_that_leaves_ranges_to_insert_asks_for_the_next_tick_at_once(db, 
     assert not _pending(db, job_id)
 
 
+def test_a_small_job_prepared_in_the_same_tick_keeps_a_big_splits_next_chunk_at_once(
+        db, monkeypatch):
+    """Two queued jobs in one tick: the first's split leaves ranges to insert,
+    the second's fits in a chunk. The tick still asks to come again at once
+    (the second's prepare used to overwrite that with False)."""
+    monkeypatch.setattr(owner_module, "SPLIT_CHUNK", CHUNK)
+    make_items(db, 200)
+    make_items(db, 20, table="items_b")
+    big = submit(db, _sql_update(rows_per_subtask=10)).job_id
+    small = submit(db, SubmitRequest("sql-update", {"table": "items_b", "set": "c=md5(b)"},
+                                     rows_per_subtask=10, batch_rows=50)).job_id
+    result = Owner(db, "o1").tick()
+    assert job_of(db, small)["state"] == "running" and _pending(db, big)
+    assert result.again
+
+
 def test_a_node_inserts_a_split_chunk_after_chunk_without_waiting_an_interval(
         db, monkeypatch, settings):
     """No worker claims (no slots) and the owner's interval is a minute: the
