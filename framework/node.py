@@ -51,7 +51,6 @@ class Node:
         self.worker_db = Database(settings, role="worker", pool_size=slots + 2)
         self.owner_db = Database(settings, role="owner", pool_size=3)
         self.pool = WorkerPool(self.worker_db, self.node_id, slots)
-        self.owner = Owner(self.owner_db, self.node_id)
         self.owner_tick_seconds = owner_tick_seconds
         self.scheduler = BackgroundScheduler(timezone=UTC)
         self.listener = Listener(settings.database_url, jobs.channel(self.worker_db),
@@ -65,6 +64,7 @@ class Node:
         # most of a Spark submit's wait for the owner's verdict).
         self._owner_woken = threading.Event()
         self._owner_stop = threading.Event()
+        self.owner = Owner(self.owner_db, self.node_id, wake=self._owner_woken.set)
         self._owner_thread = threading.Thread(target=self._owner_loop, name="reorg-owner",
                                               daemon=True)
 

@@ -72,8 +72,11 @@ class TickResult:
 
 class Owner:
     def __init__(
-        self, db: Database, node_id: str, clock: Callable[[], float] = time.monotonic
+        self, db: Database, node_id: str, clock: Callable[[], float] = time.monotonic,
+        wake: Callable[[], None] = lambda: None,
     ) -> None:
+        """``wake``: start the next tick now (the node's wake-up), e.g. once a
+        job type's warm-up a job waits for is done."""
         self.db = db
         self.node_id = node_id
         self.clock = clock
@@ -82,7 +85,7 @@ class Owner:
         # job id -> (consecutive failures, monotonic time to look again)
         self._backoff: dict[int, tuple[int, float]] = {}
         self._history_budget_ends = 0.0
-        self._warming = Warming()
+        self._warming = Warming(on_done=wake)
         self._again = False  # this tick left ranges to insert (TickResult.again)
         self._retention_due = 0.0  # monotonic time of the next retention run
         # job id -> monotonic time its claim mark is next probed from the

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import threading
 
-from support import TERMINAL, fill, make_items, wait_state, wait_until
+from support import TERMINAL, fill, job_of, make_items, wait_state, wait_until
+from support.fill import FillJob
 
-from framework import faults
+from framework import faults, jobtype
 from framework.node import Node
+from framework.store import jobs
 from framework.submit import submit
 
 
@@ -98,4 +100,47 @@ def test_the_last_two_subtasks_finishing_together_still_wake_the_owner(db, setti
         assert wait_state(db, job_id, TERMINAL, 20)["state"] == "succeeded"
     finally:
         faults.disarm_all()
+        node.drain(timeout=10)
+
+
+class _WarmsOnCue(FillJob):
+    """``test-fill`` with an owner-side analysis behind a warm-up (Spark's
+    first start on the owner) that ends when the test says."""
+
+    name = "test-warms-on-cue"
+
+    def __init__(self) -> None:
+        self.warming, self.go = threading.Event(), threading.Event()
+
+    def warm_up(self, job) -> None:
+        self.warming.set()
+        self.go.wait(60)
+
+    def analyse(self, conn, job) -> dict:
+        return dict(job.params)
+
+
+def test_a_job_waiting_for_a_warm_up_starts_when_it_ends_not_at_the_next_tick(db, settings):
+    """The owner starts a type's warm-up off its tick and looked at the job
+    again only at its next interval: a second of every first Spark submit's
+    wait after a worker started (``bench.cli_times``)."""
+    kind = _WarmsOnCue()
+    jobtype.register(kind)
+    make_items(db, 1_000)
+    node = Node(settings, node_id="n1", slots=2, owner_tick_seconds=60)
+    node.start()
+    try:
+        wait_until(lambda: node.owner.term is not None, 10, "n1 elected")
+        with db.begin() as conn:  # as a submit leaves it for the owner to analyse
+            job_id, _ = jobs.insert(
+                db, conn, type=kind.name, params=fill("md5(b)").params,
+                target_table='"public"."items"', key_column='"id"', job_key=None,
+                priority=10, concurrency=1, batch_rows=100, max_rows_per_sec=None,
+                actor="test")
+        assert kind.warming.wait(20), "the owner never started the type's warm-up"
+        assert job_of(db, job_id)["state"] == "queued"
+        kind.go.set()
+        assert wait_state(db, job_id, TERMINAL, 20)["state"] == "succeeded"
+    finally:
+        kind.go.set()
         node.drain(timeout=10)
