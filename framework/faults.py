@@ -56,6 +56,7 @@ POINTS: tuple[str, ...] = (
     "owner.before_split",         # owner: job prepared, the key space not yet split
     "owner.after_split",          # owner: the split read its snapshot; prepare not yet run
     "owner.after_prepare",        # owner: prepare ran, its fenced transaction still open
+    "owner.after_split_chunk",    # owner: a chunk of a big split committed (not flushed), more to go
     "owner.after_advance_step",   # owner: a step advanced, transaction still open
     "owner.after_next_step",      # owner: next step's DDL and subtasks done, transaction open
     "owner.before_cutover",       # owner: last step complete, the type's advance not yet run

@@ -375,6 +375,8 @@ class Owner:
             to_go = steps.insert_split_chunk(self.db, conn, term, job.id, SPLIT_CHUNK)
             steps.mark_claim_from(self.db, conn, term, job.id, job.step,
                                   from_mark=self._mark_from_mark(job.id))
+        if to_go:
+            faults.hit("owner.after_split_chunk")
         with self._reading() as conn:
             # From the claim mark: _advance re-reads the whole step (DESIGN 7).
             snap = steps.step_snapshot(self.db, conn, job.id, job.step, from_mark=True)
