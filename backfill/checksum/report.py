@@ -20,7 +20,14 @@ def report(job: Job, subtasks: list[dict[str, Any]], max_keys: int = 1000) -> di
     (in --table, not in --target), ``missing_in_source`` (the reverse) and
     ``different``; ``ranges`` lists the mismatching key ranges (``None``:
     unbounded) and ``keys`` up to ``max_keys`` of the recorded keys (at most
-    1000 per subtask are recorded), in key order."""
+    1000 per subtask are recorded), in key order.
+
+    Key order is the database's, never Python's: the subtasks tile the key
+    space in ordinal order, a subtask's batches run in key order, and a
+    batch's comparison returns its keys sorted by PostgreSQL (on a text key,
+    by its collation, where Python's order of the stored JSON would put
+    ``'B'`` before ``'a'``). So the findings are concatenated in that order,
+    not sorted here."""
     if job.type != "checksum":
         raise InvalidParams(f"job {job.id} is a {job.type} job, not a checksum job; only "
                             "`reorg submit checksum` jobs have findings to report")
@@ -28,7 +35,7 @@ def report(job: Job, subtasks: list[dict[str, Any]], max_keys: int = 1000) -> di
     ranges: list[dict[str, Any]] = []
     keys: list[dict[str, Any]] = []
     dropped = 0
-    for row in subtasks:
+    for row in sorted(subtasks, key=lambda r: (r["step"], r["ordinal"])):
         found = (row["meta"] or {}).get(META_KEY) or {}
         for kind in KINDS:
             by_kind[kind] += int(found.get(kind, 0))
@@ -36,9 +43,6 @@ def report(job: Job, subtasks: list[dict[str, Any]], max_keys: int = 1000) -> di
                    for lo, hi, n in found.get("ranges", [])]
         keys += [{"key": k, "kind": kind} for k, kind in found.get("keys", [])]
         dropped += int(found.get("ranges_dropped", 0))
-    # None (unbounded) first; keys of any type are JSON arrays, compared as such.
-    ranges.sort(key=lambda r: (r["start_key"] is not None, r["start_key"] or 0))
-    keys.sort(key=lambda r: r["key"])
     mismatches = sum(by_kind.values())
     return {
         "job_id": job.id,
