@@ -13,8 +13,9 @@ database's own timestamps where it can:
   ``reorg status JOB --json`` as a command (p50 / max), and beside each
   command its floor: a Python process that only connects and runs
   ``SELECT 1``, at the same moment (what the busy slots leave any command);
-- owner tick: p50 / p95 / max while the job runs and while its subtasks move
-  to history;
+- owner tick: the job's start tick (its split planned, the first chunk of
+  ranges inserted), then p50 / p95 / max while the job runs and while its
+  subtasks move to history, and what the slowest running ticks did;
 - pickup latency: idle workers, one small job submitted at a time, submit to
   its first subtask running (p50 / max);
 - the floor: ``pgbench`` on the same server just before the job, 16 clients
@@ -109,7 +110,7 @@ def run_worker(url: str, node_id: str, slots: int, ticks_file: str) -> None:
         result = tick()
         if result.is_owner:
             out.write(json.dumps({"t": time.time(), "seconds": time.monotonic() - started,
-                                  "actions": len(result.actions),
+                                  "actions": result.actions,
                                   "statements": statements.reset()}) + "\n")
         return result
 
@@ -277,9 +278,13 @@ def measure(url: str, args: argparse.Namespace, postmaster: int | None) -> dict[
             p.wait(30)
     tick_rows = [json.loads(line) for line in ticks.read_text().splitlines()]
     ticks.unlink()
-    during = [t["seconds"] for t in tick_rows if t["t"] <= run_end]
+    # The job's start tick (its split planned, the first chunk inserted)
+    # apart: it runs once, before any subtask is live.
+    starting = [t["seconds"] for t in tick_rows if _starts_a_job(t)]
+    during = [t["seconds"] for t in tick_rows if t["t"] <= run_end and not _starts_a_job(t)]
     moving = [t["seconds"] for t in tick_rows if t["t"] > run_end]
-    slowest = sorted((t for t in tick_rows if t["t"] <= run_end), key=lambda t: t["seconds"])
+    slowest = sorted((t for t in tick_rows if t["t"] <= run_end and not _starts_a_job(t)),
+                     key=lambda t: t["seconds"])
     slowest = slowest[int(0.9 * len(slowest)):]
     return {
         "machine": f"{os.cpu_count()} cores",
@@ -297,24 +302,34 @@ def measure(url: str, args: argparse.Namespace, postmaster: int | None) -> dict[
         "status_ms_in_process": ms_summary(in_process),
         "status_ms_command": ms_summary(as_command),
         "status_floor_ms_command": ms_summary(floor_command),
+        "owner_tick_ms_start": ms_summary(starting),
         "owner_tick_ms_running": ms_summary(during),
         "owner_tick_ms_after": ms_summary(moving),
         # Where the time of the slowest tenth of the running ticks went: mean
         # ms per tick of each owner statement (by the function sending it).
         "owner_tick_slowest_tenth_ms": statement_means(slowest),
         "owner_tick_running_mean_ms": statement_means(
-            [t for t in tick_rows if t["t"] <= run_end]),
+            [t for t in tick_rows if t["t"] <= run_end and not _starts_a_job(t)]),
+        # The three slowest running ticks whole: what they did, where it went.
+        "owner_tick_slowest": [
+            {"ms": round(1000 * t["seconds"]), "actions": [a[:60] for a in t["actions"]][:3],
+             "statements_ms": statement_means([t], top=4)}
+            for t in slowest[-3:][::-1]],
         "pickup_ms": ms_summary(pickups),
     }
 
 
-def statement_means(ticks: list[dict[str, Any]]) -> dict[str, float]:
+def _starts_a_job(tick: dict[str, Any]) -> bool:
+    return any(" started with " in action for action in tick["actions"])
+
+
+def statement_means(ticks: list[dict[str, Any]], top: int = 16) -> dict[str, float]:
     totals: dict[str, float] = {}
     for t in ticks:
         for label, seconds in t.get("statements", {}).items():
             totals[label] = totals.get(label, 0.0) + seconds
     means = {k: round(1000 * v / max(len(ticks), 1), 1) for k, v in totals.items()}
-    return dict(sorted(means.items(), key=lambda kv: -kv[1])[:16])
+    return dict(sorted(means.items(), key=lambda kv: -kv[1])[:top])
 
 
 def cpu_now(workers: list[int], postmaster: int | None) -> dict[str, float]:

@@ -88,7 +88,7 @@ def test_framework_scale_benchmark_runs_end_to_end(fresh_db):
     report = json.loads(done.stdout)
     assert report["subtasks"] == 1000 and report["subtasks_per_second"] > 0
     for figure in ("status_ms_in_process", "status_ms_command", "status_floor_ms_command",
-                   "owner_tick_ms_running", "pickup_ms"):
+                   "owner_tick_ms_start", "owner_tick_ms_running", "pickup_ms"):
         assert report[figure]["n"] > 0 and report[figure]["p50"] > 0, figure
 
 
