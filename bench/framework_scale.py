@@ -280,7 +280,7 @@ def measure(url: str, args: argparse.Namespace, postmaster: int | None) -> dict[
     ticks.unlink()
     # The job's start tick (its split planned, the first chunk inserted)
     # apart: it runs once, before any subtask is live.
-    starting = [t["seconds"] for t in tick_rows if _starts_a_job(t)]
+    starting = [t["seconds"] for t in tick_rows if t["t"] <= run_end and _starts_a_job(t)]
     during = [t["seconds"] for t in tick_rows if t["t"] <= run_end and not _starts_a_job(t)]
     moving = [t["seconds"] for t in tick_rows if t["t"] > run_end]
     slowest = sorted((t for t in tick_rows if t["t"] <= run_end and not _starts_a_job(t)),
