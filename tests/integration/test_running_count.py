@@ -80,10 +80,12 @@ def test_claims_and_renewals_count_running_subtasks_without_reading_pending_ones
         sa.event.remove(db.engine, "before_cursor_execute", capture)
     assert len(seen) == 2
     for statement, parameters in seen:
-        read = _rows_read(_explain_analyze(db, statement, parameters), "background_subtask")
+        plan = _explain_analyze(db, statement, parameters)
+        read = _rows_read(plan, "background_subtask")
         # The claim reads its 4 candidates and the 16 running rows before
         # them, each statement counts the 16; never the 99,984 pending rows.
-        assert read < 200, f"{read} rows of background_subtask read by\n{statement}\n{json.dumps(_explain_analyze(db, statement, parameters), indent=1)}"
+        assert read < 200, (f"{read} rows of background_subtask read by\n{statement}\n"
+                            + json.dumps(plan, indent=1))
 
 
 def test_the_count_is_of_live_leases_only(db):
