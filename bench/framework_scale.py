@@ -42,7 +42,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from framework import control, jobtype, migrate
+from framework import control, gc_tuning, jobtype, migrate
 from framework.config import Settings
 from framework.db import Database, sqlalchemy_url
 from framework.jobtype import Job, SubtaskContext, Target
@@ -116,6 +116,7 @@ def run_worker(url: str, node_id: str, slots: int, ticks_file: str) -> None:
 
     node.owner.tick = timed_tick  # type: ignore[method-assign]
     node.start()
+    gc_tuning.settle_after_start()  # as `reorg worker` does
     try:
         while True:
             time.sleep(1)

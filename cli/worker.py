@@ -16,7 +16,7 @@ import typer
 
 from cli import logs, plugin
 from cli.context import cli_state
-from framework import jobtype, metrics
+from framework import gc_tuning, jobtype, metrics
 
 app = typer.Typer()
 
@@ -74,6 +74,7 @@ def worker(
     stop = _stop_on_signals()
     node = Node(settings, node_id=node_id, slots=slots)
     node.start()
+    gc_tuning.settle_after_start()
     log.info("job types: %s", ", ".join(types) or "none")
     for start in after_start:
         threading.Thread(target=start, args=(settings.database_url,), name="worker-start",

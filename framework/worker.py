@@ -16,6 +16,7 @@ import itertools
 import logging
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -344,18 +345,24 @@ class WorkerPool:
 
     def _hold(self, claim: Claim, renewed_at: float) -> _Held:
         tally = _Tally(started=renewed_at, mark=renewed_at)
+        # The context's callbacks reach the _Held through a weak reference:
+        # a strong one would make each subtask a reference cycle (held ->
+        # ctx -> callback -> held), freed only by the garbage collector,
+        # whose sweeps were a fifth of a busy worker's CPU. The claim's
+        # caller keeps the _Held alive while the subtask runs.
         ctx = SubtaskContext(
             job=claim.job, subtask_id=claim.id, start_key=claim.start_key,
             end_key=claim.end_key, curr_key=claim.curr_key, epoch=claim.epoch,
             meta=dict(claim.meta),
             checkpoint=lambda conn, key, rows, meta=None: self._on_checkpoint(
-                held, conn, key, rows, meta),
+                _alive(held_ref), conn, key, rows, meta),
             stop_event=threading.Event(), health_gate=self.health.hold,
             rate_gate=lambda rows, took: self._reserve_rate(claim.job_id, rows, took),
             inline_checkpoint=lambda key_sql, rows_sql: self._inline_checkpoint(
-                held, key_sql, rows_sql),
+                _alive(held_ref), key_sql, rows_sql),
         )
         held = _Held(claim, ctx, renewed_at, tally)
+        held_ref = weakref.ref(held)
         with self._lock:
             self._held[claim.id] = held
         return held
@@ -488,6 +495,16 @@ class WorkerPool:
 
         sa.event.listen(conn, "commit", committed, once=True)
         sa.event.listen(conn, "rollback", rolled_back, once=True)
+
+
+def _alive(ref: weakref.ref[_Held]) -> _Held:
+    """The subtask's _Held, while its slot runs it; a callback called after
+    the slot let go of it (a job type's straggling thread) finds the lease
+    given up."""
+    held = ref()
+    if held is None:
+        raise LeaseLost("the subtask is no longer held by this slot")
+    return held
 
 
 class ClaimSize:

@@ -290,7 +290,8 @@ def retry_exhausted_reverts(
                                              ELSE 'holder restarted' END),
                 updated_at = clock_timestamp()
             WHERE job_id = :job_id AND attempts >= :max_attempts
-              AND state IN ('pending', 'running')  -- subtask_exhausted's predicate
+              -- subtask_exhausted's predicate (max_attempts is at least 1)
+              AND state IN ('pending', 'running') AND attempts > 0
               AND step = {STEP_REVERT}
               -- A pending one stays pending (only its attempts reset); a running
               -- one whose lease expired moves back to pending.
@@ -473,7 +474,8 @@ def fail_exhausted(
                                 ELSE 'holder restarted' END
                         || ' on attempt ' || attempts || ' of ' || :max_attempts
             WHERE job_id = :job_id AND attempts >= :max_attempts
-              AND state IN ('pending', 'running')  -- subtask_exhausted's predicate
+              -- subtask_exhausted's predicate (max_attempts is at least 1)
+              AND state IN ('pending', 'running') AND attempts > 0
               AND {guard_into(S.FAILED)}
               AND (state = 'pending' OR exec_expired <= clock_timestamp())
               AND {FENCE}"""),
