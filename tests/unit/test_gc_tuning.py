@@ -20,11 +20,3 @@ def test_settling_freezes_what_exists_and_raises_the_young_threshold():
         gc.unfreeze()
         gc.set_threshold(*before)
 
-
-def test_the_worker_command_settles_the_collector_after_its_node_starts():
-    import inspect
-
-    from cli import worker
-
-    source = inspect.getsource(worker.worker)
-    assert source.index("node.start()") < source.index("gc_tuning.settle_after_start()")
