@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
+from support import statements_sent
 
 from backfill.before_images import BeforeImages
 from framework.jobtype import STEP_REVERT
@@ -60,24 +61,6 @@ def big_job(db):
     return db
 
 
-def _captured(db, run) -> list[tuple[str, object]]:
-    """The statements ``run(conn)`` executes, rolled back afterwards."""
-    seen: list[tuple[str, object]] = []
-
-    def capture(conn, cursor, statement, parameters, context, executemany):
-        seen.append((statement, parameters))
-
-    sa.event.listen(db.engine, "before_cursor_execute", capture)
-    try:
-        with db.connect() as conn:
-            tx = conn.begin()
-            run(conn)
-            tx.rollback()
-    finally:
-        sa.event.remove(db.engine, "before_cursor_execute", capture)
-    return seen
-
-
 def _plans(db, statements) -> list[str]:
     plans = []
     with db.connect() as conn:
@@ -122,7 +105,7 @@ def test_no_hot_statement_scans_the_subtask_tables(big_job):
         progress.jobs_progress(db, conn)
         progress.record_samples(db, conn, progress.live_jobs_progress(db, conn, []))
 
-    statements = _captured(db, hot)
+    statements = statements_sent(db, hot)
     assert len(statements) >= 13
     for (statement, _), plan in zip(statements, _plans(db, statements), strict=True):
         for table in ("background_subtask", "background_subtask_history"):
@@ -155,7 +138,7 @@ def test_a_restore_batch_reads_the_images_and_the_table_through_indexes(db):
             conn.execute(sa.text(stmt))
         for table in ("items", "imgs", "bats"):
             conn.execute(sa.text(f"ANALYZE {table}"))
-    # In the driver's placeholder style, as ``_captured`` would hand them over.
+    # In the driver's placeholder style, as ``statements_sent`` would hand them over.
     statements = [(stmt.replace(":lo", "%(lo)s").replace(":hi", "%(hi)s"),
                    {"lo": 50_050, "hi": 50_550})
                   for stmt in kept.restore_range('"public"."items" t', "t", "c")]

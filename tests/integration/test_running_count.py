@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-import sqlalchemy as sa
+from support import statements_sent
 
 from framework.store import subtasks
 
@@ -38,12 +38,17 @@ def _explain_analyze(db, statement: str, parameters) -> dict:
     return (json.loads(document) if isinstance(document, str) else document)[0]["Plan"]
 
 
+def _insert_job(db, conn) -> None:
+    """Job ``JOB``, running its first step, as many slots at once as it likes."""
+    conn.execute(db.sql(f"""
+        INSERT INTO {{s}}.jobs (id, type, params, target_table, key_column, state, step,
+                                concurrency)
+        OVERRIDING SYSTEM VALUE VALUES ({JOB}, 't', '{{}}', 'x', 'id', 'running', 1, 10000)"""))
+
+
 def test_claims_and_renewals_count_running_subtasks_without_reading_pending_ones(db):
     with db.begin() as conn:
-        conn.execute(db.sql("""
-            INSERT INTO {s}.jobs (id, type, params, target_table, key_column, state, step,
-                                  concurrency)
-            OVERRIDING SYSTEM VALUE VALUES (7, 't', '{}', 'x', 'id', 'running', 1, 10000)"""))
+        _insert_job(db, conn)
         # As the owner's split leaves them: all pending, the table never analysed.
         conn.execute(db.sql(f"""
             INSERT INTO {{s}}.background_subtask
@@ -64,20 +69,11 @@ def test_claims_and_renewals_count_running_subtasks_without_reading_pending_ones
         statistics.close()
     assert analysed == (None, None)  # what the planner sees: no statistics yet
 
-    seen: list[tuple[str, object]] = []
+    def claim_and_renew(conn) -> None:
+        subtasks.claim(db, conn, "w2", limit=4)
+        subtasks.renew(db, conn, held)
 
-    def capture(conn, cursor, statement, parameters, context, executemany):
-        seen.append((statement, parameters))
-
-    sa.event.listen(db.engine, "before_cursor_execute", capture)
-    try:
-        with db.connect() as conn:
-            tx = conn.begin()
-            subtasks.claim(db, conn, "w2", limit=4)
-            subtasks.renew(db, conn, held)
-            tx.rollback()
-    finally:
-        sa.event.remove(db.engine, "before_cursor_execute", capture)
+    seen = statements_sent(db, claim_and_renew)
     assert len(seen) == 2
     for statement, parameters in seen:
         plan = _explain_analyze(db, statement, parameters)
@@ -92,10 +88,7 @@ def test_the_count_is_of_live_leases_only(db):
     """What the count means did not change: running subtasks whose lease is
     live, not those whose lease expired."""
     with db.begin() as conn:
-        conn.execute(db.sql("""
-            INSERT INTO {s}.jobs (id, type, params, target_table, key_column, state, step,
-                                  concurrency)
-            OVERRIDING SYSTEM VALUE VALUES (7, 't', '{}', 'x', 'id', 'running', 1, 10000)"""))
+        _insert_job(db, conn)
         conn.execute(db.sql(f"""
             INSERT INTO {{s}}.background_subtask
                 (job_id, step, ordinal, state, start_key, end_key, curr_key, exec_id,

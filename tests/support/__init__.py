@@ -25,6 +25,7 @@ from support.db import (
     rows,
     scalar,
     snapshot,
+    statements_sent,
     table_rows,
     wait_state,
     wait_until,
@@ -35,5 +36,5 @@ from support.processes import WorkerProcess, Workers
 __all__ = [
     "TERMINAL", "WorkerProcess", "Workers", "catalogue", "create_database", "database_url",
     "drop_database", "execute", "fill", "held_by", "job_of", "make_items", "rows", "scalar", "snapshot",
-    "table_rows", "wait_state", "wait_until",
+    "statements_sent", "table_rows", "wait_state", "wait_until",
 ]

@@ -143,3 +143,23 @@ def held_by(db: Any, node_id: str, *, live: bool = True) -> list[Any]:
         return conn.execute(db.sql(
             "SELECT id, start_key, curr_key FROM {s}.background_subtask "
             f"WHERE exec_id = :n AND state = 'running' {expiry}"), {"n": node_id}).all()
+
+
+def statements_sent(db: Any, run: Callable[[Any], Any]) -> list[tuple[str, Any]]:
+    """The statements and parameters ``run(conn)`` sends through ``db``'s
+    engine, in a transaction rolled back afterwards (to EXPLAIN them as the
+    store functions really send them)."""
+    seen: list[tuple[str, Any]] = []
+
+    def capture(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        seen.append((statement, parameters))
+
+    sa.event.listen(db.engine, "before_cursor_execute", capture)
+    try:
+        with db.connect() as conn:
+            tx = conn.begin()
+            run(conn)
+            tx.rollback()
+    finally:
+        sa.event.remove(db.engine, "before_cursor_execute", capture)
+    return seen
