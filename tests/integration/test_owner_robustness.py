@@ -8,7 +8,7 @@ import threading
 
 import sqlalchemy as sa
 from support import TERMINAL, fill, job_of, make_items, scalar, wait_state, wait_until
-from support.fill import FillJob
+from support.fill import WarmsOnCue
 
 from framework import control, faults, jobtype
 from framework.states import JobState
@@ -243,26 +243,10 @@ def test_succeeded_subtasks_move_to_history_while_the_job_runs_and_are_counted_o
     assert scalar(db, "SELECT count(*) FROM items WHERE d IS DISTINCT FROM md5(b)") == 0
 
 
-class _SlowToWarm(FillJob):
-    """``test-fill`` with an owner-side analysis behind a warm-up that takes
-    as long as the test says (Spark's first start, seconds)."""
-
-    name = "test-slow-warm-up"
-
-    def __init__(self) -> None:
-        self.go = threading.Event()
-
-    def warm_up(self, job) -> None:
-        self.go.wait(60)
-
-    def analyse(self, conn, job) -> dict:
-        return dict(job.params)
-
-
 def test_a_warm_up_on_the_owner_does_not_stall_other_jobs(db, start_node):
     """Review finding: the owner started Spark inside its tick on the first
     Spark job's analysis, and every other job waited those seconds."""
-    slow = _SlowToWarm()
+    slow = WarmsOnCue()
     jobtype.register(slow)
     make_items(db, 1_000)
     make_items(db, 1_000, table="other")

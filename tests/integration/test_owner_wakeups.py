@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 
 from support import TERMINAL, fill, job_of, make_items, wait_state, wait_until
-from support.fill import FillJob
+from support.fill import WarmsOnCue
 
 from framework import faults, jobtype
 from framework.node import Node
@@ -103,28 +103,11 @@ def test_the_last_two_subtasks_finishing_together_still_wake_the_owner(db, setti
         node.drain(timeout=10)
 
 
-class _WarmsOnCue(FillJob):
-    """``test-fill`` with an owner-side analysis behind a warm-up (Spark's
-    first start on the owner) that ends when the test says."""
-
-    name = "test-warms-on-cue"
-
-    def __init__(self) -> None:
-        self.warming, self.go = threading.Event(), threading.Event()
-
-    def warm_up(self, job) -> None:
-        self.warming.set()
-        self.go.wait(60)
-
-    def analyse(self, conn, job) -> dict:
-        return dict(job.params)
-
-
 def test_a_job_waiting_for_a_warm_up_starts_when_it_ends_not_at_the_next_tick(db, settings):
     """The owner starts a type's warm-up off its tick and looked at the job
     again only at its next interval: a second of every first Spark submit's
     wait after a worker started (``bench.cli_times``)."""
-    kind = _WarmsOnCue()
+    kind = WarmsOnCue()
     jobtype.register(kind)
     make_items(db, 1_000)
     node = Node(settings, node_id="n1", slots=2, owner_tick_seconds=60)

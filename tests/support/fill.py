@@ -31,6 +31,7 @@ through ``REORG_JOB_TYPES=support.fill:register`` (support.processes).
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -228,6 +229,23 @@ class FillVerifyJob(FillJob):
         conn.execute(text(f"DROP INDEX IF EXISTS {schema}.{_quote(index_name(job))}"))
         super().revert(conn, job)
 
+
+class WarmsOnCue(FillJob):
+    """``test-fill`` with an owner-side analysis behind a warm-up (Spark's
+    first start on the owner, seconds) that ends when the test sets ``go``;
+    ``warming`` is set once the owner has started it."""
+
+    name = "test-warms-on-cue"
+
+    def __init__(self) -> None:
+        self.warming, self.go = threading.Event(), threading.Event()
+
+    def warm_up(self, job: Job | None) -> None:
+        self.warming.set()
+        self.go.wait(60)
+
+    def analyse(self, conn: Connection, job: Job) -> dict[str, Any]:
+        return dict(job.params)
 
 def index_name(job: Job) -> str:
     """The index the ``index`` step builds (tests compute it from the job id)."""
