@@ -281,12 +281,11 @@ def measure(url: str, args: argparse.Namespace, postmaster: int | None) -> dict[
     ticks.unlink()
     # The job's start tick (its split planned, the first chunk inserted)
     # apart: it runs once, before any subtask is live.
-    starting = [t["seconds"] for t in tick_rows if t["t"] <= run_end and _starts_a_job(t)]
-    during = [t["seconds"] for t in tick_rows if t["t"] <= run_end and not _starts_a_job(t)]
-    moving = [t["seconds"] for t in tick_rows if t["t"] > run_end]
-    slowest = sorted((t for t in tick_rows if t["t"] <= run_end and not _starts_a_job(t)),
+    starting = [t for t in tick_rows if t["t"] <= run_end and _starts_a_job(t)]
+    running = sorted((t for t in tick_rows if t["t"] <= run_end and not _starts_a_job(t)),
                      key=lambda t: t["seconds"])
-    slowest = slowest[int(0.9 * len(slowest)):]
+    moving = [t["seconds"] for t in tick_rows if t["t"] > run_end]
+    slowest = running[int(0.9 * len(running)):]
     return {
         "machine": f"{os.cpu_count()} cores",
         "subtasks": job["subtasks"], "processes": args.processes, "slots": args.slots,
@@ -303,14 +302,13 @@ def measure(url: str, args: argparse.Namespace, postmaster: int | None) -> dict[
         "status_ms_in_process": ms_summary(in_process),
         "status_ms_command": ms_summary(as_command),
         "status_floor_ms_command": ms_summary(floor_command),
-        "owner_tick_ms_start": ms_summary(starting),
-        "owner_tick_ms_running": ms_summary(during),
+        "owner_tick_ms_start": ms_summary([t["seconds"] for t in starting]),
+        "owner_tick_ms_running": ms_summary([t["seconds"] for t in running]),
         "owner_tick_ms_after": ms_summary(moving),
         # Where the time of the slowest tenth of the running ticks went: mean
         # ms per tick of each owner statement (by the function sending it).
         "owner_tick_slowest_tenth_ms": statement_means(slowest),
-        "owner_tick_running_mean_ms": statement_means(
-            [t for t in tick_rows if t["t"] <= run_end and not _starts_a_job(t)]),
+        "owner_tick_running_mean_ms": statement_means(running),
         # The three slowest running ticks whole: what they did, where it went.
         "owner_tick_slowest": [
             {"ms": round(1000 * t["seconds"]), "actions": [a[:60] for a in t["actions"]][:3],
