@@ -14,7 +14,7 @@ import signal
 import time
 
 import pytest
-from support import job_of, make_items, rows, scalar, wait_state
+from support import job_of, make_items, scalar, subtask_ranges, wait_state
 from support.oracle import report
 
 from framework import owner as owner_module
@@ -30,14 +30,6 @@ ROWS = 3 * owner_module.SPLIT_CHUNK * ROWS_PER_SUBTASK
 HOLD = "owner.after_split_chunk"
 
 
-def _ranges(db, job_id: int) -> list[tuple[int, int, int]]:
-    return [tuple(r) for r in rows(db, """
-        SELECT ordinal, start_key, end_key FROM {s}.background_subtask WHERE job_id = :j
-        UNION ALL
-        SELECT ordinal, start_key, end_key FROM {s}.background_subtask_history
-        WHERE job_id = :j ORDER BY 1""", j=job_id)]
-
-
 def test_postgres_crash_and_restart_mid_split(cluster):
     db = cluster.db
     make_items(db, ROWS)
@@ -46,20 +38,20 @@ def test_postgres_crash_and_restart_mid_split(cluster):
                                       batch_rows=100)).job_id
     worker = cluster.start("a", faults=f"{HOLD}=block")
     cluster.workers.gates.wait_blocked(HOLD, 120)
-    in_before = len(_ranges(db, job_id))  # committed: the start's chunk and the second
+    in_before = len(subtask_ranges(db, job_id))  # committed: the start's chunk and the second
     assert in_before == 2 * owner_module.SPLIT_CHUNK
     cluster.net.crash_postgres()
     crashed = time.monotonic()
     cluster.net.start_postgres()
     cluster.db.engine.dispose()  # the test's pool holds connections of the dead server
-    in_after = len(_ranges(db, job_id))  # the second chunk, unless the crash lost it
+    in_after = len(subtask_ranges(db, job_id))  # the second chunk, unless the crash lost it
     cluster.workers.gates.release(HOLD)
     done = wait_state(db, job_id, timeout=180)
     job_done = round(time.monotonic() - crashed, 2)
     assert done["state"] == "succeeded", job_of(db, job_id)
     with db.begin(isolation_level="REPEATABLE READ") as conn:
         plan = plan_split(conn, '"public"."items"', '"id"', ROWS_PER_SUBTASK)
-    ranges = _ranges(db, job_id)
+    ranges = subtask_ranges(db, job_id)
     assert [(lo, hi) for _, lo, hi in ranges] == plan.ranges  # no gap, overlap or repeat
     assert [o for o, _, _ in ranges] == list(range(len(plan.ranges)))
     assert scalar(db, "SELECT count(*) FROM items WHERE c IS DISTINCT FROM md5(b)") == 0

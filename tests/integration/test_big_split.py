@@ -5,7 +5,7 @@ its key space in even ranges (issue 12, DESIGN 5), on a real PostgreSQL."""
 from __future__ import annotations
 
 import sqlalchemy as sa
-from support import job_of, make_items, scalar, wait_until
+from support import job_of, make_items, scalar, subtask_ranges, wait_until
 
 from framework import control
 from framework import owner as owner_module
@@ -24,16 +24,6 @@ def _sql_update(rows_per_subtask: int) -> SubmitRequest:
                          rows_per_subtask=rows_per_subtask, batch_rows=50)
 
 
-def _live_ranges(db, job_id: int) -> list[tuple[int, int, int]]:
-    with db.begin() as conn:
-        rows = conn.execute(db.sql("""
-            SELECT ordinal, start_key, end_key FROM {s}.background_subtask WHERE job_id = :j
-            UNION ALL
-            SELECT ordinal, start_key, end_key FROM {s}.background_subtask_history
-            WHERE job_id = :j ORDER BY 1"""), {"j": job_id}).all()
-    return [tuple(r) for r in rows]
-
-
 def _pending(db, job_id: int) -> bool:
     with db.begin() as conn:
         return steps.split_pending(db, conn, job_id)
@@ -48,13 +38,13 @@ def test_a_split_goes_in_a_chunk_a_tick_and_the_job_succeeds_only_once_all_are_i
     owner.tick()  # prepare, split: 20 ranges, the first 4 inserted
     started = job_of(db, job_id)
     assert started["state"] == "running"
-    assert len(_live_ranges(db, job_id)) == CHUNK and _pending(db, job_id)
+    assert len(subtask_ranges(db, job_id)) == CHUNK and _pending(db, job_id)
     assert started["pending"] == 20  # status shows the whole job from its start
     while pool.run_one():  # every inserted subtask succeeds...
         pass
     owner.tick()  # ...yet the job does not: 16 ranges are still to insert (DESIGN 7)
     assert job_of(db, job_id)["state"] == "running"
-    assert len(_live_ranges(db, job_id)) == 2 * CHUNK
+    assert len(subtask_ranges(db, job_id)) == 2 * CHUNK
     owner.resign()  # a new owner carries on where the old one stopped
     successor = Owner(db, "o2")
     for _ in range(10):
@@ -65,7 +55,7 @@ def test_a_split_goes_in_a_chunk_a_tick_and_the_job_succeeds_only_once_all_are_i
             break
     assert job_of(db, job_id)["state"] == "succeeded"
     assert not _pending(db, job_id)
-    ranges = _live_ranges(db, job_id)
+    ranges = subtask_ranges(db, job_id)
     with db.begin(isolation_level="REPEATABLE READ") as conn:
         plan = plan_split(conn, '"public"."items"', '"id"', 10)
     assert [(lo, hi) for _, lo, hi in ranges] == plan.ranges  # no gap, overlap or repeat
@@ -83,7 +73,7 @@ def test_a_tick_that_leaves_ranges_to_insert_asks_for_the_next_tick_at_once(db, 
     seen = []
     for _ in range(6):
         result = owner.tick()
-        seen.append((len(_live_ranges(db, job_id)), result.again))
+        seen.append((len(subtask_ranges(db, job_id)), result.again))
     # 20 ranges: the start inserts 4, each later tick 4 more; the tick that
     # inserts the last chunk, and any after it, have nothing left to do at once.
     assert seen == [(4, True), (8, True), (12, True), (16, True), (20, False), (20, False)]
@@ -116,7 +106,7 @@ def test_a_node_inserts_a_split_chunk_after_chunk_without_waiting_an_interval(
     node = Node(settings, node_id="n1", slots=0, owner_tick_seconds=60)
     node.start()  # its first tick starts the job
     try:
-        wait_until(lambda: len(_live_ranges(db, job_id)) == 20 and not _pending(db, job_id),
+        wait_until(lambda: len(subtask_ranges(db, job_id)) == 20 and not _pending(db, job_id),
                    timeout=20, message="every chunk of the split inserted")
     finally:
         node.drain(timeout=10)
@@ -140,7 +130,7 @@ def test_a_job_cancelled_mid_split_inserts_no_more_ranges_and_is_restored(db, mo
             break
     assert job_of(db, job_id)["state"] == "cancelled"
     assert not _pending(db, job_id)
-    forward = [r for r in _live_ranges(db, job_id) if r[0] >= 0]
+    forward = [r for r in subtask_ranges(db, job_id) if r[0] >= 0]
     assert scalar(db, "SELECT count(*) FROM {s}.background_subtask WHERE job_id = :j "
                       "AND step >= 0", j=job_id) + scalar(
         db, "SELECT count(*) FROM {s}.background_subtask_history WHERE job_id = :j "
@@ -163,7 +153,7 @@ def test_a_revert_of_many_ranges_goes_in_a_chunk_a_tick_and_restores_them_all(
         owner.tick()
         for _ in range(runs):
             assert pool.run_one()
-    written = [(lo, hi) for _, lo, hi in _live_ranges(db, job_id)][:10]
+    written = [(lo, hi) for _, lo, hi in subtask_ranges(db, job_id)][:10]
     control.cancel(db, job_id)
     owner.tick()  # wind down: the forward split stops
     owner.tick()  # the revert step: its first 4 ranges, 6 kept for later ticks

@@ -26,6 +26,7 @@ from support.db import (
     scalar,
     snapshot,
     statements_sent,
+    subtask_ranges,
     table_rows,
     wait_state,
     wait_until,
@@ -36,5 +37,5 @@ from support.processes import WorkerProcess, Workers
 __all__ = [
     "TERMINAL", "WorkerProcess", "Workers", "catalogue", "create_database", "database_url",
     "drop_database", "execute", "fill", "held_by", "job_of", "make_items", "rows", "scalar", "snapshot",
-    "statements_sent", "table_rows", "wait_state", "wait_until",
+    "statements_sent", "subtask_ranges", "table_rows", "wait_state", "wait_until",
 ]

@@ -163,3 +163,13 @@ def statements_sent(db: Any, run: Callable[[Any], Any]) -> list[tuple[str, Any]]
     finally:
         sa.event.remove(db.engine, "before_cursor_execute", capture)
     return seen
+
+
+def subtask_ranges(db: Any, job_id: int) -> list[tuple[int, Any, Any]]:
+    """(ordinal, start_key, end_key) of every subtask of the job, live and in
+    history, in ordinal order: what a split (or its chunks) put in."""
+    return rows(db, """
+        SELECT ordinal, start_key, end_key FROM {s}.background_subtask WHERE job_id = :j
+        UNION ALL
+        SELECT ordinal, start_key, end_key FROM {s}.background_subtask_history
+        WHERE job_id = :j ORDER BY 1""", j=job_id)
