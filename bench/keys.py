@@ -35,7 +35,8 @@ from typing import Any
 import psycopg
 import sqlalchemy as sa
 
-from framework import control, migrate
+from bench.dataplane.tracking import wait_ended
+from framework import migrate
 from framework.config import Settings
 from framework.db import Database
 from framework.submit import SubmitRequest, submit
@@ -104,11 +105,7 @@ def reorg_run(db: Database, name: str, batch_rows: int) -> float:
     job_id = submit(db, SubmitRequest("sql-update", {
         "table": name, "set": "c=md5(b::text)", "add_column": "c:text"},
         batch_rows=batch_rows, concurrency=64)).job_id
-    while True:
-        state = control.status(db, job_id)[0]["state"]
-        if state in ("succeeded", "failed", "reverted", "cancelled"):
-            break
-        time.sleep(0.05)
+    state = wait_ended(db, job_id)
     if state != "succeeded":
         raise RuntimeError(f"job {job_id} ended {state}")
     return time.perf_counter() - started

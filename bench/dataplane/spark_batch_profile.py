@@ -30,6 +30,7 @@ from typing import Any
 from bench.dataplane.records import TABLE
 from bench.dataplane.reorg_cli import reorg
 from bench.dataplane.server import build_table, database, reset_table
+from bench.dataplane.tracking import wait_ended
 
 # Statements of the batch transaction by what they are for; the first match wins.
 KINDS = [
@@ -165,13 +166,7 @@ def run_job(url: str, node: Any, db: Any, batch_rows: int) -> float:
     began = time.perf_counter()
     job_id = submit(db, SubmitRequest("backfill", {"table": TABLE, "set": "c=md5(b)"},
                                       batch_rows=batch_rows)).job_id
-    while True:
-        with db.begin() as conn:
-            state = conn.execute(db.sql("SELECT state FROM {s}.jobs WHERE id = :id"),
-                                 {"id": job_id}).scalar()
-        if state in ("succeeded", "failed", "reverted", "cancelled"):
-            break
-        time.sleep(0.05)
+    state = wait_ended(db, job_id)
     if state != "succeeded":
         raise SystemExit(f"error: the profiled job ended {state}")
     return time.perf_counter() - began

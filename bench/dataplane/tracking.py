@@ -118,3 +118,16 @@ def wait_reclaimed(db: Database, job_id: int, epochs: dict[int, int],
             return
         time.sleep(PROGRESS_SECONDS)
     raise BenchError(f"subtasks {sorted(epochs)} were not claimed again within {timeout:.0f}s")
+
+
+def wait_ended(db: Database, job_id: int | None) -> str:
+    """Poll (every 50 ms: a benchmark's wall time ends there) until the job
+    ended, or failed (a benchmark need not wait for its rollback); its state.
+    ``job_id``: a submit's (None: it wrote no job)."""
+    if job_id is None:
+        raise BenchError("the submit wrote no job")
+    while True:
+        state = str(control.status(db, job_id)[0]["state"])
+        if state in ("succeeded", "failed", "reverted", "cancelled"):
+            return state
+        time.sleep(0.05)
