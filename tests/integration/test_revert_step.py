@@ -18,10 +18,12 @@ from framework.submit import SubmitRequest, submit
 
 
 def _revert_rows(db, job_id: int) -> list[tuple]:
-    """(state, attempts, row_count) of the job's revert subtasks, live and moved."""
+    """(state, attempts, row_count) of the job's revert subtasks, live and moved,
+    in one statement: one snapshot, so a subtask the owner moves to history
+    between two reads is never counted in both."""
     select = "SELECT state, attempts, row_count FROM {s}.%s WHERE job_id = :j AND step = :step"
-    return (rows(db, select % "background_subtask", j=job_id, step=STEP_REVERT)
-            + rows(db, select % "background_subtask_history", j=job_id, step=STEP_REVERT))
+    return rows(db, select % "background_subtask" + " UNION ALL "
+                + select % "background_subtask_history", j=job_id, step=STEP_REVERT)
 
 
 def _rendered(table) -> str:
