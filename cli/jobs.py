@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -12,6 +12,10 @@ from cli.context import cli_state
 from cli.errors import JOB_DID_NOT_SUCCEED, TIMEOUT, CliFailure
 from cli.output import console, count, duration, print_json
 from framework import control
+
+if TYPE_CHECKING:  # not imported: `reorg status` and `wait` run without SQLAlchemy
+    from framework.db import Database
+    from framework.directdb import DirectDatabase
 
 app = typer.Typer()
 
@@ -58,7 +62,15 @@ def wait(
 ) -> None:
     """Wait until a job ends: exit 0 when it succeeded, 1 when it failed, was
     cancelled or reverted, 3 on timeout, 5 when the database cannot be reached."""
-    job = progress.wait_terminal(cli_state(ctx).read_database(), job_id, timeout)
+    job = wait_until_ended(cli_state(ctx).read_database(), job_id, timeout)
+    print(succeeded_line(job))
+
+
+def wait_until_ended(db: Database | DirectDatabase, job_id: int,
+                     timeout: float | None) -> dict[str, Any]:
+    """The job once it has ended, if it succeeded; else the failure that
+    ``reorg wait`` (and ``reorg submit --wait``) exits with."""
+    job = progress.wait_terminal(db, job_id, timeout)
     if job is None:
         raise CliFailure(f"job {job_id} has not finished after {timeout:g}s; "
                          "`reorg status` shows where it is", TIMEOUT)
@@ -66,8 +78,12 @@ def wait(
         why = job["error"] or ("cancelled on request; what it had changed was rolled back"
                                if job["state"] == "cancelled" else "no error recorded")
         raise CliFailure(f"job {job_id} {job['state']}: {why}", JOB_DID_NOT_SUCCEED)
-    print(f"job {job_id} succeeded: {count(job['rows_done'])} rows in "
-          f"{duration(job['elapsed_seconds'])}")
+    return job
+
+
+def succeeded_line(job: dict[str, Any]) -> str:
+    return (f"job {job['id']} succeeded: {count(job['rows_done'])} rows in "
+            f"{duration(job['elapsed_seconds'])}")
 
 
 @app.command()

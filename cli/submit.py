@@ -12,6 +12,7 @@ names no job type.
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
@@ -20,6 +21,7 @@ from typer.core import TyperGroup
 
 from cli import plugin
 from cli.context import cli_state
+from cli.jobs import succeeded_line, wait_until_ended
 from cli.output import console, count, print_json, table_name
 from cli.plugin import Params
 from cli.stderr import child_stderr_hidden
@@ -110,6 +112,10 @@ _COMMON_OPTIONS = [
         rich_help_panel=_PANEL)], False),
     _common("as_json", Annotated[bool, typer.Option(
         "--json", help="Print JSON for scripts.", rich_help_panel=_PANEL)], False),
+    _common("wait", Annotated[bool, typer.Option(
+        "--wait", help="Stay until the job ends and exit as `reorg wait` does (0: it "
+        "succeeded); the id still goes to stdout first, the outcome to stderr.",
+        rich_help_panel=_PANEL)], False),
 ]
 _COMMON_NAMES = [p.name for p in _COMMON_OPTIONS]
 
@@ -122,14 +128,20 @@ def submit_command(name: str, to_params: Callable[..., Params]) -> Any:
 
     def command(ctx: typer.Context, **options: Any) -> None:
         common = {k: options.pop(k) for k in _COMMON_NAMES}
-        as_json = common.pop("as_json")
+        as_json, wait = common.pop("as_json"), common.pop("wait")
         params = {k: v for k, v in to_params(**options).items() if v not in (None, [])}
         request = SubmitRequest(type=name, params=params, actor=local_actor(), **common)
         state = cli_state(ctx)
         db = state.database()
         with child_stderr_hidden(enabled=not state.options.debug):
             result = submit(db, request)
-        _report(result, as_json)
+        _report(result, as_json, waiting=wait)
+        if wait and result.job_id is not None:
+            # In this process: a second one (`reorg wait`) would start while
+            # the job's first batches run, and take the CPU they need.
+            sys.stdout.flush()
+            job = wait_until_ended(state.read_database(), result.job_id, None)
+            typer.echo(succeeded_line(job), err=True)
 
     # typer reads the signature: the type's own options, then the shared ones.
     ctx_param = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD,
@@ -143,7 +155,7 @@ def submit_command(name: str, to_params: Callable[..., Params]) -> Any:
     return typer.main.get_command(single)
 
 
-def _report(result: SubmitResult, as_json: bool) -> None:
+def _report(result: SubmitResult, as_json: bool, *, waiting: bool = False) -> None:
     if result.plan is not None:
         _report_plan(result.target_table, result.plan, as_json, result.notes)
     elif as_json:
@@ -154,7 +166,7 @@ def _report(result: SubmitResult, as_json: bool) -> None:
         if not result.created:
             typer.echo(f"note: job key already names job {result.job_id}; not submitted again",
                        err=True)
-        if result.awaiting_verdict:
+        if result.awaiting_verdict and not waiting:  # else the wait reports a rejection
             typer.echo(f"note: job {result.job_id} is queued; the owner has not finished "
                        f"checking its input yet (`reorg wait {result.job_id}` reports a "
                        "rejection)", err=True)

@@ -3,7 +3,9 @@ processes: run, wait, inspect, pause/resume/alter, cancel, drain, demo."""
 
 from __future__ import annotations
 
+import re
 import signal
+import subprocess
 
 import pytest
 from cli_support import (
@@ -16,6 +18,7 @@ from cli_support import (
     submit,
 )
 from support import TERMINAL, Workers, execute, make_items, wait_until
+from support.processes import REORG, clean_env
 
 
 def wrong_rows(url: str, expression: str = "md5(b)") -> int:
@@ -112,6 +115,39 @@ def test_cancelled_job_is_rolled_back_and_wait_exits_1(migrated_db: str,
     line = assert_one_error_line(reorg(url, "wait", str(job_id), "--timeout", "60"), 1)
     assert f"job {job_id} cancelled" in line
     assert job_status(url, job_id)["state"] in TERMINAL
+    assert dump(url, schemas=("public",)) == before
+
+
+def test_submit_wait_stays_until_the_job_ends_and_exits_as_wait_does(
+        migrated_db: str, workers: Workers) -> None:
+    url = migrated_db
+    make_items(url, 5_000)
+    worker = workers.start_cli("w1", "--no-spark-warmup")
+    done = reorg(url, "submit", "sql-update", "--table", "items", "--set", "c=md5(b)",
+                 "--batch-rows", "500", "--wait")
+    assert done.returncode == 0, done.stderr + worker.log()
+    job_id = int(done.stdout)  # the id alone on stdout, as without --wait
+    assert re.fullmatch(rf"job {job_id} succeeded: 5,000 rows in \S+", done.stderr.strip()), \
+        done.stderr
+    assert job_status(url, job_id)["state"] == "succeeded" and wrong_rows(url) == 0
+
+    # A job that does not succeed: exit 1 and one error line, as `reorg wait`.
+    before = dump(url, schemas=("public",))
+    waiting = subprocess.Popen(
+        [REORG, "--db", url, "submit", "sql-update", "--table", "items", "--set", "d=md5(b)",
+         "--add-column", "d:text", "--batch-rows", "100", "--concurrency", "1",
+         "--max-rows-per-sec", "500", "--wait"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env())
+    try:
+        job_id = int(waiting.stdout.readline())  # printed before the wait begins
+        wait_until(lambda: job_status(url, job_id)["rows_done"] > 0, 30, "job making progress")
+        assert ok(reorg(url, "cancel", str(job_id))).strip() == "cancelling"
+        stdout, stderr = waiting.communicate(timeout=60)
+    finally:
+        waiting.kill()
+    assert waiting.returncode == 1 and stdout == "", stderr
+    assert stderr.splitlines() == [stderr.strip()] and "Traceback" not in stderr
+    assert stderr.startswith(f"error: job {job_id} cancelled"), stderr
     assert dump(url, schemas=("public",)) == before
 
 
