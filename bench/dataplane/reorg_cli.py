@@ -3,10 +3,12 @@ list nodes; and the Spark class-data archive built before anything is timed."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from bench.dataplane.errors import BenchError
@@ -47,6 +49,41 @@ def submit(url: str, job_type: str, args: tuple[str, ...] = SET_C) -> tuple[int,
     with timed(f"reorg submit {job_type}") as lap:
         done = reorg(url, "submit", job_type, "--table", TABLE, *args, "--json")
     return int(json.loads(done.stdout)["id"]), lap.seconds
+
+
+class WaitingSubmit:
+    """`reorg submit JOB_TYPE --table bench.items ARGS --json --wait` running:
+    one command from submit to the job's end, as a user runs a job to its end
+    (a second process, `reorg wait`, would start while the job's first
+    batches run and take the CPU they need). ``submit_seconds``: until it
+    printed the job's id, the submit's own part."""
+
+    def __init__(self, url: str, job_type: str, args: tuple[str, ...]) -> None:
+        cmd = [sys.executable, "-m", "cli.main", "--db", url, "submit", job_type,
+               "--table", TABLE, *args, "--json", "--wait"]
+        clock = time.perf_counter()
+        self._proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True, env=clean_env())
+        assert self._proc.stdout is not None
+        printed = ""
+        while True:  # the JSON object printed before the wait (over several lines)
+            line = self._proc.stdout.readline()
+            if not line:
+                self.wait()  # raises: it exited without submitting
+            printed += line
+            with contextlib.suppress(json.JSONDecodeError):
+                self.job_id = int(json.loads(printed)["id"])
+                break
+        self.submit_seconds = time.perf_counter() - clock
+        print(f"    reorg submit {job_type} --wait: job {self.job_id} after "
+              f"{self.submit_seconds:.2f} s", flush=True)
+
+    def wait(self) -> None:
+        """Until the command exits; BenchError unless the job succeeded."""
+        out, err = self._proc.communicate()
+        if self._proc.returncode != 0:
+            raise BenchError(f"`reorg submit --wait` exited {self._proc.returncode}: "
+                             f"{(err or out).strip()[-2000:]}")
 
 
 def wait_job(url: str, job_id: int) -> None:

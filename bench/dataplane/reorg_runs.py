@@ -1,5 +1,5 @@
-"""Contender (1): reorg's job on a running worker, timed from `reorg submit`
-to `reorg wait` exit 0, with where the time went."""
+"""Contender (1): reorg's job on a running worker, timed from `reorg submit
+--wait` to its exit 0, with where the time went."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from bench.dataplane import workerlog
 from bench.dataplane.proctree import Neighbours
 from bench.dataplane.records import WORKER_SLOTS, ReorgRun, WorkerStartup
-from bench.dataplane.reorg_cli import ADD_D, SET_C, submit, wait_job
+from bench.dataplane.reorg_cli import ADD_D, SET_C, WaitingSubmit
 from bench.dataplane.server import verify
 from bench.dataplane.timing import contend
 from bench.dataplane.tracking import ProgressSampler, job_timeline, system_tables
@@ -22,20 +22,22 @@ SPARK_JOB_TYPES = {"backfill", "copy", "checksum"}
 def run_reorg(url: str, rows: int, job_type: str, worker: Worker, label: str,
               args: tuple[str, ...] = SET_C, column: str = "c") -> ReorgRun:
     """One job on ``worker``: `reorg submit JOB_TYPE --table bench.items ARGS`
-    (which set ``column``), timed to `reorg wait` exit 0."""
+    (which set ``column``) with ``--wait``, timed to its exit 0."""
     with system_tables(url) as db:
         began = time.time()
         clock = time.perf_counter()
-        job_id, submit_seconds = submit(url, job_type, args)
+        job = WaitingSubmit(url, job_type, args)
+        job_id, submit_seconds = job.job_id, job.submit_seconds
         progress = ProgressSampler(db, job_id)
         progress.start()
         try:
-            wait_job(url, job_id)
+            job.wait()
         finally:
             progress.stop()
         total = time.perf_counter() - clock
         ended = time.time()
-        print(f"    reorg {job_type} ({label}): submit -> wait exit 0 in {total:.2f} s", flush=True)
+        print(f"    reorg {job_type} ({label}): submit --wait -> exit 0 in {total:.2f} s",
+              flush=True)
         verify(url, rows, f"reorg {job_type}", column)
         timeline = job_timeline(db, job_id)
     subtasks = timeline.subtasks

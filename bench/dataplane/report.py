@@ -68,7 +68,7 @@ def summary_lines(res: Results) -> list[str]:
         return "" if seconds is None else f"  [other processes' CPU meanwhile: {seconds:.1f} s]"
 
     out = [f"rows: {res.rows:,}",
-           "(1) reorg, per run (submit -> `reorg wait` exit 0):" if res.reorg_runs
+           "(1) reorg, per run (`reorg submit --wait` -> exit 0):" if res.reorg_runs
            else "(1) reorg: skipped"]
     for run in res.reorg_runs:
         out.append(f"      {run.job_type:<10} {run.label}: {run.total:7.2f} s  "
@@ -155,8 +155,8 @@ def write_times_section(res: Results, add: Add) -> None:
 
     add("| contender | wall time | other processes' CPU meanwhile |\n| --- | ---: | ---: |")
     for run in res.reorg_runs:
-            add(f"| (1) reorg `{run.job_type}`, {RUN_NAMES.get(run.label, run.label)}: `reorg submit` "
-            f"→ `reorg wait` exit 0 | {run.total:.2f} s | {cpu(run.others_cpu)} |")
+            add(f"| (1) reorg `{run.job_type}`, {RUN_NAMES.get(run.label, run.label)}: `reorg submit "
+            f"--wait` → exit 0 | {run.total:.2f} s | {cpu(run.others_cpu)} |")
     add(f"| (2) plain PySpark, incl. SparkSession start | {ps.with_session:.2f} s | "
         f"{cpu(res.others_cpu.get('plain Spark'))} |")
     add(f"| (2) plain PySpark, session already started | {ps.job:.2f} s | |")
@@ -242,7 +242,7 @@ def write_issue9_section(res: Results, add: Add) -> None:
             f"same chunks and connections, takes {res.chunked_sql_images:.2f} s, "
             f"{res.chunked_sql_images / res.chunked_sql_old:.2f}x (3) on the same old values; "
             "reorg's batches add their checkpoints, key scans and its fixed costs (submit, "
-            "the owner's split, `reorg wait`) on top.\n")
+            "the owner's split, the wait for the job's end) on top.\n")
 
 
 def write_ratios_section(res: Results, add: Add) -> None:
@@ -281,7 +281,7 @@ def write_reorg_section(res: Results, add: Add) -> None:
     row("job queued → running (owner prepares, splits)", [f"{r.queued:.2f} s" for r in runs])
     row("submit start → first batch committed", [f"{r.first_commit:.2f} s" for r in runs])
     row("first subtask start → last subtask end", [f"{r.processing:.2f} s" for r in runs])
-    row("last subtask end → `reorg wait` returned", [f"{r.finish:.2f} s" for r in runs])
+    row("last subtask end → `reorg submit --wait` returned", [f"{r.finish:.2f} s" for r in runs])
     row("subtasks", [str(r.subtasks) for r in runs])
     row("worker SparkSession start in this run",
         [f"{r.spark_start:.2f} s" if r.spark_start is not None else "–" for r in runs])
@@ -408,10 +408,11 @@ METHOD = f"""\
 - **(1) reorg.** `reorg db upgrade`, then one `reorg worker --slots
   {WORKER_SLOTS}` process is started and waited for until `reorg nodes --json`
   lists it. The clock runs from launching `reorg submit backfill --table
-  {TABLE} --set 'c=md5(b)'` to `reorg wait JOB` exiting 0, i.e. it includes
-  the submit's validation (for `backfill` the owner's analysis and dry run on
-  sample rows, which the submit waits for), the owner's prepare and split,
-  every batch, the advance and `reorg wait`'s polling. Before the clock
+  {TABLE} --set 'c=md5(b)' --wait` to its exit 0 (one command, as a user runs
+  a job to its end), i.e. it includes the submit's validation (for `backfill`
+  the owner's analysis and dry run on sample rows, which the submit waits
+  for), the owner's prepare and split, every batch, the advance and the
+  wait for the job's end. Before the clock
   starts, the worker is listed by `reorg nodes --json` and, for Spark job
   types, has started its SparkSession (started with `--spark-warmup`, it does
   so by itself at start-up; the benchmark waits for the session's "Spark ...
@@ -442,8 +443,8 @@ METHOD = f"""\
   overwrite is judged against), and with each chunk writing the before-images
   `sql-update` keeps, in its statement's shape (the floor of an overwrite:
   PostgreSQL alone doing the same writes). Neither starts a process, where
-  reorg's clock includes starting `reorg submit` and `reorg wait` (Python and
-  their libraries: about 0.5 s each on a quiet machine).
+  reorg's clock includes starting `reorg submit` (Python and its libraries:
+  about 0.4 s on a quiet machine).
 - **`reorg submit` of every job type.** With `backfill` among the job types,
   a fresh worker with Spark warm runs `reorg submit` of `sql-update`,
   `backfill` (`--set c=md5(b)`), `copy` (`--create-target`, two selects) and

@@ -8,7 +8,7 @@ overwrite of old values (a before-image per row) against (3) on the same old
 values, with PostgreSQL alone writing the same images (the floor). Each
 round runs, for the baseline and then this checkout, each checkout's own
 ``reorg worker --slots 2`` (its warm-up job first, on a small table) and its
-own ``reorg submit`` / ``reorg wait`` processes, every contender right after
+own ``reorg submit --wait`` process, every contender right after
 a reset of the table (``server.reset_table``). On a shared machine only the
 ratios within a round say anything; the report gives each round's. Printed,
 not written.
@@ -59,11 +59,12 @@ def _cpu(out: dict[str, float], name: str, run: Callable[[], T]) -> T:
 
 def _job(url: str, rows: int, args: tuple[str, ...], column: str,
          extra: tuple[str, ...] = ()) -> dict[str, float]:
-    """One ``reorg submit sql-update`` → ``reorg wait``: the wall time and its
-    parts (subtasks first start → last end, and the rest)."""
+    """One ``reorg submit sql-update --wait``: the wall time and its parts
+    (subtasks first start → last end, and the rest)."""
     began, clock = time.time(), time.perf_counter()
-    job_id, submit_seconds = reorg_cli.submit(url, "sql-update", (*args, *extra))
-    reorg_cli.wait_job(url, job_id)
+    job = reorg_cli.WaitingSubmit(url, "sql-update", (*args, *extra))
+    job.wait()
+    job_id, submit_seconds = job.job_id, job.submit_seconds
     total = time.perf_counter() - clock
     verify(url, rows, "reorg sql-update", column)
     with system_tables(url) as db:
