@@ -42,4 +42,5 @@ Tools of their own, run with ``python -m bench.dataplane.NAME``:
     batch_profile        where an ``sql-update`` batch's time goes, by statement
     spark_batch_profile  where a ``backfill`` batch's time goes, by stage, and CPU by process
     sql_update_ab        ``sql-update``'s ratios for a baseline checkout and this one, taking turns
+    backend_cpu          CPU of every PostgreSQL backend during reorg's job and chunked SQL
 """
