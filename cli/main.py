@@ -10,6 +10,7 @@ every group.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import sys
 from collections.abc import Sequence
@@ -132,7 +133,13 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 
 def main() -> NoReturn:
-    sys.exit(run())
+    code = run()
+    # Interpreter shutdown runs a full garbage collection over every object
+    # the imports made (SQLAlchemy, typer, psycopg): 0.1-0.25 s of a
+    # command's wall time, after its work is done and its connections are
+    # closed. Frozen objects are skipped by it; they are still released.
+    gc.freeze()
+    sys.exit(code)
 
 
 if __name__ == "__main__":
