@@ -42,6 +42,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from bench.dataplane.proctree import stat_fields
 from framework import control, gc_tuning, jobtype, migrate
 from framework.config import Settings
 from framework.db import Database, sqlalchemy_url
@@ -337,9 +338,8 @@ def cpu_now(workers: list[int], postmaster: int | None) -> dict[str, float]:
     tick = os.sysconf("SC_CLK_TCK")
 
     def stat(pid: int) -> tuple[int, float]:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
+        fields = stat_fields(pid)
+        if fields is None:
             return -1, 0.0
         return int(fields[1]), (int(fields[11]) + int(fields[12])) / tick
 

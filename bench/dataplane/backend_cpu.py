@@ -25,19 +25,16 @@ import psycopg
 
 from bench.dataplane import reorg_cli, workers
 from bench.dataplane.baselines import run_chunked_sql
-from bench.dataplane.records import TABLE
-from bench.dataplane.server import build_table, database, execute, reset_table
+from bench.dataplane.proctree import stat_fields
+from bench.dataplane.server import build_table, database, reset_table
 
 HZ = os.sysconf("SC_CLK_TCK")
 
 
 def cpu_seconds(pid: int) -> float | None:
     """User + system CPU of a process so far; None once it has exited."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except FileNotFoundError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / HZ
+    fields = stat_fields(pid)
+    return None if fields is None else (int(fields[11]) + int(fields[12])) / HZ
 
 
 class BackendCpu:
@@ -100,8 +97,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     with database(args.db) as server:
         url = server.url
-        build_table(url, args.rows)
-        execute(url, f"ALTER TABLE {TABLE} SET (autovacuum_enabled = off)")
+        build_table(url, args.rows, autovacuum=False)
         reorg_cli.reorg(url, "db", "upgrade")
         with workers.running_worker(url, f"backend-cpu-{os.getpid()}", Path(mkdtemp())):
             reset_table(url)

@@ -21,16 +21,21 @@ class Proc:
     start_ticks: int  # start time, clock ticks after boot
 
 
+def stat_fields(pid: int) -> list[str] | None:
+    """/proc/PID/stat's fields after the command name (``fields[0]`` is field
+    3 of proc(5): ppid 4, utime 14, stime 15, cutime 16, cstime 17, starttime
+    22); None once the process has exited."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):  # exited, or exiting as it was read
+        return None
+
+
 def processes() -> dict[int, Proc]:
     """Every process, from /proc/PID/stat."""
     table = {}
     for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue  # exited meanwhile
-            # fields[0] is field 3 of proc(5): ppid 4, utime 14, stime 15, starttime 22.
+        if entry.isdigit() and (fields := stat_fields(int(entry))) is not None:
             table[int(entry)] = Proc(int(fields[1]), int(fields[11]) + int(fields[12]),
                                      int(fields[19]))
     return table
@@ -76,12 +81,10 @@ def tree_cpu_ticks(roots: list[int]) -> int:
     table = processes()
     total = 0
     for pid in {pid for root in roots for pid in process_tree(root, table)}:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
+        fields = stat_fields(pid)
+        if fields is None:
             continue  # exited meanwhile: its parent's cutime has it at the next reading
-        # fields[0] is field 3 of proc(5): utime 14, stime 15, cutime 16, cstime 17.
-        total += sum(int(f) for f in fields[11:15])
+        total += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
     return total
 
 

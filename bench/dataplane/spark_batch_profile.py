@@ -131,18 +131,19 @@ def tree_cpu(root: int) -> dict[str, float]:
     import os
     from pathlib import Path
 
-    from bench.dataplane.proctree import process_tree
+    from bench.dataplane.proctree import process_tree, stat_fields
 
     hz = os.sysconf("SC_CLK_TCK")
     out: dict[str, float] = defaultdict(float)
     for pid in process_tree(root):
         try:
             name = Path(f"/proc/{pid}/comm").read_text().strip()
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue  # exited meanwhile
-        # proc(5) fields 14-17: utime, stime, cutime, cstime (fields[0] is field 3).
-        ticks = sum(int(f) for f in fields[11:15])
+        fields = stat_fields(pid)
+        if fields is None:
+            continue
+        ticks = sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
         kind = "java" if name == "java" else "postgres" if name.startswith("postgres") \
             else "python"
         out[kind] += ticks / hz
