@@ -30,9 +30,14 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env | extra
 
 
+def command(url: str, *args: str) -> list[str]:
+    """``reorg --db URL ARGS`` as ``REPO``'s sources run it (``cwd=REPO``)."""
+    return [sys.executable, "-m", "cli.main", "--db", url, *args]
+
+
 def reorg(url: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "cli.main", "--db", url, *args]
-    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=clean_env())
+    done = subprocess.run(command(url, *args), cwd=REPO, capture_output=True, text=True,
+                          env=clean_env())
     if check and done.returncode != 0:
         raise BenchError(f"`reorg {' '.join(args)}` exited {done.returncode}: "
                          f"{(done.stderr or done.stdout).strip()[-2000:]}")
@@ -59,8 +64,7 @@ class WaitingSubmit:
     printed the job's id, the submit's own part."""
 
     def __init__(self, url: str, job_type: str, args: tuple[str, ...]) -> None:
-        cmd = [sys.executable, "-m", "cli.main", "--db", url, "submit", job_type,
-               "--table", TABLE, *args, "--json", "--wait"]
+        cmd = command(url, "submit", job_type, "--table", TABLE, *args, "--json", "--wait")
         clock = time.perf_counter()
         self._proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True, env=clean_env())
