@@ -58,13 +58,19 @@ def query_one(url: str, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...]
     return tuple(row)
 
 
-def build_table(url: str, rows: int) -> None:
+def build_table(url: str, rows: int, *, autovacuum: bool = True) -> None:
+    """``TABLE`` with ``rows`` rows. ``autovacuum=False`` for contenders that
+    take turns on it, each after ``reset_table``: an autovacuum of the rows
+    one contender leaves dead would land in whichever contender its naptime
+    tick falls on (the reset vacuums instead)."""
     execute(url,
             "CREATE SCHEMA IF NOT EXISTS bench",
             f"DROP TABLE IF EXISTS {TABLE}",
             f"CREATE TABLE {TABLE} (id bigint PRIMARY KEY, a int, b text, c text)",
             f"INSERT INTO {TABLE} SELECT g, g % 1000, 'item ' || g, NULL "
             f"FROM generate_series(1, {int(rows)}) g")
+    if not autovacuum:
+        execute(url, f"ALTER TABLE {TABLE} SET (autovacuum_enabled = off)")
 
 
 # What the table's c holds before an "overwrite" contender: a value every row

@@ -146,11 +146,7 @@ def main(argv: Sequence[str] | None = None) -> None:
              else ())
     with database(args.db) as server:
         ROOTS[:] = [os.getpid(), *([server.postmaster] if server.postmaster else [])]
-        build_table(server.url, args.rows)
-        # An autovacuum of the 2,000,000 rows each contender leaves dead would
-        # land in whichever contender its naptime tick falls on: off for it
-        # (the reset between contenders vacuums).
-        execute(server.url, f"ALTER TABLE {TABLE} SET (autovacuum_enabled = off)")
+        build_table(server.url, args.rows, autovacuum=False)
         execute(server.url, f"DROP TABLE IF EXISTS {WARM_TABLE}",
                 f"CREATE TABLE {WARM_TABLE} AS SELECT * FROM {TABLE} WHERE id <= 20000",
                 f"ALTER TABLE {WARM_TABLE} ADD PRIMARY KEY (id)")
