@@ -247,6 +247,7 @@ class WarmsOnCue(FillJob):
     def analyse(self, conn: Connection, job: Job) -> dict[str, Any]:
         return dict(job.params)
 
+
 def index_name(job: Job) -> str:
     """The index the ``index`` step builds (tests compute it from the job id)."""
     return f"reorg_{job.id}_{job.params['column']}_idx"
