@@ -46,32 +46,39 @@ HZ = os.sysconf("SC_CLK_TCK")
 ROOTS: list[int] = []  # this process and the PostgreSQL server: every process at work
 
 
+def _cpu_ticks() -> int:
+    return tree_cpu_ticks(ROOTS)
+
+
 def _cpu(out: dict[str, float], name: str, run: Callable[[], T]) -> T:
     """``run()``, with the CPU seconds every process at work used meanwhile
     (the server's backends, the worker, the `reorg` commands, this process's
     SQL connections) as ``out[name + " cpu"]``: steadier than wall time while
     others load the machine."""
-    before = tree_cpu_ticks(ROOTS)
+    before = _cpu_ticks()
     result = run()
-    out[f"{name} cpu"] = (tree_cpu_ticks(ROOTS) - before) / HZ
+    out[f"{name} cpu"] = (_cpu_ticks() - before) / HZ
     return result
 
 
 def _job(url: str, rows: int, args: tuple[str, ...], column: str,
          extra: tuple[str, ...] = ()) -> dict[str, float]:
     """One ``reorg submit sql-update --wait``: the wall time and its parts
-    (subtasks first start → last end, and the rest)."""
-    began, clock = time.time(), time.perf_counter()
+    (subtasks first start → last end, and the rest), and the CPU every
+    process at work used until the command's exit (``cpu``; the check of
+    every row after it is not the job's)."""
+    began, clock, ticks = time.time(), time.perf_counter(), _cpu_ticks()
     job = reorg_cli.WaitingSubmit(url, "sql-update", (*args, *extra))
     job.wait()
     job_id, submit_seconds = job.job_id, job.submit_seconds
     total = time.perf_counter() - clock
+    cpu = (_cpu_ticks() - ticks) / HZ
     verify(url, rows, "reorg sql-update", column)
     with system_tables(url) as db:
         timeline = job_timeline(db, job_id)
     first = min(s.started for s in timeline.subtasks)
     last = max(s.finished for s in timeline.subtasks)
-    return {"total": total, "submit": submit_seconds, "subtasks": last - first,
+    return {"total": total, "cpu": cpu, "submit": submit_seconds, "subtasks": last - first,
             "fixed": total - (last - first), "created": timeline.created - began,
             "queued": timeline.started - timeline.created, "claimed": first - timeline.started,
             "waited": began + total - last}
@@ -89,8 +96,7 @@ def _round(url: str, rows: int, repo: Path, log_dir: Path, label: str,
         reset_table(url)
         out["chunked"] = _cpu(out, "chunked", lambda: run_chunked_sql(url))
         reset_table(url)
-        for part, value in _cpu(out, "add-column", lambda: _job(
-                url, rows, reorg_cli.ADD_D, "d", extra)).items():
+        for part, value in _job(url, rows, reorg_cli.ADD_D, "d", extra).items():
             out[f"add-column {part}"] = value
         reset_table(url, old_values=True)
         out["chunked old"] = _cpu(out, "chunked old", lambda: run_chunked_sql(url))
@@ -98,8 +104,7 @@ def _round(url: str, rows: int, repo: Path, log_dir: Path, label: str,
         out["chunked images"] = _cpu(out, "chunked images",
                                      lambda: run_chunked_sql(url, images=True))
         reset_table(url, old_values=True)
-        for part, value in _cpu(out, "overwrite", lambda: _job(
-                url, rows, reorg_cli.SET_C, "c", extra)).items():
+        for part, value in _job(url, rows, reorg_cli.SET_C, "c", extra).items():
             out[f"overwrite {part}"] = value
     return out
 
