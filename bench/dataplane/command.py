@@ -20,7 +20,7 @@ from bench.dataplane.errors import BenchError
 from bench.dataplane.kill_run import run_reorg_killed
 from bench.dataplane.proctree import Neighbours
 from bench.dataplane.records import SPARK_PARTITIONS, TABLE, Results
-from bench.dataplane.reorg_cli import REPO, build_spark_archive, reorg
+from bench.dataplane.reorg_cli import REPO, build_spark_archive, reorg, stack_import_seconds
 from bench.dataplane.reorg_runs import run_reorg_contender
 from bench.dataplane.report import machine, summary_lines, write_doc
 from bench.dataplane.server import build_table, database, query_one, verify
@@ -103,8 +103,9 @@ def main(argv: Sequence[str] | None = None) -> None:
 
         single = baseline("one UPDATE", lambda: run_single_update(url))
         chunked = baseline("chunked SQL", lambda: run_chunked_sql(url))
-        chunked_old = chunked_images = None
+        chunked_old = chunked_images = stack_import = None
         if "sql-update" in job_types:
+            stack_import = stack_import_seconds()
             # What sql-update overwriting old values is judged against, and
             # PostgreSQL alone writing the same before-images.
             chunked_old = baseline("chunked SQL, old values", lambda: run_chunked_sql(url),
@@ -117,7 +118,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                       machine(pg_version), stamp,
                       "`--db` server" if args.db else "throwaway local cluster, durability off",
                       build.seconds, single, chunked, plain, others_cpu=others_cpu,
-                      chunked_sql_old=chunked_old, chunked_sql_images=chunked_images)
+                      chunked_sql_old=chunked_old, chunked_sql_images=chunked_images,
+                      stack_import=stack_import)
         if job_types:
             res.machine["Spark class-data archive"] = build_spark_archive()
             print("(1) reorg", flush=True)

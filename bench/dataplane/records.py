@@ -145,6 +145,8 @@ class Results:
     chunked_sql_old: float | None = None
     chunked_sql_images: float | None = None
     submit_times: dict[str, list[float]] = field(default_factory=dict)  # job type -> seconds
+    # A Python process importing reorg's CLI stack (reorg_cli.stack_import_seconds).
+    stack_import: float | None = None
 
     def baselines(self) -> dict[str, float]:
         """What reorg's time is divided by, keyed as in TARGETS."""

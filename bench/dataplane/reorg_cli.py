@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -88,6 +89,27 @@ class WaitingSubmit:
         if self._proc.returncode != 0:
             raise BenchError(f"`reorg submit --wait` exited {self._proc.returncode}: "
                              f"{(err or out).strip()[-2000:]}")
+
+
+# What any command on reorg's stack imports before its first statement: the
+# interpreter with SQLAlchemy's psycopg dialect and typer (not reorg's own
+# modules, nor pglast, which only reorg's checks need).
+_STACK_IMPORTS = "import sqlalchemy, sqlalchemy.dialects.postgresql.psycopg, psycopg, typer"
+
+
+def stack_import_seconds(repeats: int = 3) -> float:
+    """Median wall time of a Python process that only imports reorg's CLI
+    stack and exits: the part of `reorg submit`'s time no change to reorg's
+    own code can remove (the floor of a job's fixed cost on this stack)."""
+    times = []
+    for _ in range(repeats):
+        clock = time.perf_counter()
+        subprocess.run([sys.executable, "-c", _STACK_IMPORTS], check=True, env=clean_env())
+        times.append(time.perf_counter() - clock)
+    seconds = statistics.median(times)
+    print(f"    a process importing reorg's CLI stack: {seconds:.2f} s (median of {repeats})",
+          flush=True)
+    return seconds
 
 
 def wait_job(url: str, job_id: int) -> None:

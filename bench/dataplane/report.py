@@ -243,6 +243,13 @@ def write_issue9_section(res: Results, add: Add) -> None:
             f"{res.chunked_sql_images / res.chunked_sql_old:.2f}x (3) on the same old values; "
             "reorg's batches add their checkpoints, key scans and its fixed costs (submit, "
             "the owner's split, the wait for the job's end) on top.\n")
+    if res.stack_import and res.chunked_sql:
+        floor = res.chunked_sql + res.stack_import
+        add(f"Floor of an add-column: (3) plus the start of a Python process that only imports "
+            f"reorg's CLI stack (SQLAlchemy with psycopg, typer; {res.stack_import:.2f} s, before "
+            f"any statement `reorg submit` sends), {floor:.2f} s, {floor / res.chunked_sql:.2f}x "
+            "(3); the owner's prepare, the batches' checkpoints and the end of the job come on "
+            "top.\n")
 
 
 def write_ratios_section(res: Results, add: Add) -> None:

@@ -95,6 +95,7 @@ def _round(url: str, rows: int, repo: Path, log_dir: Path, label: str,
         reorg_cli.wait_job(url, int(json.loads(done.stdout)["id"]))  # the worker's first job warms its caches
         reset_table(url)
         out["chunked"] = _cpu(out, "chunked", lambda: run_chunked_sql(url))
+        out["stack import"] = reorg_cli.stack_import_seconds()
         reset_table(url)
         for part, value in _job(url, rows, reorg_cli.ADD_D, "d", extra).items():
             out[f"add-column {part}"] = value
@@ -115,7 +116,9 @@ def report(label: str, r: dict[str, float], load: tuple[float, float]) -> list[s
         f"  --add-column / chunked SQL: {r['add-column total'] / r['chunked']:.2f} "
         f"({r['add-column total']:.2f} s / {r['chunked']:.2f} s); subtasks "
         f"{r['add-column subtasks']:.2f} s ({r['add-column subtasks'] / r['chunked']:.2f}x), "
-        f"the rest {r['add-column fixed']:.2f} s (submit command {r['add-column submit']:.2f} s)",
+        f"the rest {r['add-column fixed']:.2f} s (submit command {r['add-column submit']:.2f} s); "
+        f"floor (chunked SQL + a process importing the CLI's stack, "
+        f"{r['stack import']:.2f} s) {(r['chunked'] + r['stack import']) / r['chunked']:.2f}",
         f"    the rest: submit start -> job row {r['add-column created']:.2f} s, -> running "
         f"{r['add-column queued']:.2f} s, -> first subtask {r['add-column claimed']:.2f} s; "
         f"last subtask end -> wait exit {r['add-column waited']:.2f} s",

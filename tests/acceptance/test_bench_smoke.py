@@ -45,6 +45,7 @@ def test_dataplane_benchmark_runs_end_to_end_on_a_small_table(fresh_db, tmp_path
                  "| (3) SQL, 10,000-key chunks, 2 connections",
                  "| (4) one `UPDATE bench.items SET c = md5(b)`",
                  "| subtasks |",
+                 "Floor of an add-column: (3) plus the start of a Python process",
                  "launch → registered in `reorg nodes --json`"):
         assert line in report
     assert "python -m bench.dataplane --db URL --rows 3000" in report  # no credentials
