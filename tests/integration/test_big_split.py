@@ -204,6 +204,7 @@ def test_a_sampled_split_of_keys_stored_in_key_order_is_even_from_few_sampled_pa
     from framework import splitting
 
     monkeypatch.setattr(splitting, "MAX_SAMPLE_ROWS", 40_000)
+    monkeypatch.setattr(splitting, "DENSE_KEYS_SHARE", 2.0)  # the sample even on dense keys
     with db.begin() as conn:
         conn.execute(sa.text("CREATE TABLE ordered (id bigint PRIMARY KEY, b text)"))
         conn.execute(sa.text("INSERT INTO ordered SELECT g, 'item ' || g "
@@ -221,6 +222,7 @@ def test_a_sampled_split_of_keys_stored_out_of_order_tiles_them_evenly(db, monke
     from framework import splitting
 
     monkeypatch.setattr(splitting, "MAX_SAMPLE_ROWS", 40_000)
+    monkeypatch.setattr(splitting, "DENSE_KEYS_SHARE", 2.0)  # the sample even on dense keys
     with db.begin() as conn:
         conn.execute(sa.text("CREATE TABLE shuffled (id bigint PRIMARY KEY, b text)"))
         conn.execute(sa.text("INSERT INTO shuffled SELECT g, 'item ' || g "
@@ -250,3 +252,36 @@ def test_a_sampled_split_of_skewed_keys_still_covers_every_row(db, monkeypatch):
     assert ranges[0][0] == 1 and ranges[-1][1] == 10_000_000 + 50_000 * 1000 + 1
     assert sum(counts) == 200_000
     assert max(counts) <= 2 * 5_000, counts
+
+
+def test_dense_keys_are_cut_at_equal_widths_without_a_sample(db):
+    """Keys that fill their span (a serial key with a tenth of its rows
+    deleted in one block): equal key widths, no range above its width, every
+    row in exactly one range."""
+    with db.begin() as conn:
+        conn.execute(sa.text("CREATE TABLE dense (id bigint PRIMARY KEY, b text)"))
+        conn.execute(sa.text("INSERT INTO dense SELECT g, 'item ' || g "
+                             "FROM generate_series(1, 200000) g ORDER BY md5(g::text)"))
+        conn.execute(sa.text("DELETE FROM dense WHERE id BETWEEN 50001 AND 70000"))
+    ranges, counts = _sampled(db, "dense")
+    assert ranges[0][0] == 1 and ranges[-1][1] == 200_001
+    widths = [hi - lo for lo, hi in ranges]
+    assert max(widths) - min(widths) <= 1, widths  # the sample's buckets would differ
+    assert len(ranges) == 36  # 180,000 analysed rows, 5,000 a range
+    assert sum(counts) == 180_000
+    assert max(counts) <= max(widths) <= 5_556, counts  # 5,000 / DENSE_KEYS_SHARE
+
+
+def test_keys_that_do_not_fill_their_span_are_still_cut_from_a_sample(db):
+    """Half the span empty: its gap could be anywhere, so the sample's
+    buckets decide where the ranges are cut, not equal widths."""
+    with db.begin() as conn:
+        conn.execute(sa.text("CREATE TABLE halved (id bigint PRIMARY KEY, b text)"))
+        conn.execute(sa.text("INSERT INTO halved SELECT g, 'item ' || g "
+                             "FROM generate_series(1, 300000) g"))
+        conn.execute(sa.text("DELETE FROM halved WHERE id BETWEEN 100001 AND 250000"))
+    ranges, counts = _sampled(db, "halved")
+    assert ranges[0][0] == 1 and ranges[-1][1] == 300_001
+    assert sum(counts) == 150_000
+    widths = [hi - lo for lo, hi in ranges]
+    assert max(widths) - min(widths) > 1, widths
