@@ -50,12 +50,26 @@ def _cpu_ticks() -> int:
     return tree_cpu_ticks(ROOTS)
 
 
+def _settled_cpu_ticks(deadline: float = 3.0) -> int:
+    """``_cpu_ticks()`` once two readings 0.1 s apart agree. A backend that
+    ended just before (the table's reset: a VACUUM FULL) moves its CPU into
+    the server's once the server reaps it: read too soon, the next contender
+    was charged with it (chunked SQL once showed 15.5 CPU-s for 4.7 s)."""
+    ticks, until = _cpu_ticks(), time.monotonic() + deadline
+    while time.monotonic() < until:
+        time.sleep(0.1)
+        ticks, last = _cpu_ticks(), ticks
+        if ticks == last:
+            break
+    return ticks
+
+
 def _cpu(out: dict[str, float], name: str, run: Callable[[], T]) -> T:
     """``run()``, with the CPU seconds every process at work used meanwhile
     (the server's backends, the worker, the `reorg` commands, this process's
     SQL connections) as ``out[name + " cpu"]``: steadier than wall time while
     others load the machine."""
-    before = _cpu_ticks()
+    before = _settled_cpu_ticks()
     result = run()
     out[f"{name} cpu"] = (_cpu_ticks() - before) / HZ
     return result
@@ -67,7 +81,8 @@ def _job(url: str, rows: int, args: tuple[str, ...], column: str,
     (subtasks first start → last end, and the rest), and the CPU every
     process at work used until the command's exit (``cpu``; the check of
     every row after it is not the job's)."""
-    began, clock, ticks = time.time(), time.perf_counter(), _cpu_ticks()
+    ticks = _settled_cpu_ticks()
+    began, clock = time.time(), time.perf_counter()
     job = reorg_cli.WaitingSubmit(url, "sql-update", (*args, *extra))
     job.wait()
     job_id, submit_seconds = job.job_id, job.submit_seconds
