@@ -71,7 +71,7 @@ class UpdateSql:
         ctes = [self._bound_ctes()] if self.scanning else []
         returned = ["hi", "scanned"] if self.scanning else []
         if self.images is None:
-            plain = f"UPDATE {t} AS {a} SET {col} = {embed(self.expr)} WHERE {self._matching()}"
+            plain = self._plain_update(self._matching())
             if not self.scanning:
                 # Its rows are the command tag's count: a checkpoint in the
                 # statement would need them RETURNed to count them, which
@@ -176,8 +176,21 @@ class UpdateSql:
                             ELSE max(k) + 1 END AS hi
                 FROM reorg_keys)"""
 
-    def _matching(self) -> str:
-        return f"{self._in_range()} AND {embed(self.where or 'TRUE')}"
+    def _matching(self, in_range: str | None = None) -> str:
+        return f"{in_range or self._in_range()} AND {embed(self.where or 'TRUE')}"
+
+    def _plain_update(self, matching: str) -> str:
+        return (f"UPDATE {self.table} AS {self.alias} SET {quote(self.column)} = "
+                f"{embed(self.expr)} WHERE {matching}")
+
+    def update_by_position(self) -> str:
+        """``update``'s bare UPDATE on fixed bounds, binding ``$1`` and ``$2``
+        for ``lo`` and ``hi``: the batch ``framework.store.subtasks.
+        fenced_batch`` runs with its checkpoint (nothing to keep, a single
+        integer key, not ``scanning``)."""
+        assert self.images is None and not self.scanning and self.bounded and self.key.integer
+        k = self.key.expr(self.alias)
+        return self._plain_update(self._matching(f"{k} >= $1 AND {k} < $2"))
 
     def _read_keys(self) -> str:
         """The key's columns read as ``reorg_k0``, ``reorg_k1``, ..."""

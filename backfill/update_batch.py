@@ -21,7 +21,7 @@ from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 
 from backfill.batch_bounds import next_bound
 from backfill.ranged_update import UpdateSql
@@ -74,6 +74,34 @@ def run_update_batch(ctx: SubtaskContext, conn: Connection,
         else:
             inline.done(conn, upper, scanned, row["checkpoint_state"])
     return scanned
+
+
+def run_update_batch_alone(ctx: SubtaskContext, engine: Engine,
+                           sql_for: Callable[[bool], UpdateSql], *, filtered: bool) -> int | None:
+    """The batch from ``ctx.curr_key`` as one statement with its checkpoint,
+    committed (``SubtaskContext.fenced_batch``), where it is a bare UPDATE on
+    fixed bounds ``[curr, curr + n)`` (dense integer keys, nothing to keep, no
+    ``--where``) run as the worker's own role; its rows scanned. None where it
+    is not: ``run_update_batch`` then runs it in a transaction."""
+    job, curr, end, n = ctx.job, ctx.curr_key, ctx.end_key, ctx.job.batch_rows
+    if (ctx.fenced_batch is None or not job.key.integer or end is END or filtered
+            or ctx.batch_state.get(_SPARSE)):
+        return None
+    sql = sql_for(True)
+    if sql.images is not None:
+        return None
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        role = run_as(job)
+        if role is not None and role != session_role(conn):
+            return None
+        fenced = ctx.fenced_batch()
+        if fenced is None:
+            return None
+        upper = min(curr + n, end)
+        with ctx.cancel_on_stop(conn):
+            written = fenced.run(conn, sql.update_by_position(), curr, upper)
+    ctx.batch_state[_SPARSE] = written < DENSE_SHARE * (upper - curr)
+    return written
 
 
 def _inline_checkpoint(ctx: SubtaskContext, conn: Connection,

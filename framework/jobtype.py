@@ -160,6 +160,19 @@ class InlineCheckpoint:
     done: Callable[[Connection, Any, int, str | None], None]
 
 
+@dataclass(frozen=True)
+class FencedBatch:
+    """A batch and its fenced checkpoint as one statement in autocommit, one
+    transaction in one round trip (``SubtaskContext.fenced_batch``).
+    ``run(conn, batch, lo, hi)`` runs ``batch`` (SQL binding ``$1`` and
+    ``$2`` for the range ``[lo, hi)``) and the checkpoint to ``hi`` on
+    ``conn`` and returns the rows it wrote, committed. When the lease is
+    lost, the statement fails, its writes roll back, and ``run`` raises
+    LeaseLost."""
+
+    run: Callable[[Connection, str, Any, Any], int]
+
+
 @dataclass
 class SubtaskContext:
     """What a worker hands a job type to run one subtask.
@@ -210,6 +223,11 @@ class SubtaskContext:
     # Only for a statement that runs as the worker's role: the checkpoint is
     # the worker's to write, never the submitter's.
     inline_checkpoint: Callable[[str, str], InlineCheckpoint | None] | None = None
+    # ``checkpoint`` and a batch of one statement as one call (``FencedBatch``):
+    # three round trips fewer than BEGIN, batch, checkpoint, COMMIT. None (or
+    # a None result): not offered. Like ``inline_checkpoint``, only for a
+    # statement that runs as the worker's role.
+    fenced_batch: Callable[[], FencedBatch | None] | None = None
     # Rows booked on the schedule before the first batch ran
     # (``book_first_batch``), not booked again after it.
     _prebooked: int = 0
@@ -222,16 +240,21 @@ class SubtaskContext:
             reason = self.stop_reason[0] if self.stop_reason else "stopped"
             raise LeaseLost(reason) if reason == LEASE_LOST else Stopped(reason)
 
-    def run_batches(self, engine: Any, batch: Callable[[Connection], int]) -> None:
+    def run_batches(self, engine: Any, batch: Callable[[Connection], int],
+                    alone: Callable[[Any], int | None] | None = None) -> None:
         """Run ``batch`` (one batch from ``curr_key`` on the connection,
         checkpointed; returns the rows it scanned) in a transaction of its
         own, again and again until the range is done, each paced by
-        ``throttle``."""
+        ``throttle``. ``alone(engine)``: the batch as one statement that is a
+        transaction by itself (``fenced_batch``), run where it can be; None
+        when this batch cannot, and ``batch`` runs instead."""
         while self.curr_key != self.end_key:
             self.raise_if_stopped()
             started = time.monotonic()
-            with engine.begin() as conn:
-                rows = batch(conn)
+            rows = alone(engine) if alone is not None else None
+            if rows is None:
+                with engine.begin() as conn:
+                    rows = batch(conn)
             self.throttle(rows, time.monotonic() - started)
 
     def throttle(self, rows: int, took_seconds: float) -> None:

@@ -20,6 +20,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import NoReturn
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -30,12 +31,13 @@ from framework.errors import is_retryable, one_line
 from framework.jobtype import (
     LEASE_LOST,
     STEP_REVERT,
+    FencedBatch,
     InlineCheckpoint,
     LeaseLost,
     Stopped,
     SubtaskContext,
 )
-from framework.keys import Key
+from framework.keys import Key, encode
 from framework.states import JobState
 from framework.store import jobs, subtasks
 from framework.store.subtasks import Claim
@@ -360,6 +362,7 @@ class WorkerPool:
             rate_gate=lambda rows, took: self._reserve_rate(claim.job_id, rows, took),
             inline_checkpoint=lambda key_sql, rows_sql: self._inline_checkpoint(
                 _alive(held_ref), key_sql, rows_sql),
+            fenced_batch=lambda: self._fenced_batch(_alive(held_ref)),
         )
         held = _Held(claim, ctx, renewed_at, tally)
         held_ref = weakref.ref(held)
@@ -456,15 +459,49 @@ class WorkerPool:
 
         return InlineCheckpoint(sql, params, done)
 
+    def _fenced_batch(self, h: _Held) -> FencedBatch | None:
+        """The batch and its checkpoint as one statement (``SubtaskContext.
+        fenced_batch``); None where ``_inline_checkpoint`` would be."""
+        if h.grouped or h.ctx.job.max_rows_per_sec:
+            return None
+        faults.hit("worker.before_checkpoint")  # before the statement that writes both
+        call, params = subtasks.fenced_batch(self.db, h.claim)
+
+        def run(conn: Connection, batch: str, lo: Key, hi: Key) -> int:
+            try:
+                written, state = conn.execute(self.db.sql(call), {
+                    **params, "batch": batch, "lo": lo, "hi": hi, "new_key": encode(hi)}).one()
+            except sa.exc.DBAPIError as exc:
+                if getattr(exc.orig, "sqlstate", None) == subtasks.LEASE_LOST_SQLSTATE:
+                    self._refused(h.ctx, h.claim, exc)
+                raise
+            self._checkpointed(h.ctx, h.claim, h.tally, conn, hi, int(written),
+                               subtasks.Checkpointed(state, None), committed=True)
+            return int(written)
+
+        return FencedBatch(run)
+
+    def _refused(self, ctx: SubtaskContext, claim: Claim,
+                 error: Exception | None = None) -> NoReturn:
+        """The batch's checkpoint was refused: the lease is lost, and the
+        batch rolls back (or has, with the statement that raised ``error``)."""
+        metrics.batch(claim.job_id, claim.job.type, "refused")
+        self._lose(ctx, "checkpoint_refused")
+        raise LeaseLost(f"subtask {claim.id} epoch {claim.epoch}: checkpoint refused") from error
+
     def _checkpointed(self, ctx: SubtaskContext, claim: Claim, tally: _Tally, conn: Connection,
-                      key: Key, rows: int, done: subtasks.Checkpointed | None) -> None:
+                      key: Key, rows: int, done: subtasks.Checkpointed | None, *,
+                      committed: bool = False) -> None:
         """After the fenced checkpoint statement (``done``: what it returned;
-        None: 0 rows, the lease is lost and the batch must roll back)."""
+        None: 0 rows, the lease is lost and the batch must roll back).
+        ``committed``: the statement was a transaction by itself, and has
+        committed."""
         if done is None:
-            metrics.batch(claim.job_id, claim.job.type, "refused")
-            self._lose(ctx, "checkpoint_refused")
-            raise LeaseLost(f"subtask {claim.id} epoch {claim.epoch}: checkpoint refused")
-        self._count_when_done(conn, claim, tally, rows)
+            self._refused(ctx, claim)
+        if committed:
+            self._count(claim, tally, rows)
+        else:
+            self._count_when_done(conn, claim, tally, rows)
         ctx.curr_key = key
         # Done once the batch's transaction commits; until then a failure
         # rolls the finish back with the batch.
@@ -486,15 +523,19 @@ class WorkerPool:
         Each batch has a connection of its own, so the listeners go with it."""
 
         def committed(_conn: Connection) -> None:
-            now = self.clock()
-            metrics.batch(claim.job_id, claim.job.type, "committed", rows, now - tally.mark)
-            tally.mark, tally.rows, tally.batches = now, tally.rows + rows, tally.batches + 1
+            self._count(claim, tally, rows)
 
         def rolled_back(_conn: Connection) -> None:
             metrics.batch(claim.job_id, claim.job.type, "rolled_back")
 
         sa.event.listen(conn, "commit", committed, once=True)
         sa.event.listen(conn, "rollback", rolled_back, once=True)
+
+    def _count(self, claim: Claim, tally: _Tally, rows: int) -> None:
+        """A committed batch of ``rows``: in the metrics and the subtask's tally."""
+        now = self.clock()
+        metrics.batch(claim.job_id, claim.job.type, "committed", rows, now - tally.mark)
+        tally.mark, tally.rows, tally.batches = now, tally.rows + rows, tally.batches + 1
 
 
 def _alive(ref: weakref.ref[_Held]) -> _Held:

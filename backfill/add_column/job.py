@@ -40,7 +40,7 @@ from backfill.tables import (
     resolve_type,
     set_ddl_lock_timeout,
 )
-from backfill.update_batch import run_update_batch
+from backfill.update_batch import run_update_batch, run_update_batch_alone
 from framework import jobtype
 from framework.errors import one_line
 from framework.jobtype import InvalidParams, Job, Step, SubtaskContext, Target
@@ -132,7 +132,16 @@ class AddColumn:
         if ctx.job.step == NOT_NULL:
             self._validate_not_null(ctx, engine)
             return
-        ctx.run_batches(engine, lambda conn: self.run_batch(ctx, conn))
+        ctx.run_batches(engine, lambda conn: self.run_batch(ctx, conn),
+                        alone=lambda engine: self.run_batch_alone(ctx, engine))
+
+    @staticmethod
+    def run_batch_alone(ctx: SubtaskContext, engine: Engine) -> int | None:
+        """The batch as one statement with its checkpoint, where it can be
+        (``run_update_batch_alone``); None where not."""
+        job = ctx.job
+        return run_update_batch_alone(ctx, engine, lambda bounded: _update(job, bounded),
+                                      filtered=False)
 
     def run_batch(self, ctx: SubtaskContext, conn: Connection) -> int:
         """One backfill batch from ``ctx.curr_key``, checkpointed, not committed."""

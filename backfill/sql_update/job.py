@@ -39,7 +39,7 @@ from backfill.tables import (
     set_ddl_lock_timeout,
     target_column,
 )
-from backfill.update_batch import run_update_batch
+from backfill.update_batch import run_update_batch, run_update_batch_alone
 from framework import jobtype, privileges
 from framework.jobtype import Job, SubtaskContext, Target
 from framework.privileges import as_role, run_as
@@ -87,7 +87,15 @@ class SqlUpdate:
                     f"{p['column_type']}"))
 
     def run_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
-        ctx.run_batches(engine, lambda conn: self.run_batch(ctx, conn))
+        ctx.run_batches(engine, lambda conn: self.run_batch(ctx, conn),
+                        alone=lambda engine: self.run_batch_alone(ctx, engine))
+
+    def run_batch_alone(self, ctx: SubtaskContext, engine: Engine) -> int | None:
+        """The batch as one statement with its checkpoint, where it can be
+        (``run_update_batch_alone``); None where not."""
+        job = ctx.job
+        return run_update_batch_alone(ctx, engine, lambda bounded: update_sql(job, bounded),
+                                      filtered=bool(job.params.get("where")))
 
     def run_batch(self, ctx: SubtaskContext, conn: Connection) -> int:
         """One batch from ``ctx.curr_key`` on ``conn``, checkpointed, not

@@ -51,10 +51,16 @@ def guard_into(dst: SubtaskState, *, user: bool = False) -> str:
     return "state IN (" + ", ".join(f"'{s}'" for s in sources) + ")"
 
 
-def _held(dst: SubtaskState) -> str:
+# How a statement binds a claim's fence (``Claim.fence``): by name, or by
+# position in ``fenced_batch``'s checkpoint.
+NAMED_FENCE = (":id", ":exec_id", ":epoch")
+
+
+def _held(dst: SubtaskState, fence: tuple[str, str, str] = NAMED_FENCE) -> str:
     """Held by the caller's claim (fenced on exec_id and epoch, DESIGN 2) and
     allowed to move to ``dst``."""
-    return f"id = :id AND exec_id = :exec_id AND epoch = :epoch AND {guard_into(dst)}"
+    id_, exec_id, epoch = fence
+    return f"id = {id_} AND exec_id = {exec_id} AND epoch = {epoch} AND {guard_into(dst)}"
 
 
 @dataclass(frozen=True)
@@ -228,19 +234,21 @@ def checkpoint(
     return Checkpointed(**row) if row else None
 
 
-def _checkpoint_update(new_key: str, rows: str) -> str:
+def _checkpoint_update(new_key: str, rows: str, meta: str = "CAST(:meta AS jsonb)",
+                       fence: tuple[str, str, str] = NAMED_FENCE) -> str:
     """``checkpoint``'s fenced UPDATE, without its RETURNING: ``new_key``
-    (jsonb) and ``rows`` are SQL, bound parameters or expressions of the
-    statement it is part of. Binds ``id``, ``exec_id``, ``epoch``, ``meta``."""
+    (jsonb), ``rows`` and ``meta`` (jsonb, NULL: kept) are SQL, bound
+    parameters or expressions of the statement it is part of. Binds
+    ``fence`` (``id``, ``exec_id``, ``epoch``) and ``meta``."""
     return f"""
         UPDATE {{s}}.background_subtask SET
             curr_key = new.k, row_count = row_count + {rows},
-            meta = coalesce(CAST(:meta AS jsonb), meta), updated_at = clock_timestamp(),
+            meta = coalesce({meta}, meta), updated_at = clock_timestamp(),
             state = CASE WHEN new.k = end_key THEN 'succeeded' ELSE state END,
             finished_at = CASE WHEN new.k = end_key THEN clock_timestamp() END,
             error = CASE WHEN new.k = end_key THEN NULL ELSE error END
         FROM (SELECT {new_key} AS k) new
-        WHERE {_held(S.SUCCEEDED)} AND {LEASE_LIVE}
+        WHERE {_held(S.SUCCEEDED, fence)} AND {LEASE_LIVE}
           AND curr_key <= new.k AND new.k <= end_key"""
 
 
@@ -254,6 +262,26 @@ def checkpoint_in_statement(db: Database, claim: Claim, new_key: str,
     statement's writes back)."""
     sql = _checkpoint_update(new_key, rows) + " RETURNING state"
     return sql.replace("{s}", f'"{db.schema}"'), {**claim.fence(), "meta": None}
+
+
+# The SQLSTATE ``fenced_batch`` raises when the batch's checkpoint is refused
+# (migration 0017_fenced_batch).
+LEASE_LOST_SQLSTATE = "RG001"
+
+
+def fenced_batch(db: Database, claim: Claim) -> tuple[str, dict[str, Any]]:
+    """A batch and its checkpoint as one statement, ``{s}.fenced_batch``
+    (migration 0017; the statement for ``db.sql``): in autocommit, one
+    transaction in one round trip. The caller binds ``batch`` (SQL binding ``$1``, ``$2``: the range), ``lo``,
+    ``hi`` and ``new_key`` (the stored key); it returns ``written`` (the
+    batch's row count, which the checkpoint adds) and ``subtask_state``, or
+    raises with ``LEASE_LOST_SQLSTATE`` when the lease is lost, and the
+    batch's rows roll back with it (DESIGN 2, 3)."""
+    checkpoint = (_checkpoint_update("$2", "$1", meta="NULL", fence=("$3", "$4", "$5"))
+                  + " RETURNING state").replace("{s}", f'"{db.schema}"')
+    call = ("SELECT written, subtask_state FROM {s}.fenced_batch(:batch, :lo, :hi, "
+            ":checkpoint, CAST(:new_key AS jsonb), :id, :exec_id, :epoch)")
+    return call, {**claim.fence(), "checkpoint": checkpoint}
 
 
 @dataclass(frozen=True)
