@@ -19,9 +19,10 @@ from bench.dataplane.timing import timed
 REPO = Path(__file__).resolve().parents[2]
 
 
-# The one REORG_* variable passed on: whether and where reorg's JVMs keep their
-# class-data archive (the report says which).
-PASSED_ON = {"REORG_SPARK_CDS"}
+# The REORG_* variables passed on: whether and where reorg's JVMs keep their
+# class-data archive (the report says which), and the system tables' schema
+# (``sql_update_ab`` gives a baseline checkout its own).
+PASSED_ON = {"REORG_SPARK_CDS", "REORG_SCHEMA"}
 
 
 def clean_env(**extra: str) -> dict[str, str]:

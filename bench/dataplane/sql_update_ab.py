@@ -38,8 +38,14 @@ WARM_TABLE = "bench.warm"
 
 
 def _use(repo: Path) -> None:
-    """Run the ``reorg`` command and workers from ``repo``'s sources."""
+    """Run the ``reorg`` command and workers from ``repo``'s sources, on
+    system tables of their own (a baseline may know fewer migrations)."""
     reorg_cli.REPO = workers.REPO = repo  # type: ignore[misc]
+    os.environ["REORG_SCHEMA"] = _schema(repo)
+
+
+def _schema(repo: Path) -> str:
+    return "reorg" if repo == THIS else "reorg_baseline"
 
 
 HZ = os.sysconf("SC_CLK_TCK")
@@ -173,7 +179,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         execute(server.url, f"DROP TABLE IF EXISTS {WARM_TABLE}",
                 f"CREATE TABLE {WARM_TABLE} AS SELECT * FROM {TABLE} WHERE id <= 20000",
                 f"ALTER TABLE {WARM_TABLE} ADD PRIMARY KEY (id)")
-        reorg_cli.reorg(server.url, "db", "upgrade")
+        for repo in (THIS, *([args.baseline.resolve()] if args.baseline else [])):
+            _use(repo)
+            reorg_cli.reorg(server.url, "db", "upgrade")
         for n in range(1, args.rounds + 1):
             checkouts = [("this checkout", THIS)]
             if args.baseline:

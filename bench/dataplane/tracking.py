@@ -5,6 +5,7 @@ system tables with SQL of its own."""
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -21,8 +22,10 @@ from framework.store import history
 
 @contextlib.contextmanager
 def system_tables(url: str) -> Iterator[Database]:
-    """reorg's system tables in the benchmark's database (default schema)."""
-    db = Database(Settings(database_url=url), role="cli", pool_size=2)
+    """reorg's system tables in the benchmark's database, in the schema the
+    ``reorg`` commands it runs use (``REORG_SCHEMA``, passed on to them)."""
+    schema = os.environ.get("REORG_SCHEMA") or Settings.schema
+    db = Database(Settings(database_url=url, schema=schema), role="cli", pool_size=2)
     try:
         yield db
     finally:
