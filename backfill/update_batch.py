@@ -12,6 +12,12 @@ finds its bound itself instead: the first ``n`` keys in its own snapshot
 trip, its planning and ~5 % of a batch (docs/benchmarks.md). Either way the
 batches tile the range: each starts where the last one's checkpoint ended.
 Other keys (``framework.keys``) scan first (``batch_bounds.next_bound``).
+
+A batch that is one bare UPDATE on such arithmetic bounds, with nothing to
+keep, runs alone where the worker offers it (``run_update_batch_alone``): the
+UPDATE and its fenced checkpoint in one autocommit statement, one round trip
+instead of BEGIN, UPDATE, checkpoint and COMMIT (``framework.store.subtasks.
+fenced_batch``). Every other batch runs in a transaction (``run_update_batch``).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from framework.privileges import as_role, run_as, session_role
 # would write too few rows: the next batch scans for its ``n`` keys instead.
 DENSE_SHARE = 0.5
 _SPARSE = "update_batch.sparse"  # ctx.batch_state: the last batch's range was sparse
+_OTHER_ROLE = "update_batch.other_role"  # ctx.batch_state: no batch of it runs alone
 
 
 def run_update_batch(ctx: SubtaskContext, conn: Connection,
@@ -85,7 +92,7 @@ def run_update_batch_alone(ctx: SubtaskContext, engine: Engine,
     is not: ``run_update_batch`` then runs it in a transaction."""
     job, curr, end, n = ctx.job, ctx.curr_key, ctx.end_key, ctx.job.batch_rows
     if (ctx.fenced_batch is None or not job.key.integer or end is END or filtered
-            or ctx.batch_state.get(_SPARSE)):
+            or ctx.batch_state.get(_SPARSE) or ctx.batch_state.get(_OTHER_ROLE)):
         return None
     sql = sql_for(True)
     if sql.images is not None:
@@ -93,6 +100,7 @@ def run_update_batch_alone(ctx: SubtaskContext, engine: Engine,
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         role = run_as(job)
         if role is not None and role != session_role(conn):
+            ctx.batch_state[_OTHER_ROLE] = True  # the job's SQL runs as its submitter
             return None
         fenced = ctx.fenced_batch()
         if fenced is None:
