@@ -118,30 +118,7 @@ def test_the_checkpoint_is_part_of_the_batch_statement_and_still_fenced(db, star
     lease and progress stand."""
     run(db, "CREATE TABLE t (id bigint PRIMARY KEY, b text, c text)")
     run(db, "INSERT INTO t SELECT i, 'v' || i, 'old' FROM generate_series(1, 500) i")
-    statements: list[str] = []
-    stop = capture(db, statements)
-    faults.arm("worker.before_checkpoint", "block@2")  # before batch 2's statement
-    try:
-        job_id = submit(db, SubmitRequest(
-            "sql-update", {"table": "t", "set": "c=md5(b)"},
-            rows_per_subtask=10_000, batch_rows=BATCH)).job_id
-        node = start_node("n1", slots=1, lease_seconds=120)  # no renewal meanwhile
-        faults.wait_blocked("worker.before_checkpoint", timeout=60)
-        with db.begin() as conn:  # its lease runs out; another worker claims it
-            conn.execute(db.sql("UPDATE {s}.background_subtask SET exec_expired = "
-                                "clock_timestamp() - interval '1s' WHERE job_id = :j"),
-                         {"j": job_id})
-        with db.begin() as conn:
-            taken = subtasks.claim(db, conn, "w2")
-        assert len(taken) == 1 and taken[0].curr_key == 1 + BATCH
-        faults.release("worker.before_checkpoint")
-        wait_until(lambda: any(r.subtask_id == taken[0].id for r in node.pool.results),
-                   timeout=60, message="the fenced-out batch to end")
-    finally:
-        faults.disarm_all()
-        stop()
-    result = next(r for r in node.pool.results if r.subtask_id == taken[0].id)
-    assert (result.outcome, result.batches) == ("lost", 1)
+    statements, taken = _batch_two_fenced_out(db, start_node, {"table": "t", "set": "c=md5(b)"})
     inline = [s for s in statements if "reorg_checkpoint" in s]
     assert len(inline) == 2  # both batches' statements carried their checkpoint
     assert not [s for s in statements if "curr_key = new.k" in s
@@ -165,13 +142,30 @@ def test_a_batch_with_nothing_to_keep_is_one_statement_with_its_checkpoint_and_s
     progress stand."""
     run(db, "CREATE TABLE t (id bigint PRIMARY KEY, b text)")
     run(db, "INSERT INTO t SELECT i, 'v' || i FROM generate_series(1, 500) i")
+    statements, taken = _batch_two_fenced_out(
+        db, start_node, {"table": "t", "set": "d=md5(b)", "add_column": "d:text"})
+    fenced = [s for s in statements if ".fenced_batch(" in s]
+    assert len(fenced) == 2  # both batches: one statement each
+    assert not [s for s in statements if "curr_key = new.k" in s]  # no checkpoint of its own
+    assert not [s for s in statements if 'UPDATE "public"."t"' in s]  # nor an UPDATE of its own
+    assert rows(db.engine, "SELECT min(id), max(id), count(*) FROM t WHERE d IS NOT NULL") == [
+        (1, BATCH, BATCH)]  # batch 2 wrote its rows in the refused statement: rolled back
+    assert rows(db.engine, f"""SELECT CAST(curr_key AS bigint), exec_id, row_count
+                               FROM {db.schema}.background_subtask WHERE id = :i""",
+                i=taken[0].id) == [(1 + BATCH, "w2", BATCH)]
+
+
+def _batch_two_fenced_out(db, start_node, params: dict[str, str]):
+    """A one-slot node runs the sql-update job of ``params``; before its
+    second batch's statement its lease runs out and another worker (``w2``)
+    claims the subtask. Returns the statements the node sent and w2's claim,
+    once the node has given the subtask up after one batch."""
     statements: list[str] = []
     stop = capture(db, statements)
     faults.arm("worker.before_checkpoint", "block@2")  # before batch 2's statement
     try:
-        job_id = submit(db, SubmitRequest(
-            "sql-update", {"table": "t", "set": "d=md5(b)", "add_column": "d:text"},
-            rows_per_subtask=10_000, batch_rows=BATCH)).job_id
+        job_id = submit(db, SubmitRequest("sql-update", params, rows_per_subtask=10_000,
+                                          batch_rows=BATCH)).job_id
         node = start_node("n1", slots=1, lease_seconds=120)  # no renewal meanwhile
         faults.wait_blocked("worker.before_checkpoint", timeout=60)
         with db.begin() as conn:  # its lease runs out; another worker claims it
@@ -189,12 +183,4 @@ def test_a_batch_with_nothing_to_keep_is_one_statement_with_its_checkpoint_and_s
         stop()
     result = next(r for r in node.pool.results if r.subtask_id == taken[0].id)
     assert (result.outcome, result.batches) == ("lost", 1)
-    fenced = [s for s in statements if ".fenced_batch(" in s]
-    assert len(fenced) == 2  # both batches: one statement each
-    assert not [s for s in statements if "curr_key = new.k" in s]  # no checkpoint of its own
-    assert not [s for s in statements if 'UPDATE "public"."t"' in s]  # nor an UPDATE of its own
-    assert rows(db.engine, "SELECT min(id), max(id), count(*) FROM t WHERE d IS NOT NULL") == [
-        (1, BATCH, BATCH)]  # batch 2 wrote its rows in the refused statement: rolled back
-    assert rows(db.engine, f"""SELECT CAST(curr_key AS bigint), exec_id, row_count
-                               FROM {db.schema}.background_subtask WHERE id = :i""",
-                i=taken[0].id) == [(1 + BATCH, "w2", BATCH)]
+    return statements, taken
