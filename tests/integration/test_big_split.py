@@ -254,15 +254,21 @@ def test_a_sampled_split_of_skewed_keys_still_covers_every_row(db, monkeypatch):
     assert max(counts) <= 2 * 5_000, counts
 
 
+def _keys_with_a_gap(db, table: str, rows: int, gap: tuple[int, int]) -> None:
+    """``table`` with keys 1..rows, stored out of key order, but those in ``gap``."""
+    with db.begin() as conn:
+        conn.execute(sa.text(f"CREATE TABLE {table} (id bigint PRIMARY KEY, b text)"))
+        conn.execute(sa.text(f"INSERT INTO {table} SELECT g, 'item ' || g "
+                             "FROM generate_series(1, :n) g ORDER BY md5(g::text)"), {"n": rows})
+        conn.execute(sa.text(f"DELETE FROM {table} WHERE id BETWEEN :lo AND :hi"),
+                     {"lo": gap[0], "hi": gap[1]})
+
+
 def test_dense_keys_are_cut_at_equal_widths_without_a_sample(db):
     """Keys that fill their span (a serial key with a tenth of its rows
     deleted in one block): equal key widths, no range above its width, every
     row in exactly one range."""
-    with db.begin() as conn:
-        conn.execute(sa.text("CREATE TABLE dense (id bigint PRIMARY KEY, b text)"))
-        conn.execute(sa.text("INSERT INTO dense SELECT g, 'item ' || g "
-                             "FROM generate_series(1, 200000) g ORDER BY md5(g::text)"))
-        conn.execute(sa.text("DELETE FROM dense WHERE id BETWEEN 50001 AND 70000"))
+    _keys_with_a_gap(db, "dense", 200_000, (50_001, 70_000))
     ranges, counts = _sampled(db, "dense")
     assert ranges[0][0] == 1 and ranges[-1][1] == 200_001
     widths = [hi - lo for lo, hi in ranges]
@@ -275,11 +281,7 @@ def test_dense_keys_are_cut_at_equal_widths_without_a_sample(db):
 def test_keys_that_do_not_fill_their_span_are_still_cut_from_a_sample(db):
     """Half the span empty: its gap could be anywhere, so the sample's
     buckets decide where the ranges are cut, not equal widths."""
-    with db.begin() as conn:
-        conn.execute(sa.text("CREATE TABLE halved (id bigint PRIMARY KEY, b text)"))
-        conn.execute(sa.text("INSERT INTO halved SELECT g, 'item ' || g "
-                             "FROM generate_series(1, 300000) g"))
-        conn.execute(sa.text("DELETE FROM halved WHERE id BETWEEN 100001 AND 250000"))
+    _keys_with_a_gap(db, "halved", 300_000, (100_001, 250_000))
     ranges, counts = _sampled(db, "halved")
     assert ranges[0][0] == 1 and ranges[-1][1] == 300_001
     assert sum(counts) == 150_000
