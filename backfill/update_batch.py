@@ -49,18 +49,16 @@ def run_update_batch(ctx: SubtaskContext, conn: Connection,
     return the keys it scanned. ``filtered``: the statement has a predicate
     (``--where``), so the rows it writes are not the keys it passed over."""
     job, curr, end, n = ctx.job, ctx.curr_key, ctx.end_key, ctx.job.batch_rows
-    integer = job.key.integer and end is not END
     with ctx.cancel_on_stop(conn):
-        if not integer:
+        if not (job.key.integer and end is not END):
             upper, scanned = next_bound(conn, job.target_table, job.key, curr, end, n)
             sql = sql_for(upper is not END)
             bounds = {"lo": job.key.bind(curr), "hi": job.key.bind(upper)}
             inline = None
             row = _write(ctx, conn, sql, bounds, inline)
         else:
-            arithmetic = not filtered and not ctx.batch_state.get(_SPARSE)
-            upper = min(curr + n, end)  # the bound if arithmetic
-            sql = replace(sql_for(True), scanning=not arithmetic)
+            upper = min(curr + n, end)  # the bound if on fixed bounds
+            sql = replace(sql_for(True), scanning=not _on_fixed_bounds(ctx, filtered))
             inline = _inline_checkpoint(ctx, conn, sql)
             row = _write(ctx, conn, sql, {"lo": curr, "hi": upper, "end": end, "n": n,
                                           "subtask": ctx.subtask_id}, inline)
@@ -90,16 +88,15 @@ def run_update_batch_alone(ctx: SubtaskContext, engine: Engine,
     fixed bounds ``[curr, curr + n)`` (dense integer keys, nothing to keep, no
     ``--where``) run as the worker's own role; its rows scanned. None where it
     is not: ``run_update_batch`` then runs it in a transaction."""
-    job, curr, end, n = ctx.job, ctx.curr_key, ctx.end_key, ctx.job.batch_rows
-    if (ctx.fenced_batch is None or not job.key.integer or end is END or filtered
-            or ctx.batch_state.get(_SPARSE) or ctx.batch_state.get(_OTHER_ROLE)):
+    curr, end, n = ctx.curr_key, ctx.end_key, ctx.job.batch_rows
+    if (ctx.fenced_batch is None or ctx.batch_state.get(_OTHER_ROLE)
+            or not _on_fixed_bounds(ctx, filtered)):
         return None
     sql = sql_for(True)
     if sql.images is not None:
         return None
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        role = run_as(job)
-        if role is not None and role != session_role(conn):
+        if not _as_worker(ctx, conn):
             ctx.batch_state[_OTHER_ROLE] = True  # the job's SQL runs as its submitter
             return None
         fenced = ctx.fenced_batch()
@@ -118,12 +115,25 @@ def _inline_checkpoint(ctx: SubtaskContext, conn: Connection,
     offers one and the statement runs as the worker itself (the submitter
     is the worker's role): the checkpoint is never the submitter's to write.
     A separate statement otherwise."""
-    role = run_as(ctx.job)
     end = sql.batch_end()
-    if (ctx.inline_checkpoint is None or end is None
-            or (role is not None and role != session_role(conn))):
+    if ctx.inline_checkpoint is None or end is None or not _as_worker(ctx, conn):
         return None
     return ctx.inline_checkpoint(*end)
+
+
+def _on_fixed_bounds(ctx: SubtaskContext, filtered: bool) -> bool:
+    """Whether the batch is ``[curr, curr + n)`` with no key scan: a single
+    integer key, a bounded range, no predicate, and the last range dense."""
+    return (ctx.job.key.integer and ctx.end_key is not END and not filtered
+            and not ctx.batch_state.get(_SPARSE))
+
+
+def _as_worker(ctx: SubtaskContext, conn: Connection) -> bool:
+    """Whether the job's SQL runs as the worker's own role (its submitter is
+    the worker's role, or unrecorded): only then may a statement of it write
+    the worker's checkpoint."""
+    role = run_as(ctx.job)
+    return role is None or role == session_role(conn)
 
 
 def _write(ctx: SubtaskContext, conn: Connection, sql: UpdateSql, bounds: dict[str, Key],

@@ -443,14 +443,24 @@ class WorkerPool:
                                    count_running=bool(ctx.job.max_rows_per_sec))
         self._checkpointed(ctx, claim, tally, conn, key, rows, done)
 
+    @staticmethod
+    def _checkpoint_in_statement(h: _Held) -> bool:
+        """Whether the batch's own statement may write its checkpoint: not a
+        batch whose checkpoint is the group's, nor a rate-limited job's (its
+        checkpoint counts the running subtasks). Where it may, the statement
+        that writes both is next (the ``worker.before_checkpoint`` point)."""
+        if h.grouped or h.ctx.job.max_rows_per_sec:
+            return False
+        faults.hit("worker.before_checkpoint")
+        return True
+
     def _inline_checkpoint(self, h: _Held, key_sql: str, rows_sql: str) -> InlineCheckpoint | None:
         """The checkpoint for the batch's own statement (``SubtaskContext.
         inline_checkpoint``); None for a batch whose checkpoint is the
         group's, or a rate-limited job's (its checkpoint counts the running
         subtasks)."""
-        if h.grouped or h.ctx.job.max_rows_per_sec:
+        if not self._checkpoint_in_statement(h):
             return None
-        faults.hit("worker.before_checkpoint")  # before the statement that writes both
         sql, params = subtasks.checkpoint_in_statement(self.db, h.claim, key_sql, rows_sql)
 
         def done(conn: Connection, key: Key, rows: int, state: str | None) -> None:
@@ -462,9 +472,8 @@ class WorkerPool:
     def _fenced_batch(self, h: _Held) -> FencedBatch | None:
         """The batch and its checkpoint as one statement (``SubtaskContext.
         fenced_batch``); None where ``_inline_checkpoint`` would be."""
-        if h.grouped or h.ctx.job.max_rows_per_sec:
+        if not self._checkpoint_in_statement(h):
             return None
-        faults.hit("worker.before_checkpoint")  # before the statement that writes both
         call, params = subtasks.fenced_batch(self.db, h.claim)
 
         def run(conn: Connection, batch: str, lo: Key, hi: Key) -> int:
