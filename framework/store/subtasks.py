@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from framework.db import Database
@@ -277,11 +278,18 @@ def fenced_batch(db: Database, claim: Claim) -> tuple[str, dict[str, Any]]:
     batch's row count, which the checkpoint adds) and ``subtask_state``, or
     raises with ``LEASE_LOST_SQLSTATE`` when the lease is lost, and the
     batch's rows roll back with it (DESIGN 2, 3)."""
-    checkpoint = (_checkpoint_update("$2", "$1", meta="NULL", fence=("$3", "$4", "$5"))
-                  + " RETURNING state").replace("{s}", f'"{db.schema}"')
     call = ("SELECT written, subtask_state FROM {s}.fenced_batch(:batch, :lo, :hi, "
             ":checkpoint, CAST(:new_key AS jsonb), :id, :exec_id, :epoch)")
-    return call, {**claim.fence(), "checkpoint": checkpoint}
+    return call, {**claim.fence(), "checkpoint": _positional_checkpoint(db.schema)}
+
+
+@lru_cache(maxsize=8)
+def _positional_checkpoint(schema: str) -> str:
+    """``fenced_batch``'s checkpoint: ``checkpoint``'s fenced UPDATE binding
+    ``$1`` the rows, ``$2`` the new key, ``$3``-``$5`` the fence, built once
+    per schema (it is sent with every batch)."""
+    return (_checkpoint_update("$2", "$1", meta="NULL", fence=("$3", "$4", "$5"))
+            + " RETURNING state").replace("{s}", f'"{schema}"')
 
 
 @dataclass(frozen=True)
