@@ -3,9 +3,9 @@ fenced checkpoint, and raises when the checkpoint is refused.
 
 Why: an ``add-column`` batch (and any ``sql-update`` batch on fixed bounds
 with nothing to keep) took four round trips: BEGIN, the UPDATE, the
-checkpoint, COMMIT. On a machine whose cores the backends keep busy, each is
-a wake-up of the worker's slot thread and of the backend; two more per batch
-made a 2,000,000-row job's batches 15-20 % slower (docs/benchmarks.md). The
+checkpoint, COMMIT. Each is a network round trip when the worker runs on
+another host than PostgreSQL. On one machine the saving was within its noise
+(docs/benchmarks.md: medians 1.24 against 1.28 of chunked SQL). The
 checkpoint could not go into the UPDATE's statement as a CTE without the
 UPDATE returning every row it wrote to count them (~9 % of a batch). Here
 the count is the UPDATE's own (``GET DIAGNOSTICS``), and the whole call is
