@@ -81,16 +81,31 @@ OLD_VALUE_SQL = "'old ' || md5(a::text)"
 def reset_table(url: str, *, old_values: bool = False) -> None:
     """Put the table into the state it had right after loading, whatever the
     previous contender did: c all NULL (``old_values``: ``OLD_VALUE_SQL`` in
-    every row), no column d (an ``--add-column`` contender adds it), the heap
-    rewritten compactly with a fresh primary-key index (VACUUM FULL, so no
-    contender inherits the dead tuples and free space of the one before), the
-    visibility map set (VACUUM) and fresh statistics (ANALYZE). CHECKPOINT
-    writes out the dirty buffers, so nobody pays for the previous contender's
-    writes. The table stays in the OS page cache for all of them alike."""
-    fill = (f"UPDATE {TABLE} SET c = {OLD_VALUE_SQL}" if old_values
-            else f"UPDATE {TABLE} SET c = NULL WHERE c IS NOT NULL")
-    execute(url, f"ALTER TABLE {TABLE} DROP COLUMN IF EXISTS d", fill,
-            f"VACUUM FULL {TABLE}", f"VACUUM (ANALYZE) {TABLE}")
+    every row), no column d (an ``--add-column`` contender adds it). The table
+    is loaded again from itself into a new one in key order, with a fresh
+    primary-key index, so no contender inherits the dead tuples and free
+    space of the one before. A new table, not ``DROP COLUMN d``: a dropped
+    column stays an attribute of every row written after it, and from the
+    ninth attribute on the null bitmap makes each row's header 32 bytes
+    instead of 24, so the fifth ``--add-column`` of a run wrote ~9 % more
+    bytes than chunked SQL before it. Then the visibility map set (VACUUM)
+    and fresh statistics (ANALYZE); CHECKPOINT writes out the dirty buffers,
+    so nobody pays for the previous contender's writes. The table stays in
+    the OS page cache for all of them alike."""
+    fill = OLD_VALUE_SQL if old_values else "NULL"
+    schema, name = TABLE.split(".")
+    fresh = f"{schema}.{name}_reset"
+    options = query_one(url, "SELECT coalesce(array_to_string(reloptions, ', '), '') "
+                             "FROM pg_class WHERE oid = %s::regclass", (TABLE,))[0]
+    execute(url,
+            f"DROP TABLE IF EXISTS {fresh}",
+            f"CREATE TABLE {fresh} (id bigint NOT NULL, a int, b text, c text)"
+            + (f" WITH ({options})" if options else ""),
+            f"INSERT INTO {fresh} SELECT id, a, b, {fill} FROM {TABLE} ORDER BY id",
+            f"DROP TABLE {TABLE}",
+            f"ALTER TABLE {fresh} RENAME TO {name}",
+            f"ALTER TABLE {TABLE} ADD CONSTRAINT {name}_pkey PRIMARY KEY (id)",
+            f"VACUUM (ANALYZE) {TABLE}")
     with contextlib.suppress(psycopg.errors.InsufficientPrivilege):
         execute(url, "CHECKPOINT")
 

@@ -58,7 +58,7 @@ def _cpu_ticks() -> int:
 
 def _settled_cpu_ticks(deadline: float = 3.0) -> int:
     """``_cpu_ticks()`` once two readings 0.1 s apart agree. A backend that
-    ended just before (the table's reset: a VACUUM FULL) moves its CPU into
+    ended just before (the table's reset, which reloads it) moves its CPU into
     the server's once the server reaps it: read too soon, the next contender
     was charged with it (chunked SQL once showed 15.5 CPU-s for 4.7 s)."""
     ticks, until = _cpu_ticks(), time.monotonic() + deadline
