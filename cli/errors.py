@@ -10,7 +10,8 @@ codes are the same for every command (README, "Exit codes"):
          request (second active job on a table, cancel of a finished job)
     3    TIMEOUT: ``reorg wait --timeout`` passed first
          (``reorg checksum-report`` keeps its own 3 and 4: see backfill/checksum/cli.py)
-    5    OPERATIONAL: database unreachable or behind, no PostgreSQL binaries,
+    5    OPERATIONAL: database unreachable or behind, an upgrade blocked by a
+         lock, no PostgreSQL binaries,
          Spark cannot start, database errors, and anything unexpected
     130  interrupted (Ctrl-C)
 """
@@ -31,6 +32,7 @@ from framework.db import DatabaseUnreachable, SchemaBehind
 from framework.errors import one_line
 from framework.jobtype import InvalidParams
 from framework.localpg.cluster import PostgresError, PostgresNotFound
+from framework.migrate import UpgradeBlocked
 from framework.redact import redact
 from framework.store.jobs import ActiveJobExists
 
@@ -82,7 +84,8 @@ def classify(exc: BaseException) -> tuple[str, int, str | None]:
         return "interrupted", INTERRUPTED, None
     if isinstance(exc, InvalidParams | ConfigError | ActiveJobExists):
         return one_line(str(exc), limit=None), BAD_INPUT, None
-    if isinstance(exc, DatabaseUnreachable | SchemaBehind | PostgresNotFound | PostgresError):
+    if isinstance(exc, DatabaseUnreachable | SchemaBehind | UpgradeBlocked | PostgresNotFound
+                  | PostgresError):
         return one_line(str(exc), limit=None), OPERATIONAL, None
     if type(exc).__name__ == "SparkUnavailable":  # by name: importing it would load backfill.spark
         return one_line(str(exc), limit=None), OPERATIONAL, None

@@ -73,18 +73,75 @@ def alembic_head() -> str:
 _UPGRADE_LOCK = 0x7265_6F72_6700
 
 
+class UpgradeBlocked(RuntimeError):
+    """A migration waited out the session's lock timeout: nothing changed."""
+
+
+# SQLSTATE lock_not_available: a lock wait ran past lock_timeout.
+_LOCK_NOT_AVAILABLE = "55P03"
+
+
 def upgrade(db: Database, revision: str = "head") -> None:
     """Apply migrations. Two processes upgrading at once (e.g. the first two
     commands on a new embedded database) take turns; the second finds nothing
-    left to do."""
+    left to do.
+
+    Every lock a migration takes waits at most the session's lock timeout
+    (5 s for the CLI): a migration queued behind a transaction left open on
+    reorg's tables would otherwise hold up every worker's statement queued
+    behind it, for as long as that transaction stays open. Past the timeout
+    the whole upgrade rolls back and ``UpgradeBlocked`` names the sessions
+    holding locks on the schema."""
     from alembic import command
-    from sqlalchemy import text
+    from sqlalchemy import exc, text
 
     cfg = alembic_config(db.schema)
+    try:
+        with db.begin() as conn:
+            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _UPGRADE_LOCK})
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, revision)
+    except exc.DBAPIError as error:
+        if getattr(error.orig, "sqlstate", None) != _LOCK_NOT_AVAILABLE:
+            raise
+        raise UpgradeBlocked(_blocked(db)) from error
+
+
+# The sessions holding a granted lock on a table of the schema, oldest
+# transaction first (the one a migration most likely waited for).
+_LOCK_HOLDERS = """
+    SELECT a.pid, a.usename, a.application_name, a.state,
+           floor(extract(epoch FROM clock_timestamp() - a.xact_start))::bigint AS open_seconds,
+           string_agg(DISTINCT c.relname, ', ') AS tables
+    FROM pg_locks l
+    JOIN pg_class c ON c.oid = l.relation
+    JOIN pg_stat_activity a ON a.pid = l.pid
+    WHERE l.granted AND c.relnamespace = CAST(:schema AS regnamespace)
+      AND l.pid <> pg_backend_pid()
+    GROUP BY a.pid, a.usename, a.application_name, a.state, a.xact_start
+    ORDER BY a.xact_start NULLS LAST
+    LIMIT 3"""
+
+
+def _blocked(db: Database) -> str:
+    """The one line of an upgrade that gave up waiting for a lock."""
+    from sqlalchemy import text
+
     with db.begin() as conn:
-        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _UPGRADE_LOCK})
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, revision)
+        timeout = conn.execute(text("SHOW lock_timeout")).scalar()
+        holders = conn.execute(text(_LOCK_HOLDERS), {"schema": db.schema}).mappings().all()
+    head = (f"the upgrade of schema {db.schema} waited {timeout} (lock_timeout) for a lock "
+            "on its tables and gave up; nothing changed")
+    if not holders:
+        return (f"{head}; no session holds a lock there now (the transaction it waited for "
+                "has ended): run `reorg db upgrade` again")
+    sessions = "; ".join(
+        f"pid {h['pid']} (user {h['usename']}, application {h['application_name'] or '-'}, "
+        f"{h['state'] or 'state hidden'}, transaction open {h['open_seconds']} s, on "
+        f"{h['tables']})" for h in holders)
+    return (f"{head}. Holding locks there, oldest transaction first: {sessions}. End the "
+            f"transaction that stays open (or SELECT pg_terminate_backend({holders[0]['pid']})) "
+            "and run `reorg db upgrade` again")
 
 
 def downgrade(db: Database, revision: str) -> None:

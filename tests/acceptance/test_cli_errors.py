@@ -4,7 +4,9 @@ Also the submit paths that must not create a job twice, or at all."""
 
 from __future__ import annotations
 
+import psycopg
 import pytest
+from alembic.script import ScriptDirectory
 from cli_support import (
     assert_one_error_line,
     dump,
@@ -16,6 +18,9 @@ from cli_support import (
 )
 from support import execute, make_items
 
+from framework import migrate
+from framework.config import Settings
+from framework.db import Database
 from framework.migrate import head_revision
 
 BAD_INPUT, OPERATIONAL = 2, 5
@@ -126,6 +131,31 @@ def test_schema_not_upgraded_names_the_command_then_upgrade_fixes_it(fresh_db: s
     assert head_revision() in ok(reorg(fresh_db, "db", "upgrade"))
     assert head_revision() in ok(reorg(fresh_db, "db", "upgrade"))  # repeatable
     assert reorg_json(fresh_db, "status") == []
+
+
+def test_an_upgrade_blocked_by_an_open_transaction_names_it_and_changes_nothing(
+        fresh_db: str) -> None:
+    """A transaction left open on reorg's tables: the upgrade waits out its
+    lock timeout instead of queueing every worker behind it for as long as
+    that transaction lasts, then names the session and changes nothing."""
+    script = ScriptDirectory.from_config(migrate.alembic_config("reorg"))
+    below = script.get_revision(head_revision()).down_revision
+    assert isinstance(below, str)
+    db = Database(Settings(fresh_db))
+    migrate.upgrade(db, below)
+    db.dispose()
+    with psycopg.connect(fresh_db, application_name="analyst") as blocker:
+        # Every migration writes alembic_version; an EXCLUSIVE lock lets reads through.
+        blocker.execute("LOCK TABLE reorg.alembic_version IN EXCLUSIVE MODE")
+        before = dump(fresh_db)
+        line = assert_one_error_line(reorg(fresh_db, "db", "upgrade"), OPERATIONAL)
+        assert "nothing changed" in line
+        assert (f"pid {blocker.info.backend_pid} (user " in line and "application analyst" in line
+                and "on alembic_version" in line), line
+        assert f"pg_terminate_backend({blocker.info.backend_pid})" in line
+        assert dump(fresh_db) == before
+        assert execute(fresh_db, "SELECT version_num FROM reorg.alembic_version") == [(below,)]
+    assert head_revision() in ok(reorg(fresh_db, "db", "upgrade"))
 
 
 def test_submit_prints_the_id_alone_and_status_json_shows_the_job(items_db: str) -> None:
