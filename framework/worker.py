@@ -226,7 +226,8 @@ class WorkerPool:
         # The claim is one statement, a transaction by itself: in autocommit it
         # is one round trip instead of three (BEGIN, claim, COMMIT).
         with self.db.connect(isolation_level="AUTOCOMMIT") as conn:
-            claims = subtasks.claim(self.db, conn, self.node_id, size.next())
+            limit, sized_job = size.next()
+            claims = subtasks.claim(self.db, conn, self.node_id, limit, sized_job)
         if not claims:
             return False
         held = [self._hold(claim, sent) for claim in claims]
@@ -333,7 +334,7 @@ class WorkerPool:
         claim = h.claim
         with self._lock:
             self._held.pop(claim.id, None)
-        size.observe(took)
+        size.observe(claim.job_id, took)
         result = replace(result, rows=h.tally.rows, batches=h.tally.batches, seconds=took)
         self.results.append(result)
         metrics.subtask(claim.job.type, result.outcome)
@@ -559,19 +560,32 @@ def _alive(ref: weakref.ref[_Held]) -> _Held:
 
 class ClaimSize:
     """How many subtasks a slot claims at once: about ``CLAIM_SECONDS`` of
-    work by the recent subtask times (one for long subtasks, so idle workers
-    elsewhere are not kept from work; up to ``limit`` for quick ones)."""
+    work by the recent run times of one job's subtasks (one subtask when they
+    take that long or longer, so the other slots and workers are not kept
+    waiting at the job's end while this slot works through a pile of held
+    ones; up to ``limit`` of quick ones, where a claim a subtask would cost
+    as much as the subtask). The size is that job's alone: another job gives
+    one subtask a claim until one of its own has been timed (a worker that
+    had just run a job of quick subtasks took a pile of the next job's long
+    ones at once)."""
 
-    CLAIM_SECONDS = 0.5
+    CLAIM_SECONDS = 0.1
 
     def __init__(self, limit: int = 32) -> None:
         self.limit = limit
-        self.seconds: float | None = None  # moving average of one subtask's run time
+        self.job_id: int | None = None  # the job whose subtasks were timed
+        self.seconds: float | None = None  # moving average of one of them's run time
 
-    def next(self) -> int:
+    def next(self) -> tuple[int, int | None]:
+        """How many subtasks to claim of the job ``job_id`` (one of any other)."""
         if self.seconds is None:
-            return 1
-        return max(1, min(self.limit, int(self.CLAIM_SECONDS / max(self.seconds, 1e-3))))
+            return 1, None
+        return (max(1, min(self.limit, int(self.CLAIM_SECONDS / max(self.seconds, 1e-3)))),
+                self.job_id)
 
-    def observe(self, seconds: float) -> None:
-        self.seconds = seconds if self.seconds is None else 0.8 * self.seconds + 0.2 * seconds
+    def observe(self, job_id: int, seconds: float) -> None:
+        if job_id != self.job_id or self.seconds is None:
+            self.job_id = job_id
+            self.seconds = seconds
+            return
+        self.seconds = 0.8 * self.seconds + 0.2 * seconds

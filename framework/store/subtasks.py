@@ -89,11 +89,13 @@ _JOB_RETURNING = ", ".join(
     else f"j.{c.strip()} AS {_JOB}{c.strip()}" for c in JOB_COLUMNS.split(","))
 
 
-def claim(db: Database, conn: Connection, exec_id: str, limit: int = 1) -> list[Claim]:
+def claim(db: Database, conn: Connection, exec_id: str, limit: int = 1,
+          sized_job: int | None = None) -> list[Claim]:
     """Claim up to ``limit`` subtasks: pending ones, or running ones whose lease
     has expired, of the first running jobs (by priority; a reverting job at
     STEP_REVERT counts as running) with room under their ``concurrency``, in
-    range order.
+    range order. With ``sized_job``, ``limit`` is that job's (the one whose
+    subtask times sized it) and any other job gives one subtask at most.
 
     Each job's candidates come from one ordered scan of the claimable index
     (job_id, step, ordinal), which stops after the rows it needs, however many
@@ -130,7 +132,9 @@ def claim(db: Database, conn: Connection, exec_id: str, limit: int = 1) -> list[
                       AND (st.not_before IS NULL OR st.not_before <= clock_timestamp())
                       AND st.attempts < :max_attempts
                     ORDER BY st.ordinal
-                    LIMIT least(:limit, job.room)
+                    LIMIT least(CASE WHEN CAST(:sized_job AS bigint) IS NULL
+                                          OR job.id = :sized_job THEN :limit ELSE 1 END,
+                                job.room)
                     FOR UPDATE OF st SKIP LOCKED) c
                 LIMIT :limit)
             UPDATE {{s}}.background_subtask st SET
@@ -147,7 +151,7 @@ def claim(db: Database, conn: Connection, exec_id: str, limit: int = 1) -> list[
                       st.attempts, st.meta, j.concurrency - candidate.room AS running_before,
                       {_JOB_RETURNING}"""),
         {"exec_id": exec_id, "ttl": db.settings.lease_seconds,
-         "max_attempts": db.settings.max_attempts, "limit": limit},
+         "max_attempts": db.settings.max_attempts, "limit": limit, "sized_job": sized_job},
     ).mappings().all()
     claimed = Counter(r["job_id"] for r in rows)
     # One Job per job, not per claimed row: a slot claims up to 32 quick

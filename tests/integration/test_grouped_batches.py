@@ -31,7 +31,7 @@ def _job_of_three_ranges(db) -> int:
 
 def _claims_three() -> ClaimSize:
     size = ClaimSize(limit=3)
-    size.seconds = 0.001  # recent subtasks were quick: claim several
+    size.seconds = 0.001  # recent subtasks were quick: claim several (of any job)
     return size
 
 
