@@ -563,8 +563,8 @@ class ClaimSize:
     work by the recent run times of one job's subtasks (one subtask when they
     take that long or longer, so the other slots and workers are not kept
     waiting at the job's end while this slot works through a pile of held
-    ones; up to ``limit`` of quick ones, where a claim a subtask would cost
-    as much as the subtask). The size is that job's alone: another job gives
+    ones; up to ``limit`` of quick ones, whose run is as short as a claim's
+    round trip). The size is that job's alone: another job gives
     one subtask a claim until one of its own has been timed (a worker that
     had just run a job of quick subtasks took a pile of the next job's long
     ones at once)."""
@@ -574,7 +574,7 @@ class ClaimSize:
     def __init__(self, limit: int = 32) -> None:
         self.limit = limit
         self.job_id: int | None = None  # the job whose subtasks were timed
-        self.seconds: float | None = None  # moving average of one of them's run time
+        self.seconds: float | None = None  # moving average of their run times
 
     def next(self) -> tuple[int, int | None]:
         """How many subtasks to claim of the job ``job_id`` (one of any other)."""
