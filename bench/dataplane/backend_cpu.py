@@ -13,7 +13,6 @@ handed a slot back its last connection. Printed, not written.
 
 from __future__ import annotations
 
-import argparse
 import os
 import threading
 import time
@@ -26,7 +25,7 @@ import psycopg
 from bench.dataplane import reorg_cli, workers
 from bench.dataplane.baselines import run_chunked_sql
 from bench.dataplane.proctree import stat_fields
-from bench.dataplane.server import build_table, database, reset_table
+from bench.dataplane.server import build_table, database, reset_table, tool_parser
 
 HZ = os.sysconf("SC_CLK_TCK")
 
@@ -88,12 +87,8 @@ def report(label: str, wall: float, used: list[tuple[str, int, float]]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.dataplane.backend_cpu",
-                                     description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--rows", type=int, default=2_000_000)
+    parser = tool_parser("bench.dataplane.backend_cpu", __doc__, rows=2_000_000)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--db", help="postgresql:// URL of an existing server; default: a "
-                        "throwaway local cluster")
     args = parser.parse_args(argv)
     with database(args.db) as server:
         url = server.url

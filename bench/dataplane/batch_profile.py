@@ -13,7 +13,6 @@ shares of a batch.
 
 from __future__ import annotations
 
-import argparse
 import re
 import threading
 import time
@@ -24,11 +23,13 @@ from typing import Any
 
 from bench.dataplane.records import TABLE
 from bench.dataplane.reorg_cli import reorg
-from bench.dataplane.server import build_table, database, reset_table
+from bench.dataplane.server import build_table, database, reset_table, tool_parser
 
 # What a statement is for, by its text; the first match wins.
 KINDS = [
     ("claim", re.compile(r"^\s*WITH job AS", re.S)),
+    # A bare UPDATE and its checkpoint as one statement (migration 0017).
+    ("update + checkpoint, one statement", re.compile(r"\.fenced_batch\(", re.S)),
     ("lease renewal", re.compile(r"SET exec_expired", re.S)),
     ("next-batch key scan", re.compile(r"SELECT max\(k\), count\(\*\)", re.S)),
     # The statement that finds its own bound (sparse keys: backfill.update_batch).
@@ -43,7 +44,8 @@ KINDS = [
 ]
 COMMIT = "commit"
 # One of these per batch.
-BATCH_STATEMENTS = ("update, bound scanned in it", "update + before-images", "update")
+BATCH_STATEMENTS = ("update, bound scanned in it", "update + before-images", "update",
+                    "update + checkpoint, one statement")
 
 
 class StatementClock:
@@ -139,18 +141,14 @@ def report(name: str, clock: StatementClock, wall: float, batches: int) -> list[
              f"{total / batches * 1000:.1f} ms of statements and commits per batch "
              "(2 slots at once)"]
     for kind, seconds in sorted(clock.seconds.items(), key=lambda kv: -kv[1]):
-        lines.append(f"  {kind:<24} {seconds / batches * 1000:7.2f} ms/batch  "
+        lines.append(f"  {kind:<36} {seconds / batches * 1000:7.2f} ms/batch  "
                      f"{seconds / total:6.1%}  ({clock.count[kind]} calls)")
     return lines
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.dataplane.batch_profile",
-                                     description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--rows", type=int, default=400_000)
+    parser = tool_parser("bench.dataplane.batch_profile", __doc__, rows=400_000)
     parser.add_argument("--batch-rows", type=int, default=10_000)
-    parser.add_argument("--db", help="postgresql:// URL of an existing server; default: a "
-                        "throwaway local cluster")
     args = parser.parse_args(argv)
     with database(args.db) as server:
         build_table(server.url, args.rows)

@@ -4,6 +4,7 @@ contender, and the checks after it."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import shutil
 import tempfile
@@ -23,6 +24,18 @@ class Server:
     url: str
     log_file: Path | None  # the server log, when we started the server ourselves
     postmaster: int | None  # its pid, likewise
+
+
+def tool_parser(module: str, doc: str | None, *, rows: int) -> argparse.ArgumentParser:
+    """The parser a data-plane tool starts from: ``python -m MODULE``, the
+    first paragraph of its docstring, ``--rows`` of ``TABLE`` and ``--db``
+    (``database``'s URL)."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}",
+                                     description=doc.split("\n\n")[0] if doc else None)
+    parser.add_argument("--rows", type=int, default=rows)
+    parser.add_argument("--db", help="postgresql:// URL of an existing server; default: a "
+                        "throwaway local cluster")
+    return parser
 
 
 @contextlib.contextmanager

@@ -16,7 +16,6 @@ times on a shared machine, to be read as shares of a batch.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import threading
@@ -29,7 +28,7 @@ from typing import Any
 
 from bench.dataplane.records import TABLE
 from bench.dataplane.reorg_cli import reorg
-from bench.dataplane.server import build_table, database, reset_table
+from bench.dataplane.server import build_table, database, reset_table, tool_parser
 from bench.dataplane.tracking import wait_ended
 
 # Statements of the batch transaction by what they are for; the first match wins.
@@ -223,16 +222,12 @@ def report(clock: StageClock, batches: int, wall: float) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.dataplane.spark_batch_profile",
-                                     description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--rows", type=int, default=400_000)
+    parser = tool_parser("bench.dataplane.spark_batch_profile", __doc__, rows=400_000)
     parser.add_argument("--batch-rows", type=int, default=10_000)
     parser.add_argument("--slots", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=10, help="rounds of each probe")
     parser.add_argument("--batches-per-read", type=int, nargs="+", default=[1, 5],
                         help="profile a job for each: batches one Spark job reads")
-    parser.add_argument("--db", help="postgresql:// URL of an existing server; default: a "
-                        "throwaway local cluster")
     args = parser.parse_args(argv)
     from backfill.spark_backfill.batches import SubtaskRunner
     from framework.config import Settings

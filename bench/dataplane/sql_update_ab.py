@@ -16,7 +16,6 @@ not written.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import tempfile
@@ -29,7 +28,7 @@ from bench.dataplane import reorg_cli, workers
 from bench.dataplane.baselines import run_chunked_sql
 from bench.dataplane.proctree import tree_cpu_ticks
 from bench.dataplane.records import TABLE
-from bench.dataplane.server import build_table, database, execute, reset_table, verify
+from bench.dataplane.server import build_table, database, execute, reset_table, tool_parser, verify
 from bench.dataplane.tracking import job_timeline, system_tables
 
 T = TypeVar("T")
@@ -157,17 +156,13 @@ def report(label: str, r: dict[str, float], load: tuple[float, float]) -> list[s
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.dataplane.sql_update_ab",
-                                     description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser = tool_parser("bench.dataplane.sql_update_ab", __doc__, rows=2_000_000)
     parser.add_argument("--baseline", type=Path,
                         help="a checkout to compare with (e.g. `git worktree add --detach "
                              "/tmp/base main`); without it, this checkout alone")
-    parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--rows-per-subtask", type=int,
                         help="passed to every timed `reorg submit` (default: reorg's)")
-    parser.add_argument("--db", help="postgresql:// URL of an existing server; default: a "
-                        "throwaway local cluster")
     args = parser.parse_args(argv)
     log_dir = Path(tempfile.mkdtemp(prefix="reorg-ab-logs-"))
     lines: list[str] = []
