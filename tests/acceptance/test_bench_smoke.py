@@ -51,6 +51,21 @@ def test_dataplane_benchmark_runs_end_to_end_on_a_small_table(fresh_db, tmp_path
     assert "python -m bench.dataplane --db URL --rows 3000" in report  # no credentials
 
 
+def test_sql_batch_profile_counts_the_batches_of_both_jobs(fresh_db, tmp_path):
+    """``python -m bench.dataplane.batch_profile`` on a small table: the
+    overwrite's batches (update with its images) and the add-column's (the
+    bare UPDATE with its checkpoint in one statement) are each counted."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.dataplane.batch_profile", "--db", fresh_db,
+         "--rows", "4000", "--batch-rows", "1000"],
+        cwd=ROOT, env={**os.environ, "TMPDIR": str(tmp_path)}, capture_output=True, text=True,
+        timeout=240)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = done.stdout
+    assert out.count(": 4 batches, job") == 2, out
+    assert "update + before-images" in out and "update + checkpoint, one statement" in out
+
+
 @pytest.mark.spark
 def test_spark_batch_profile_runs_and_names_every_stage(fresh_db, tmp_path):
     """``python -m bench.dataplane.spark_batch_profile`` on a small table, one
