@@ -4,24 +4,11 @@ dead entries of finished subtasks, and never miss a claimable subtask."""
 
 from __future__ import annotations
 
-from support import fill, job_of, make_items
+from support import job_of, started_fill
 
 from framework import owner as owner_module
 from framework.owner import Owner
-from framework.store import jobs, owner_lease, steps, subtasks
-from framework.submit import submit
-
-
-def _job(db, n_ranges: int) -> tuple[int, owner_lease.OwnerTerm]:
-    make_items(db, 10 * n_ranges)
-    job_id = submit(db, fill("md5(b)")).job_id
-    with db.begin() as conn:
-        term = owner_lease.campaign(db, conn, "owner-a")
-        steps.insert_ranges(db, conn, term, job_id, 1,
-                            [(1 + 10 * i, 11 + 10 * i) for i in range(n_ranges)])
-        jobs.start(db, conn, term, job_id, actor="t", step=1, row_estimate=10 * n_ranges,
-                   run_on_node=None, detail="test")
-    return job_id, term
+from framework.store import steps, subtasks
 
 
 def _mark(db, job_id: int) -> tuple[int | None, int | None]:
@@ -44,7 +31,7 @@ def _finish(db, claim) -> None:
 
 
 def test_the_mark_follows_the_first_claimable_subtask_and_claims_start_there(db):
-    job_id, term = _job(db, 5)
+    job_id, term = started_fill(db, 5)
     ords = _ordinals(db, job_id)
     with db.begin() as conn:
         first_two = subtasks.claim(db, conn, "w1", limit=2)
@@ -73,7 +60,7 @@ def test_the_mark_follows_the_first_claimable_subtask_and_claims_start_there(db)
 
 
 def test_a_running_subtask_at_the_mark_is_claimed_again_once_its_lease_expires(db):
-    job_id, term = _job(db, 3)
+    job_id, term = started_fill(db, 3)
     with db.begin() as conn:
         held, = subtasks.claim(db, conn, "w1")
         steps.mark_claim_from(db, conn, term, job_id, 1)
@@ -87,7 +74,7 @@ def test_a_running_subtask_at_the_mark_is_claimed_again_once_its_lease_expires(d
 
 
 def test_a_retried_failed_subtask_below_the_mark_is_claimable_at_once(db):
-    job_id, term = _job(db, 3)
+    job_id, term = started_fill(db, 3)
     with db.begin() as conn:
         first, = subtasks.claim(db, conn, "w1")
         assert subtasks.fail_if_held(db, conn, first, "boom")
@@ -113,7 +100,7 @@ def test_the_owners_quick_look_starts_at_the_mark_but_only_a_full_read_advances(
     only make the quick look say done, and the advance would re-read the
     whole step (DESIGN 7); the tick puts the mark right before it looks, and
     the job stays running."""
-    job_id, term = _job(db, 3)
+    job_id, term = started_fill(db, 3)
     ords = _ordinals(db, job_id)
     with db.begin() as conn:
         first, = subtasks.claim(db, conn, "w1")
@@ -141,7 +128,7 @@ def test_the_owner_marks_from_its_last_mark_and_from_the_start_every_few_seconds
     """Most ticks probe for the next mark from the current one (not through
     every finished subtask's dead entries); one every HOUSEKEEPING_SECONDS
     probes from the step's start, so a wrong mark (forced here) is put right."""
-    job_id, term = _job(db, 3)
+    job_id, term = started_fill(db, 3)
     ords = _ordinals(db, job_id)
     now = [1000.0]
     owner = Owner(db, "owner-a", clock=lambda: now[0])

@@ -9,24 +9,16 @@ from __future__ import annotations
 import threading
 
 import sqlalchemy as sa
-from support import TERMINAL, fill, make_items, rows, wait_state
+from support import TERMINAL, rows, started_fill, wait_state
 
 from framework import control, faults
-from framework.store import jobs, owner_lease, steps, subtasks
+from framework.store import subtasks
 from framework.submit import SubmitRequest, submit
 from framework.worker import ClaimSize, WorkerPool
 
 
 def _job_of_three_ranges(db) -> int:
-    make_items(db, 30)
-    job_id = submit(db, fill("'x' || b")).job_id
-    with db.begin() as conn:
-        conn.execute(sa.text("ALTER TABLE items ADD COLUMN d text"))  # what prepare adds
-        term = owner_lease.campaign(db, conn, "owner-a")
-        steps.insert_ranges(db, conn, term, job_id, 1, [(1, 11), (11, 21), (21, 31)])
-        jobs.start(db, conn, term, job_id, actor="t", step=1, row_estimate=30,
-                   run_on_node=None, detail="test")
-    return job_id
+    return started_fill(db, 3, expr="'x' || b", prepared=True)[0]
 
 
 def _claims_three() -> ClaimSize:

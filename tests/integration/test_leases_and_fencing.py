@@ -6,7 +6,7 @@ import time
 
 import pytest
 import sqlalchemy as sa
-from support import fill, make_items
+from support import fill, make_items, started_fill
 
 from framework.jobtype import Job
 from framework.states import JobState
@@ -26,20 +26,8 @@ def _expire_leases(db) -> None:
             "WHERE state = 'running'"))
 
 
-def _job_with_ranges(db, n_ranges: int = 3) -> tuple[int, owner_lease.OwnerTerm]:
-    make_items(db, 30)
-    job_id = submit(db, fill("md5(b)")).job_id
-    with db.begin() as conn:
-        term = owner_lease.campaign(db, conn, "owner-a")
-        steps.insert_ranges(db, conn, term, job_id, 1,
-                               [(1 + 10 * i, 11 + 10 * i) for i in range(n_ranges)])
-        jobs.start(db, conn, term, job_id, actor="t", step=1, row_estimate=30,
-                   run_on_node=None, detail="test")
-    return job_id, term
-
-
 def test_each_owner_term_has_a_higher_revision_and_deposed_writes_hit_nothing(db):
-    job_id, term_a = _job_with_ranges(db)
+    job_id, term_a = started_fill(db, 3)
     with db.begin() as conn:
         assert owner_lease.campaign(db, conn, "owner-b") is None  # A's term is live
     _expire_owner(db)  # A is paused past its lease
@@ -71,7 +59,7 @@ def test_same_node_reelected_after_expiry_gets_a_new_revision(db):
 
 
 def test_claims_fence_out_the_previous_holder(db):
-    job_id, _ = _job_with_ranges(db, 1)
+    job_id, _ = started_fill(db, 1)
     with db.begin() as conn:
         first, = subtasks.claim(db, conn, "w1")
     assert first.epoch == 1 and first.attempts == 1
@@ -91,7 +79,7 @@ def test_claims_fence_out_the_previous_holder(db):
 
 
 def test_expired_lease_cannot_checkpoint_even_before_anyone_reclaims(db):
-    _job_with_ranges(db, 1)
+    started_fill(db, 1)
     with db.begin() as conn:
         claim, = subtasks.claim(db, conn, "w1")
     _expire_leases(db)
@@ -100,7 +88,7 @@ def test_expired_lease_cannot_checkpoint_even_before_anyone_reclaims(db):
 
 
 def test_curr_key_never_moves_backward_and_finish_needs_the_whole_range(db):
-    _job_with_ranges(db, 1)
+    started_fill(db, 1)
     with db.begin() as conn:
         claim, = subtasks.claim(db, conn, "w1")
         assert subtasks.checkpoint(db, conn, claim, 6, 5) == subtasks.Checkpointed("running", 1)
@@ -115,7 +103,7 @@ def test_curr_key_never_moves_backward_and_finish_needs_the_whole_range(db):
 
 
 def test_lease_times_come_from_the_database_clock(db, monkeypatch):
-    _job_with_ranges(db, 1)
+    started_fill(db, 1)
     # A worker whose own clock is wildly wrong still gets a lease of exactly
     # ttl on the database clock.
     monkeypatch.setattr(time, "time", lambda: 0.0)
@@ -154,7 +142,7 @@ def test_job_key_makes_submit_idempotent_and_one_active_job_per_table(db):
 
 
 def test_job_row_round_trips_into_the_job_type_view(db):
-    job_id, _ = _job_with_ranges(db, 1)
+    job_id, _ = started_fill(db, 1)
     with db.begin() as conn:
         job = jobs.get(db, conn, job_id)
     assert isinstance(job, Job)
@@ -163,7 +151,7 @@ def test_job_row_round_trips_into_the_job_type_view(db):
 
 
 def test_one_renewal_of_many_leases_brings_each_its_jobs_knobs_and_running_count(db):
-    job_id, _ = _job_with_ranges(db, 3)
+    job_id, _ = started_fill(db, 3)
     with db.begin() as conn:
         claims = subtasks.claim(db, conn, "w1", limit=3)
     with db.begin() as conn:

@@ -4,26 +4,18 @@ progress samples), not the job's lifetime average."""
 from __future__ import annotations
 
 import pytest
-import sqlalchemy as sa
-from support import fill, make_items, scalar
+from support import scalar, started_fill
 
 from framework import control
-from framework.store import jobs, owner_lease, progress, steps
-from framework.submit import submit
+from framework.store import progress
 from framework.worker import WorkerPool
 
 
 @pytest.fixture
 def job_an_hour_old(db) -> int:
     """Three 10-row ranges; started an hour ago; one range done just now."""
-    make_items(db, 30)
-    job_id = submit(db, fill("'x' || b")).job_id
+    job_id, _ = started_fill(db, 3, expr="'x' || b", prepared=True)
     with db.begin() as conn:
-        conn.execute(sa.text("ALTER TABLE items ADD COLUMN d text"))
-        term = owner_lease.campaign(db, conn, "owner-a")
-        steps.insert_ranges(db, conn, term, job_id, 1, [(1, 11), (11, 21), (21, 31)])
-        jobs.start(db, conn, term, job_id, actor="t", step=1, row_estimate=30,
-                   run_on_node=None, detail="test")
         conn.execute(db.sql("UPDATE {s}.jobs SET started_at = clock_timestamp() - "
                             "interval '1 hour' WHERE id = :j"), {"j": job_id})
     assert WorkerPool(db, "w1", slots=1).run_one()

@@ -31,11 +31,12 @@ from support.db import (
     wait_state,
     wait_until,
 )
-from support.fill import fill
+from support.fill import fill, started_fill
 from support.processes import WorkerProcess, Workers
 
 __all__ = [
     "TERMINAL", "WorkerProcess", "Workers", "catalogue", "create_database", "database_url",
     "drop_database", "execute", "fill", "held_by", "job_of", "make_items", "rows", "scalar", "snapshot",
-    "statements_sent", "subtask_ranges", "table_rows", "wait_state", "wait_until",
+    "started_fill", "statements_sent", "subtask_ranges", "table_rows", "wait_state",
+    "wait_until",
 ]

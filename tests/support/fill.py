@@ -40,7 +40,10 @@ from sqlalchemy.engine import Connection, Engine
 
 from framework import faults, jobtype
 from framework.jobtype import InvalidParams, Job, Step, SubtaskContext, Target
-from framework.submit import SubmitRequest
+from framework.store import jobs, owner_lease, steps
+from framework.store.owner_lease import OwnerTerm
+from framework.submit import SubmitRequest, submit
+from support.db import make_items
 
 NAME = "test-fill"
 STEPS_NAME = "test-fill-verify"
@@ -54,6 +57,29 @@ def fill(expr: str, *, table: str = "items", column: str = "d", type: str = "tex
     if revert_ranges:
         params["revert_ranges"] = True
     return SubmitRequest(STEPS_NAME if steps else NAME, params, **knobs)
+
+
+def started_fill(db: Any, n_ranges: int, *, term: OwnerTerm | None = None,
+                 table: str = "items", expr: str = "md5(b)",
+                 prepared: bool = False) -> tuple[int, OwnerTerm]:
+    """A ``test-fill`` job on ``table`` (``make_items`` of ``10 * n_ranges``
+    rows) started by hand, as an owner would without its prepare: ranges of
+    10 keys at step 1, running. ``term``: the owner's (campaigned for as
+    ``owner-a`` when None); ``prepared``: column d added as the prepare would,
+    for a test that runs the job's batches. Returns the job and the term."""
+    make_items(db, 10 * n_ranges, table=table)
+    job_id = submit(db, fill(expr, table=table)).job_id
+    with db.begin() as conn:
+        if prepared:
+            conn.execute(text(f"ALTER TABLE {_quote(table)} ADD COLUMN d text"))
+        if term is None:
+            term = owner_lease.campaign(db, conn, "owner-a")
+            assert term is not None, "another owner holds the lease"
+        steps.insert_ranges(db, conn, term, job_id, 1,
+                            [(1 + 10 * i, 11 + 10 * i) for i in range(n_ranges)])
+        jobs.start(db, conn, term, job_id, actor="t", step=1, row_estimate=10 * n_ranges,
+                   run_on_node=None, detail="test")
+    return job_id, term
 
 
 def _quote(name: str) -> str:
