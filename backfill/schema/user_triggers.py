@@ -5,7 +5,7 @@ their names, each on the row as the ones before it left it. A schema
 change's triggers compute what reaches the new column from the row being
 written, so they must fire after every trigger of the user's: their names
 start with ``PREFIX`` (``~`` sorts after every ASCII letter, digit and
-punctuation mark). A user BEFORE ROW INSERT or UPDATE trigger whose name
+punctuation mark). A user BEFORE ROW trigger whose name
 sorts after that prefix (a name starting with ``~`` and a later character,
 or with a non-ASCII letter) is refused: at submit, in prepare, and at the
 cut-over, since one may be created or renamed during the job.
@@ -36,7 +36,7 @@ _OURS = r"^(~reorg_|reorg_add_column_[0-9]+$|reorg_[0-9]+_alter_type$)"
 ALLOW = "allow_user_triggers"
 
 # pg_trigger.tgtype bits
-_ROW, _BEFORE, _INSERT, _UPDATE = 1, 2, 4, 16
+_ROW, _BEFORE, _INSERT, _DELETE, _UPDATE = 1, 2, 4, 8, 16
 
 _USER_TRIGGERS = f"""
     SELECT tgname FROM pg_trigger
@@ -93,9 +93,12 @@ def check_still_last(conn: Connection, table: str, display: str) -> None:
 
 
 def later_before_triggers(conn: Connection, table: str) -> list[str]:
-    """The user's BEFORE ROW INSERT or UPDATE triggers that fire after reorg's."""
+    """The user's BEFORE ROW triggers that fire after reorg's (DELETE too:
+    one that skips a delete after ``add-column``'s booked it would leave the
+    row without its ownership)."""
     return list(conn.execute(text(
-        f"{_USER_TRIGGERS} AND tgtype & {_BEFORE} <> 0 AND tgtype & {_INSERT | _UPDATE} <> 0 "
+        f"{_USER_TRIGGERS} AND tgtype & {_BEFORE} <> 0 "
+        f"AND tgtype & {_INSERT | _UPDATE | _DELETE} <> 0 "
         "AND tgname::text COLLATE \"C\" > :prefix COLLATE \"C\" ORDER BY 1"),
         {"t": table, "prefix": PREFIX}).scalars())
 
