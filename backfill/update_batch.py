@@ -43,11 +43,14 @@ _OTHER_ROLE = "update_batch.other_role"  # ctx.batch_state: no batch of it runs 
 
 
 def run_update_batch(ctx: SubtaskContext, conn: Connection,
-                     sql_for: Callable[[bool], UpdateSql], *, filtered: bool) -> int:
+                     sql_for: Callable[[bool], UpdateSql], *, filtered: bool,
+                     after_write: Callable[[Connection, Key, Key], None] | None = None) -> int:
     """Write the batch from ``ctx.curr_key`` with ``sql_for(bounded)``'s
     statement as the job's submitter and checkpoint it (not committed);
     return the keys it scanned. ``filtered``: the statement has a predicate
-    (``--where``), so the rows it writes are not the keys it passed over."""
+    (``--where``), so the rows it writes are not the keys it passed over.
+    ``after_write(conn, lo, hi)``: the job type's own statements after the
+    write, on the batch's range, in its transaction."""
     job, curr, end, n = ctx.job, ctx.curr_key, ctx.end_key, ctx.job.batch_rows
     with ctx.cancel_on_stop(conn):
         if not (job.key.integer and end is not END):
@@ -72,6 +75,8 @@ def run_update_batch(ctx: SubtaskContext, conn: Connection,
             # Rows changed under the statement: locked, on fixed bounds now.
             with as_role(conn, run_as(job)):  # the user's SQL, their privileges only
                 conn.execute(text(replace(sql, scanning=False).update_locked()), bounds)
+        if after_write is not None:
+            after_write(conn, curr, upper)
         if sql.batches and inline is None:  # else the statement recorded it
             conn.execute(text(sql.record_batch()), {**bounds, "subtask": ctx.subtask_id})
         if inline is None:

@@ -64,8 +64,13 @@ WORKER_OPTIONS_GROUP = "reorg.worker_options"
 
 Params = dict[str, Any]
 TableOpt = Annotated[str, typer.Option("--table", help="Table to work on, e.g. public.items.")]
+# Schema changes whose backfill updates every row (add-column, alter-type).
+AllowUserTriggersOpt = Annotated[bool, typer.Option(
+    "--allow-user-triggers",
+    help="Accept that the backfill fires the table's own row triggers for UPDATE on every "
+         "row (an updated_at stamp, an audit log); without it such a table is refused.")]
 
-__all__ = ["Params", "TableOpt", "count", "database", "duration", "generic_options",
+__all__ = ["AllowUserTriggersOpt", "Params", "TableOpt", "count", "database", "duration", "generic_options",
            "print_json", "table_name"]
 
 

@@ -8,7 +8,7 @@ ranges tile the whole key space (DESIGN 5): ``[k0, k1), [k1, k2), ...,
 [kn, END)``. Keys arriving during the job past the largest one fall in the
 last range, so no catch-up is needed; rows committed below ``k0`` before the
 job's prepare commits are taken into the first range by the owner
-(``reach_back``).
+(``reach_back``, for integer keys too).
 
 - Small tables (up to ``exact_max_rows`` estimated rows) are cut exactly at
   every ``rows_per_range``-th key: a walk of the key index, one probe a cut
@@ -138,7 +138,12 @@ def reach_back(conn: Connection, table: str, key: KeySpec, plan: SplitPlan) -> S
     table that was empty) was committed after the split's snapshot: no key
     arithmetic makes a "minus infinity" for a text or a uuid, and without
     this such a row lies in no range. One index probe. The owner calls it in
-    the transaction that prepares the job and inserts its ranges."""
+    the transaction that prepares the job and inserts its ranges, for keys
+    of every type: an integer key's ranges start at the smallest key too,
+    and its catch-up (``framework.catch_up``) looks only past the last range
+    (and covers a table that was empty, having no range to look past)."""
+    if key.integer and not plan.ranges:
+        return plan
     where, bounds = "", {}
     if plan.ranges:
         where = f"WHERE {key.expr()} < {key.param('first')}"

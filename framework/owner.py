@@ -305,13 +305,13 @@ class Owner:
         ``plan`` for a range step, the planner's fixed subtasks otherwise.
         Returns how many, and a few words on them for the job's event."""
         if plan is not None:
-            if not job.key.integer:
-                # Rows committed since the split's snapshot with keys below
-                # its first range would lie in no range (DESIGN 5): the first
-                # range reaches back to the smallest key now. After prepare's
-                # DDL in this transaction, later writers wait for its commit
-                # and then meet what it made (a trigger).
-                plan = keyset_split.reach_back(conn, job.target_table, job.key, plan)
+            # Rows committed since the split's snapshot with keys below its
+            # first range would lie in no range (DESIGN 5), whatever the key
+            # (an integer key's catch-up looks only past the last range): the
+            # first range reaches back to the smallest key now. After
+            # prepare's DDL in this transaction, later writers wait for its
+            # commit and then meet what it made (a trigger).
+            plan = keyset_split.reach_back(conn, job.target_table, job.key, plan)
             # A big split goes in a chunk a tick (``_check_running``).
             steps.begin_split(self.db, conn, term, job.id, job.step, plan.ranges, SPLIT_CHUNK)
             count = len(plan.ranges)

@@ -12,12 +12,19 @@ States and steps (TiDB's schema states beside them; the DDL: ``ddl``)::
 
 Without ``--not-null`` the not-null step has no subtask and ends at once.
 The backfill's batches are sql-update's (``backfill.ranged_update``): one
-UPDATE per batch, committed with its fenced checkpoint (DESIGN 3), EXPR
-evaluated on the row version the UPDATE locks (DESIGN 9). The cut-over's DDL
-waits for its locks a bounded time; the owner retries it.
+UPDATE per batch of the rows whose column IS NULL, committed with its
+fenced checkpoint (DESIGN 3), EXPR evaluated on the row version the UPDATE
+locks (DESIGN 9); a value the application wrote in the column is never
+replaced (``owned``). The cut-over's DDL waits for its locks a bounded time;
+the owner retries it.
 
-Rollback from any state drops the trigger, its function and the column (and
-the check with it): the table is as before, whatever the backfill wrote.
+A table whose row triggers the backfill would fire, or whose BEFORE trigger
+would fire after the job's, is refused at submit and in prepare
+(``backfill.schema.user_triggers``); the latter again at the cut-over.
+
+Rollback from any state drops the triggers, their functions, the ownership
+table and the column (and the check with it): the table is as before,
+whatever the backfill wrote.
 """
 
 from __future__ import annotations
@@ -28,9 +35,10 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
-from backfill.add_column.ddl import BODY_QUOTE, AddColumnDdl
+from backfill.add_column.ddl import BODY_QUOTE, JOB_SETTING, AddColumnDdl
 from backfill.expressions import embed, on_one_line, one_expression, optional_expression
 from backfill.ranged_update import UpdateSql, alias_of, check_update_statement
+from backfill.schema import user_triggers
 from backfill.tables import (
     TableInfo,
     check_identifier,
@@ -40,11 +48,11 @@ from backfill.tables import (
     resolve_type,
     set_ddl_lock_timeout,
 )
-from backfill.update_batch import run_update_batch, run_update_batch_alone
+from backfill.update_batch import run_update_batch
 from framework import jobtype
 from framework.errors import one_line
 from framework.jobtype import InvalidParams, Job, Step, SubtaskContext, Target
-from framework.keys import decode, shown
+from framework.keys import END, Key, decode, shown
 
 BACKFILL, NOT_NULL = 1, 2  # stored step numbers: never renumber
 
@@ -76,17 +84,21 @@ class AddColumn:
         default = optional_expression(params.get("default"), "--default")
         if default:
             _check_default(conn, table, column, type_, default)
+        user_triggers.check(conn, table.qualified, table.display, params)
         return Target(table.qualified, table.key_sql, {
             "table": table.display, "key": table.key, "column": column, "column_type": type_, "expr": expr,
             "default": default, "not_null": bool(params.get("not_null")),
+            user_triggers.ALLOW: user_triggers.allowed(params),
         }, key=table.key_spec)
 
     def describe(self, conn: Connection, job: Job) -> list[str]:
         params, table = job.params, job.target_table
-        ddl = AddColumnDdl(table, 0, params)  # the job's id is not known yet: 0 in names
+        ddl = _ddl(job)  # the job's id is not known yet: 0 in names
         lines = [f"prepare (write-only): {s}" for s in ddl.prepare()]
         lines.append(f"backfill (write-reorg): {_update(job).update()}"
                      " per batch")
+        fix_up = ddl.owned.fix_up(table, alias_of(table), params["column"], bounded=True)
+        lines.append(f"backfill (write-reorg): {fix_up} after it (explicit NULLs kept)")
         if params["not_null"]:
             lines += [f"not-null (write-reorg): {s}" for s in ddl.add_check()]
             lines.append(f"not-null (write-reorg): {ddl.validate_check()}")
@@ -97,6 +109,8 @@ class AddColumn:
     # --- owner ---------------------------------------------------------------------
 
     def prepare(self, conn: Connection, job: Job) -> None:
+        # Again: the table's triggers may have changed since the submit.
+        user_triggers.check(conn, job.target_table, job.params["table"], job.params)
         set_ddl_lock_timeout(conn)
         for stmt in _ddl(job).prepare():
             conn.execute(text(stmt))
@@ -112,6 +126,10 @@ class AddColumn:
 
     def advance(self, conn: Connection, job: Job) -> None:
         set_ddl_lock_timeout(conn)
+        # The lock first (the cut-over's DDL takes it anyway): no trigger is
+        # made or renamed between the check and the commit.
+        conn.execute(text(f"LOCK TABLE {job.target_table} IN ACCESS EXCLUSIVE MODE"))
+        user_triggers.check_still_last(conn, job.target_table, job.params["table"])
         for stmt in _ddl(job).cut_over():
             conn.execute(text(stmt))
 
@@ -121,8 +139,8 @@ class AddColumn:
     def revert(self, conn: Connection, job: Job) -> None:
         set_ddl_lock_timeout(conn)
         ddl = _ddl(job)
-        statements = ddl.rollback() if relation_exists(conn, job.target_table) else [
-            f"DROP FUNCTION IF EXISTS {ddl.function}()"]
+        statements = (ddl.rollback() if relation_exists(conn, job.target_table)
+                      else ddl.drop_work())
         for stmt in statements:
             conn.execute(text(stmt))
 
@@ -132,22 +150,21 @@ class AddColumn:
         if ctx.job.step == NOT_NULL:
             self._validate_not_null(ctx, engine)
             return
-        ctx.run_batches(engine, lambda conn: self.run_batch(ctx, conn),
-                        alone=lambda engine: self.run_batch_alone(ctx, engine))
-
-    @staticmethod
-    def run_batch_alone(ctx: SubtaskContext, engine: Engine) -> int | None:
-        """The batch as one statement with its checkpoint, where it can be
-        (``run_update_batch_alone``); None where not."""
-        job = ctx.job
-        return run_update_batch_alone(ctx, engine, lambda bounded: _update(job, bounded),
-                                      filtered=False)
+        ctx.run_batches(engine, lambda conn: self.run_batch(ctx, conn))
 
     def run_batch(self, ctx: SubtaskContext, conn: Connection) -> int:
-        """One backfill batch from ``ctx.curr_key``, checkpointed, not committed."""
+        """One backfill batch from ``ctx.curr_key``, checkpointed, not
+        committed: its UPDATE, then the fix-up of explicit NULLs (``owned``),
+        both unseen by the job's own triggers. Several statements in a
+        transaction, never the one-statement batch of ``run_update_batch_alone``."""
         job = ctx.job
+        conn.execute(text(f"SELECT set_config('{JOB_SETTING}', :job, true)"),
+                     {"job": str(job.id)})
+        # Not ``filtered``: the filter skips only rows the application wrote,
+        # few, so batches stay on fixed bounds (counting the rows they wrote).
         return run_update_batch(ctx, conn, lambda bounded: _update(job, bounded),
-                                filtered=False)
+                                filtered=False,
+                                after_write=lambda conn, lo, hi: _keep_nulls(ctx, conn, lo, hi))
 
     @staticmethod
     def _validate_not_null(ctx: SubtaskContext, engine: Engine) -> None:
@@ -176,13 +193,35 @@ class AddColumn:
 
 
 def _ddl(job: Job) -> AddColumnDdl:
-    return AddColumnDdl(job.target_table, job.id, job.params)
+    return AddColumnDdl(job.target_table, job.id, job.params, job.key)
 
 
 def _update(job: Job, bounded: bool = True) -> UpdateSql:
+    """The batch: only rows whose column IS NULL (a value there is the
+    application's, ``owned``), tested on the row version the UPDATE locks."""
     table, params = job.target_table, job.params
-    return UpdateSql(table, alias_of(table), job.key, params["column"], params["expr"], None,
-                     None, bounded=bounded)
+    return UpdateSql(table, alias_of(table), job.key, params["column"], params["expr"],
+                     f"{quote(params['column'])} IS NULL", None, bounded=bounded)
+
+
+# ctx.batch_state: whether the job has its ownership table (not if a version
+# before it prepared the job: nothing to fix up then).
+_OWNED_TABLE = "add_column.owned_table"
+
+
+def _keep_nulls(ctx: SubtaskContext, conn: Connection, lo: Key, hi: Key) -> None:
+    """Set back to NULL what the batch filled where the application had
+    written NULL meanwhile (``owned``): reorg's statement, run as the worker."""
+    job = ctx.job
+    owned = _ddl(job).owned
+    if _OWNED_TABLE not in ctx.batch_state:
+        ctx.batch_state[_OWNED_TABLE] = relation_exists(conn, owned.table)
+    if not ctx.batch_state[_OWNED_TABLE]:
+        return
+    table = job.target_table
+    conn.execute(text(owned.fix_up(table, alias_of(table), job.params["column"],
+                                   bounded=hi is not END)),
+                 {"lo": job.key.bind(lo), "hi": job.key.bind(hi)})
 
 
 def _column_spec(conn: Connection, table: TableInfo, value: str) -> tuple[str, str]:

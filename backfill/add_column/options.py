@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from cli.plugin import Params, TableOpt
+from cli.plugin import AllowUserTriggersOpt, Params, TableOpt
 
 
 def add_column(
@@ -20,8 +20,9 @@ def add_column(
     not_null: Annotated[bool, typer.Option(
         "--not-null", help="Make the column NOT NULL at the end (checked without a long lock).")
     ] = False,
+    allow_user_triggers: AllowUserTriggersOpt = False,
 ) -> Params:
     """Add a column and fill every row with a per-row value online; then its default
     and NOT NULL. Dropped again on cancel or failure."""
     return {"table": table, "column": column, "value": value, "default": default,
-            "not_null": not_null}
+            "not_null": not_null, "allow_user_triggers": allow_user_triggers}

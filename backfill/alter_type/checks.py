@@ -7,7 +7,11 @@ partitioned tables and tables in an inheritance tree; identity and generated
 columns; a column referenced by a foreign key; a column a view, materialized
 view, generated column, trigger, policy, rule or extended statistics depend
 on; an exclusion constraint on the column; a column of the table's key (of
-any type, ``framework.keys``) to a type no unique btree index takes."""
+any type, ``framework.keys``) to a type no unique btree index takes.
+
+Refused because the job would break DESIGN 14: a user BEFORE trigger that
+would fire after the job's, and row triggers the backfill would fire unless
+the user accepts them (``backfill.schema.user_triggers``)."""
 
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ from sqlalchemy.engine import Connection
 
 from backfill.alter_type import names, plan
 from backfill.expressions import one_expression
-from backfill.schema import catalog
+from backfill.schema import catalog, user_triggers
 from backfill.tables import (
     TableInfo,
     check_identifier,
@@ -76,6 +80,9 @@ def check(conn: Connection, params: dict[str, Any]) -> Target:
                             f"{USE_ALTER}")
     normalised: dict[str, Any] = {"table": table.display, "column": column, "type": type_name,
                   "shadow": shadow}
+    user_triggers.check(conn, table.qualified, table.display, params)
+    if user_triggers.allowed(params):
+        normalised[user_triggers.ALLOW] = True
     if using is not None:
         normalised["using"] = using
     explain_or_fail(conn, f"SELECT {plan.expression(normalised)} FROM {table.qualified} "

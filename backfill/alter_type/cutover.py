@@ -21,7 +21,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection
 
 from backfill.alter_type import names
-from backfill.schema import catalog, trigger
+from backfill.schema import catalog, trigger, user_triggers
 from backfill.schema.catalog import IndexFacts
 from backfill.schema.sql import literal, run
 from backfill.tables import quote
@@ -42,6 +42,7 @@ def cut_over(conn: Connection, job: Job) -> None:
     column, shadow = quote(p["column"]), quote(p["shadow"])
     run(conn, f"SET LOCAL lock_timeout = '{CUTOVER_LOCK_TIMEOUT}'")
     run(conn, f"LOCK TABLE {t} IN ACCESS EXCLUSIVE MODE")
+    user_triggers.check_still_last(conn, t, p["table"])
     old = catalog.column_facts(conn, t, p["column"])
     new = catalog.column_facts(conn, t, p["shadow"])
     if old is None or new is None:
@@ -61,7 +62,7 @@ def cut_over(conn: Connection, job: Job) -> None:
         run(conn, f"ALTER SEQUENCE {sequence} OWNED BY {t}.{shadow}")
     if old.not_null:
         run(conn, f"ALTER TABLE {t} ALTER COLUMN {shadow} SET NOT NULL")
-    trigger.remove(conn, table=t, function=names.function(job), trigger=names.trigger(job))
+    trigger.remove(conn, table=t, function=names.function(job), triggers=names.triggers(job))
     run(conn, f"ALTER TABLE {t} DROP COLUMN {column}")
     run(conn, f"ALTER TABLE {t} RENAME COLUMN {shadow} TO {column}")
     faults.hit("alter_type.in_cutover")

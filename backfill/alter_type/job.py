@@ -11,7 +11,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from backfill.alter_type import batches, checks, names, plan
 from backfill.alter_type.cutover import cut_over
-from backfill.schema import catalog, trigger
+from backfill.schema import catalog, trigger, user_triggers
 from backfill.schema.sql import literal, run
 from backfill.tables import quote, set_ddl_lock_timeout
 from framework import faults, jobtype
@@ -45,7 +45,8 @@ class AlterType:
         """Write-only, in one short transaction: the shadow column, its NOT
         VALID checks and the trigger. Checked again first: the table may have
         changed since the submit (a refusal fails the job, nothing applied)."""
-        checks.check(conn, {k: job.params.get(k) for k in ("table", "column", "type", "using")})
+        checks.check(conn, {k: job.params.get(k) for k in (
+            "table", "column", "type", "using", user_triggers.ALLOW) if k in job.params})
         set_ddl_lock_timeout(conn)
         facts = catalog.column_facts(conn, job.target_table, job.params["column"])
         assert facts is not None  # checked just now
@@ -83,7 +84,7 @@ class AlterType:
         constraints go with it. The table is then as before the job."""
         set_ddl_lock_timeout(conn)
         trigger.remove(conn, table=job.target_table, function=names.function(job),
-                       trigger=names.trigger(job))
+                       triggers=names.triggers(job))
         mark = conn.execute(text(
             "SELECT col_description(attrelid, attnum) FROM pg_attribute "
             "WHERE attrelid = to_regclass(:t) AND attname = :c AND NOT attisdropped"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 
+from backfill.schema import user_triggers
 from backfill.tables import quote
 from framework.jobtype import Job
 
@@ -23,7 +24,15 @@ def prefix(job: Job) -> str:
 
 
 def trigger(job: Job) -> str:
-    return quote(f"reorg_{job.id}_alter_type")
+    """Sorts after the user's triggers: it fires after them (``backfill.schema.user_triggers``)."""
+    return quote(f"{user_triggers.PREFIX}{job.id}_alter_type")
+
+
+def triggers(job: Job) -> tuple[str, ...]:
+    """The trigger under its name and under the name of versions before
+    ``trigger``'s (a job in flight across an upgrade): what a rollback or
+    the cut-over drops."""
+    return trigger(job), quote(f"reorg_{job.id}_alter_type")
 
 
 def function(job: Job) -> str:

@@ -12,6 +12,8 @@ shadow column wrong would lose that row at the cut-over."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
@@ -42,9 +44,11 @@ def install(conn: Connection, *, table: str, table_name: str, function: str, tri
                       f"FOR EACH ROW EXECUTE FUNCTION {function}()"))
 
 
-def remove(conn: Connection, *, table: str, function: str, trigger: str) -> None:
-    """Drop the trigger and its function, whichever of them exists."""
+def remove(conn: Connection, *, table: str, function: str, triggers: Iterable[str]) -> None:
+    """Drop the trigger (under each of its names, ``triggers``) and its
+    function, whichever of them exists."""
     exists = conn.execute(text("SELECT to_regclass(:t) IS NOT NULL"), {"t": table}).scalar()
     if exists:
-        conn.execute(text(f"DROP TRIGGER IF EXISTS {trigger} ON {table}"))
+        for trigger in triggers:
+            conn.execute(text(f"DROP TRIGGER IF EXISTS {trigger} ON {table}"))
     conn.execute(text(f"DROP FUNCTION IF EXISTS {function}()"))

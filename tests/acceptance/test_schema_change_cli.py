@@ -1,13 +1,15 @@
 """``reorg submit add-index`` and ``reorg submit add-column`` as a user runs
-them: bad input is one ``error:`` line, exit 2, every table as it was; a dry
-run prints the DDL of each state and the ranges and changes nothing; a job
-run by a ``reorg worker`` shows its schema state in ``reorg status``."""
+them: bad input is one ``error:`` line, exit 2, every table as it was (a
+table whose row triggers a backfill would fire too, for ``alter-type`` as
+well, unless ``--allow-user-triggers``); a dry run prints the DDL of each
+state and the ranges and changes nothing; a job run by a ``reorg worker``
+shows its schema state in ``reorg status``."""
 
 from __future__ import annotations
 
 import pytest
 from cli_support import assert_one_error_line, dump, job_status, ok, reorg
-from support import wait_until
+from support import execute, wait_until
 
 ITEMS_ROWS = 2_000
 
@@ -40,6 +42,23 @@ def test_dry_runs_print_the_ddl_of_each_state_and_change_nothing(items_db):
     assert 'prepare (write-only): ALTER TABLE "public"."items" ADD COLUMN "d" text' in column
     assert "VALIDATE CONSTRAINT" in column and "SET NOT NULL" in column
     assert dump(items_db) == before
+
+
+def test_a_table_whose_row_triggers_the_backfill_would_fire_is_refused_unless_accepted(
+        items_db):
+    execute(items_db, """
+        CREATE FUNCTION stamp() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN NEW.c := clock_timestamp()::text; RETURN NEW; END $$;
+        CREATE TRIGGER items_stamp BEFORE UPDATE ON items FOR EACH ROW EXECUTE FUNCTION stamp()""")
+    before = dump(items_db)
+    for args in (["add-column", "--table", "items", "--column", "d:text", "--value", "md5(b)"],
+                 ["alter-type", "--table", "items", "--column", "a", "--type", "bigint"]):
+        line = assert_one_error_line(reorg(items_db, "submit", *args), 2)
+        assert "row trigger an UPDATE fires: items_stamp" in line, line
+        assert "--allow-user-triggers" in line, line
+        assert dump(items_db) == before, args
+        ok(reorg(items_db, "submit", *args, "--allow-user-triggers", "--dry-run"))
+        assert dump(items_db) == before, args
 
 
 @pytest.mark.matrix  # a worker process: long; status of the state also in test_steps

@@ -150,7 +150,7 @@ def test_cancel_in_each_state_leaves_the_table_as_before_with_nothing_behind(
     faults.wait_blocked("alter_type.before_verify" if step == "verify" else point, 60)
     job = job_of(db, job_id)
     assert job["step_name"] == step and job["schema_state"] == "write-reorg", job
-    assert scalar(db, "SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'reorg_%'") == 1
+    assert scalar(db, "SELECT count(*) FROM pg_trigger WHERE tgname LIKE '~reorg_%'") == 1
     control.cancel(db, job_id)
     faults.disarm_all()
     done = wait_state(db, job_id, timeout=120)

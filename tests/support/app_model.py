@@ -165,8 +165,8 @@ class Application:
 
 def shape(engine: sa.Engine, table: str = "items") -> dict[str, list[tuple]]:
     """What a rolled-back schema change must leave exactly as it was: the
-    table's columns, constraints, indexes and triggers, and any function of
-    reorg's left behind."""
+    table's columns, constraints, indexes and triggers, and any function or
+    work table of reorg's left behind."""
     queries = {
         "columns": """SELECT attname, format_type(atttypid, atttypmod), attnotnull,
                              pg_get_expr(d.adbin, d.adrelid)
@@ -181,6 +181,8 @@ def shape(engine: sa.Engine, table: str = "items") -> dict[str, list[tuple]]:
         "triggers": """SELECT tgname FROM pg_trigger
                        WHERE tgrelid = CAST(:t AS regclass) AND NOT tgisinternal ORDER BY 1""",
         "functions": """SELECT proname FROM pg_proc WHERE proname LIKE 'add_column_%' ORDER BY 1""",
+        "work_tables": """SELECT relname FROM pg_class WHERE relname LIKE 'add_column_%'
+                          ORDER BY 1""",
     }
     with engine.begin() as conn:
         return {name: [tuple(r) for r in conn.execute(sa.text(q), {"t": table})]
