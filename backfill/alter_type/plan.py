@@ -66,8 +66,10 @@ def prepare_statements(job: Job, not_null: bool, clones: list[ConstraintClone]) 
     shadow = quote(p["shadow"])
     statements = [f"ALTER TABLE {t} ADD COLUMN {shadow} {p['type']}"]
     if not_null:
+        # NO INHERIT: a child table made during the job (which the cut-over
+        # refuses) must not refuse its application's writes for a NULL shadow.
         statements.append(f"ALTER TABLE {t} ADD CONSTRAINT {quote(names.not_null_check(job))} "
-                          f"CHECK ({shadow} IS NOT NULL) NOT VALID")
+                          f"CHECK ({shadow} IS NOT NULL) NO INHERIT NOT VALID")
     statements += [clone.statement for clone in clones]
     return statements
 

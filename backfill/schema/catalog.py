@@ -191,3 +191,41 @@ def referencing_foreign_keys(conn: Connection, table: str, attnum: int) -> list[
         SELECT format('%s on %s', conname, conrelid::regclass) FROM pg_constraint
         WHERE contype = 'f' AND confrelid = to_regclass(:t) AND :n = ANY(confkey)
         ORDER BY 1"""), {"t": table, "n": attnum}).scalars())
+
+
+@dataclass(frozen=True)
+class Inheritance:
+    """Where the table stands in an inheritance tree or a partitioning (each
+    relation as ``regclass`` prints it)."""
+
+    partitioned: bool  # PARTITION BY: its partitions are its children
+    partition_of: str | None  # the partitioned table it is a partition of
+    parents: tuple[str, ...]  # INHERITS (..., or the table it is a partition of)
+    children: tuple[str, ...]  # tables inheriting from it, or its partitions
+
+    @property
+    def plain(self) -> bool:
+        return not (self.partitioned or self.parents or self.children)
+
+
+def inheritance(conn: Connection, table: str) -> Inheritance | None:
+    """None if the table does not exist."""
+    row = conn.execute(text("""
+        SELECT c.relkind = 'p' AS partitioned,
+               (SELECT i.inhparent::regclass::text FROM pg_inherits i
+                WHERE i.inhrelid = c.oid AND c.relispartition) AS partition_of,
+               ARRAY(SELECT i.inhparent::regclass::text FROM pg_inherits i
+                     WHERE i.inhrelid = c.oid ORDER BY i.inhseqno) AS parents,
+               ARRAY(SELECT i.inhrelid::regclass::text FROM pg_inherits i
+                     WHERE i.inhparent = c.oid ORDER BY 1) AS children
+        FROM pg_class c WHERE c.oid = to_regclass(:t)"""), {"t": table}).first()
+    if row is None:
+        return None
+    return Inheritance(row.partitioned, row.partition_of, tuple(row.parents),
+                       tuple(row.children))
+
+
+def constraint_names(conn: Connection, table: str) -> list[str]:
+    return list(conn.execute(text(
+        "SELECT conname FROM pg_constraint WHERE conrelid = to_regclass(:t) ORDER BY 1"),
+        {"t": table}).scalars())
