@@ -1,13 +1,17 @@
 """What ``reorg submit alter-type`` refuses, each with one line saying what is
 wrong and what to do instead (DESIGN 11). Run at submit, and again by the
-owner in ``prepare`` (the table may have changed since).
+owner in ``prepare`` (the table may have changed since); what a swap cannot
+carry (``check_swappable``) is checked a third time by the cut-over, under
+its lock (DESIGN 15).
 
 Refused, because a swap of columns cannot carry them over safely:
-partitioned tables and tables in an inheritance tree; identity and generated
-columns; a column referenced by a foreign key; a column a view, materialized
-view, generated column, trigger, policy, rule or extended statistics depend
-on; an exclusion constraint on the column; a column of the table's key (of
-any type, ``framework.keys``) to a type no unique btree index takes."""
+partitioned tables, partitions and tables with inheritance parents or
+children; identity and generated columns; a column referenced by a foreign
+key; a column a view, materialized view, generated column, trigger,
+policy, rule, extended statistics or a publication's column list or row
+filter depend on; an exclusion constraint on the column; a column of the
+table's key (of any type, ``framework.keys``) to a type no unique btree
+index takes."""
 
 from __future__ import annotations
 

@@ -5,22 +5,29 @@ the job stays running). Either all of it happened, with the job succeeded,
 or none of it: an owner killed in the middle leaves the job running in its
 last step, and its heir runs the cut-over again (DESIGN 12).
 
+First, under its lock, it checks again what the submit refuses, and that
+every index and constraint on the column has its copy: anything made during
+the job that the swap would drop, or recurse into (a child table), fails
+the job by name, and its rollback leaves the table as it was (DESIGN 15).
+
 The shadow column takes the old column's place and keeps what it had: name,
 NOT NULL (proved by the validated CHECK, so SET NOT NULL does not scan),
-default, the sequences it owns, its indexes (built beforehand, renamed to
-the old names; a PRIMARY KEY or UNIQUE constraint attached USING INDEX), its
+default, the sequences it owns (widened to the new integer type, ``plan.
+sequence_widenings``), its indexes (built beforehand, in their tablespace,
+renamed to the old names; a PRIMARY KEY or UNIQUE constraint attached USING
+INDEX; statistics targets, CLUSTER ON and REPLICA IDENTITY set again), its
 CHECK and FOREIGN KEY constraints (validated beforehand, renamed), the
 comments of all of them, the privileges granted on the column itself, its
 statistics target and its attribute options (``n_distinct``). It moves to
-the end of ``SELECT *``. Its collation is the new type's default, as with
-``ALTER TABLE ... TYPE`` without ``COLLATE``."""
+the end of ``SELECT *``. Its collation, storage and compression are the new
+type's defaults, as with ``ALTER TABLE ... TYPE`` without ``COLLATE``."""
 
 from __future__ import annotations
 
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection
 
-from backfill.alter_type import checks, names
+from backfill.alter_type import checks, names, plan
 from backfill.schema import catalog, trigger
 from backfill.schema.catalog import IndexFacts
 from backfill.schema.sql import literal, run
@@ -54,6 +61,8 @@ def cut_over(conn: Connection, job: Job) -> None:
     _refuse_what_changed(conn, job, old, new, indexes, constraints)
     for sequence in old.owned_sequences:  # else the drop of the old column drops them
         run(conn, f"ALTER SEQUENCE {sequence} OWNED BY {t}.{shadow}")
+    for statement in plan.sequence_widenings(conn, job, old):
+        run(conn, statement)
     if old.not_null:
         run(conn, f"ALTER TABLE {t} ALTER COLUMN {shadow} SET NOT NULL")
     trigger.remove(conn, table=t, function=names.function(job), trigger=names.trigger(job))
@@ -137,7 +146,9 @@ def _set_settings(conn: Connection, table: str, column: str,
 
 
 def _take_over_index(conn: Connection, table: str, built: str, old: IndexFacts) -> None:
-    """The index built on the new column gets the old one's name, constraint and comment."""
+    """The index built on the new column gets the old one's name, constraint,
+    comment, statistics targets, and its marks as the table's clustered
+    index and replica identity."""
     schema = table.split(".")[0]
     if old.constraint_type in ("p", "u"):
         kind = "PRIMARY KEY" if old.constraint_type == "p" else "UNIQUE"
@@ -156,6 +167,8 @@ def _take_over_index(conn: Connection, table: str, built: str, old: IndexFacts) 
         run(conn, f"ALTER INDEX {schema}.{quote(built)} RENAME TO {quote(old.name)}")
         index = f"{schema}.{quote(old.name)}"
     _comment(conn, f"INDEX {index}", old.comment)
+    for statement in plan.index_marks(table, old):
+        run(conn, statement)
 
 
 def _comment(conn: Connection, target: str, comment: str | None) -> None:

@@ -95,7 +95,9 @@ def carried(url: str, schema: str) -> dict[str, Any]:
         t = "items"
 
         def q(sql: str) -> list[tuple]:
-            return sorted(tuple(r) for r in conn.execute(sql, {"t": t}).fetchall())
+            # pg_get_indexdef names the table with its schema whatever the search_path.
+            return sorted(tuple(v.replace(f" ON {schema}.", " ON ") if isinstance(v, str) else v
+                                for v in r) for r in conn.execute(sql, {"t": t}).fetchall())
 
         acl = """(SELECT array_agg(format('%%s>%%s:%%s:%%s', pg_get_userbyid(g.grantor),
                           CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(g.grantee)
@@ -143,7 +145,8 @@ def carried(url: str, schema: str) -> dict[str, Any]:
             "policies": q("""SELECT polname, pg_get_expr(polqual, polrelid) FROM pg_policy
                              WHERE polrelid = %(t)s::regclass"""),
             "publications": q(f"""
-                SELECT replace(pubname, '_{schema}', ''), attnames, rowfilter
+                SELECT replace(pubname, '_{schema}', ''),
+                       ARRAY(SELECT unnest(attnames) ORDER BY 1), rowfilter
                 FROM pg_publication_tables WHERE schemaname = '{schema}'
                   AND tablename = %(t)s"""),
             "statistics": q("""SELECT stxname, pg_get_statisticsobjdef(oid) FROM pg_statistic_ext
@@ -220,17 +223,30 @@ def _sequence(url: str) -> tuple:
                             "WHERE seqrelid = 'items_id_seq'::regclass").fetchone()
 
 
-def test_int_to_bigint_widens_the_serial_sequence_so_keys_go_past_the_int_max(
-        db, settings, start_node):
-    url = settings.database_url
+def _serial_table(url: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("CREATE TABLE items (id serial PRIMARY KEY, a int NOT NULL, b text);"
                      "INSERT INTO items (a, b) SELECT g, 'v' || g FROM generate_series(1, 500) g")
-    request = SubmitRequest("alter-type", {"table": "items", "column": "id", "type": "bigint"},
-                            rows_per_subtask=250)
-    plan = submit(db, SubmitRequest(request.type, request.params, dry_run=True)).notes
-    assert any('ALTER SEQUENCE "public"."items_id_seq" AS bigint' in line for line in plan), plan
+
+
+def _alter_id(**knobs: Any) -> SubmitRequest:
+    return SubmitRequest("alter-type", {"table": "items", "column": "id", "type": "bigint"},
+                         **knobs)
+
+
+def test_the_dry_run_shows_the_serial_sequence_widened(db, settings):
+    url = settings.database_url
+    _serial_table(url)
+    plan = submit(db, _alter_id(dry_run=True)).notes
+    assert any('ALTER SEQUENCE public.items_id_seq AS bigint' in line for line in plan), plan
     assert _sequence(url) == ("integer", 2_147_483_647)  # a dry run changes nothing
+
+
+def test_int_to_bigint_widens_the_serial_sequence_so_keys_go_past_the_int_max(
+        db, settings, start_node):
+    url = settings.database_url
+    _serial_table(url)
+    request = _alter_id(rows_per_subtask=250)
     app = App(url)
     app.load()
     app.start()
