@@ -43,6 +43,8 @@ TABLE = """
     CREATE UNIQUE INDEX items_id_a ON items (id, a) WITH (fillfactor = 70) TABLESPACE {ts};
     ALTER TABLE items REPLICA IDENTITY USING INDEX items_id_a;
     CREATE INDEX items_a_part ON items (a) INCLUDE (b) WHERE a > 3;
+    CREATE UNIQUE INDEX items_b_a ON items (b COLLATE "C" text_pattern_ops, a DESC NULLS LAST)
+        NULLS NOT DISTINCT;
     CREATE INDEX items_expr ON items ((a + 1), lower(b));
     ALTER INDEX items_expr ALTER COLUMN 1 SET STATISTICS 300;
     ALTER TABLE items CLUSTER ON items_expr;
