@@ -141,6 +141,14 @@ END {BODY_QUOTE}""",
         """The scan, on a worker; it takes SHARE UPDATE EXCLUSIVE: writes go on."""
         return f"ALTER TABLE {self.table} VALIDATE CONSTRAINT {self.constraint}"
 
+    def lock(self) -> str:
+        """The cut-over's lock, taken first so that what it checks (no child
+        table) holds until it commits: the lock its own DDL needs, which also
+        keeps out CREATE TABLE ... INHERITS (SHARE UPDATE EXCLUSIVE)."""
+        mode = ("ACCESS EXCLUSIVE" if self.params.get("default") or self.params["not_null"]
+                else "SHARE ROW EXCLUSIVE")
+        return f"LOCK TABLE {self.table} IN {mode} MODE"
+
     def cut_over(self) -> list[str]:
         """public, one transaction. SET NOT NULL is a statement of its own,
         before the check is dropped: it finds the valid check and skips its

@@ -38,7 +38,7 @@ from sqlalchemy.exc import IntegrityError
 from backfill.add_column.ddl import BODY_QUOTE, JOB_SETTING, AddColumnDdl
 from backfill.expressions import embed, on_one_line, one_expression, optional_expression
 from backfill.ranged_update import UpdateSql, alias_of, check_update_statement
-from backfill.schema import user_triggers
+from backfill.schema import catalog, user_triggers
 from backfill.tables import (
     TableInfo,
     check_identifier,
@@ -75,6 +75,7 @@ class AddColumn:
 
     def validate(self, conn: Connection, params: dict[str, Any]) -> Target:
         table = inspect_table(conn, params.get("table", ""), any_key=True)
+        _refuse_inheritance_children(conn, table.qualified, table.display)
         column, type_ = _column_spec(conn, table, params.get("column", ""))
         expr = one_expression(params.get("value", ""), "--value")
         if BODY_QUOTE in expr:
@@ -102,7 +103,7 @@ class AddColumn:
         if params["not_null"]:
             lines += [f"not-null (write-reorg): {s}" for s in ddl.add_check()]
             lines.append(f"not-null (write-reorg): {ddl.validate_check()}")
-        lines += [f"cut-over (public): {s}" for s in ddl.cut_over()]
+        lines += [f"cut-over (public): {s}" for s in [ddl.lock(), *ddl.cut_over()]]
         lines += [f"rollback: {s}" for s in ddl.rollback()]
         return [on_one_line(line) for line in lines]
 
@@ -125,12 +126,22 @@ class AddColumn:
         return [{"validate": True}] if job.params["not_null"] else []
 
     def advance(self, conn: Connection, job: Job) -> None:
+        """The cut-over; first, under its lock, what the submit refuses is
+        checked again: a child table made during the job (its rows never
+        went through the trigger) fails the job, whose rollback drops the column."""
         set_ddl_lock_timeout(conn)
-        # The lock first (the cut-over's DDL takes it anyway): no trigger is
-        # made or renamed between the check and the commit.
-        conn.execute(text(f"LOCK TABLE {job.target_table} IN ACCESS EXCLUSIVE MODE"))
+        ddl = _ddl(job)
+        conn.execute(text(ddl.lock()))
+        try:
+            _refuse_inheritance_children(conn, job.target_table, job.params["table"])
+        except InvalidParams as exc:
+            raise CutOverRefused(f"{job.params['table']} changed during the job: {exc}; the "
+                                 "cut-over refused it and the job is rolled back, the table "
+                                 "as it was: resolve that, then submit the job again") from None
+        # Under the lock (SHARE ROW EXCLUSIVE at least: CREATE TRIGGER waits
+        # for it too), no trigger is made or renamed before the commit.
         user_triggers.check_still_last(conn, job.target_table, job.params["table"])
-        for stmt in _ddl(job).cut_over():
+        for stmt in ddl.cut_over():
             conn.execute(text(stmt))
 
     def plan_revert(self, conn: Connection, job: Job) -> bool:
@@ -190,6 +201,24 @@ class AddColumn:
 
     def revert_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
         raise AssertionError("add-column plans no revert subtasks")
+
+
+class CutOverRefused(RuntimeError):
+    """The table changed during the job in a way the cut-over cannot carry:
+    not retryable, so the job fails and is rolled back."""
+
+
+def _refuse_inheritance_children(conn: Connection, table: str, display: str) -> None:
+    """A table with inheritance children: the column is added to them too,
+    but the trigger is the table's own, so rows written to a child never get
+    --value. (Partitions are carried: PostgreSQL clones the trigger to every
+    partition, those created or attached during the job too.)"""
+    tree = catalog.inheritance(conn, table)
+    if tree is not None and tree.children and not tree.partitioned:
+        raise InvalidParams(
+            f"table {display} has inheritance children ({', '.join(tree.children)}): rows "
+            "written to them would not get --value (the trigger fires on the table alone); "
+            "add the column with ALTER TABLE ... ADD COLUMN instead")
 
 
 def _ddl(job: Job) -> AddColumnDdl:

@@ -1,13 +1,17 @@
 """What ``reorg submit alter-type`` refuses, each with one line saying what is
 wrong and what to do instead (DESIGN 11). Run at submit, and again by the
-owner in ``prepare`` (the table may have changed since).
+owner in ``prepare`` (the table may have changed since); what a swap cannot
+carry (``check_swappable``) is checked a third time by the cut-over, under
+its lock (DESIGN 15).
 
 Refused, because a swap of columns cannot carry them over safely:
-partitioned tables and tables in an inheritance tree; identity and generated
-columns; a column referenced by a foreign key; a column a view, materialized
-view, generated column, trigger, policy, rule or extended statistics depend
-on; an exclusion constraint on the column; a column of the table's key (of
-any type, ``framework.keys``) to a type no unique btree index takes.
+partitioned tables, partitions and tables with inheritance parents or
+children; identity and generated columns; a column referenced by a foreign
+key; a column a view, materialized view, generated column, trigger,
+policy, rule, extended statistics or a publication's column list or row
+filter depend on; an exclusion constraint on the column; a column of the
+table's key (of any type, ``framework.keys``) to a type no unique btree
+index takes.
 
 Refused because the job would break DESIGN 14: a user BEFORE trigger that
 would fire after the job's, and row triggers the backfill would fire unless
@@ -40,7 +44,7 @@ USE_ALTER = "change it with ALTER TABLE ... TYPE in a maintenance window instead
 def check(conn: Connection, params: dict[str, Any]) -> Target:
     """The normalised params of a valid request, or InvalidParams."""
     table_name = params.get("table") or ""
-    _refuse_table_kind(conn, table_name)
+    refuse_table_kind(conn, table_name)
     table = inspect_table(conn, table_name, any_key=True)
     column = check_identifier(params.get("column") or "", "--column")
     facts = catalog.column_facts(conn, table.qualified, column)
@@ -63,21 +67,7 @@ def check(conn: Connection, params: dict[str, Any]) -> Target:
                             "if it is a leftover")
     where = f"column {column} of {table.display}"
     _check_key_column(conn, table, column, type_name, where)
-    if facts.identity:
-        raise InvalidParams(f"{where} is an identity column; alter-type cannot move its "
-                            f"sequence to a new column; {USE_ALTER}")
-    if facts.generated:
-        raise InvalidParams(f"{where} is a generated column; {USE_ALTER}")
-    fks = catalog.referencing_foreign_keys(conn, table.qualified, facts.attnum)
-    if fks:
-        raise InvalidParams(f"{where} is referenced by foreign key {', '.join(fks)}; a swap of "
-                            "columns would drop it: drop the foreign key first and add it back "
-                            f"after, or {USE_ALTER}")
-    dependents = catalog.blocking_dependents(conn, table.qualified, facts.attnum)
-    if dependents:
-        raise InvalidParams(f"{where} is used by {', '.join(dependents)}; a swap of columns "
-                            f"would drop it: drop it first and create it again after, or "
-                            f"{USE_ALTER}")
+    check_swappable(conn, table.qualified, table.display, facts)
     normalised: dict[str, Any] = {"table": table.display, "column": column, "type": type_name,
                   "shadow": shadow}
     user_triggers.check(conn, table.qualified, table.display, params)
@@ -123,19 +113,47 @@ def _check_key_column(conn: Connection, table: TableInfo, column: str, type_name
                             f"a btree order (e.g. bigint, text, numeric), or {USE_ALTER}") from None
 
 
-def _refuse_table_kind(conn: Connection, name: str) -> None:
-    row = conn.execute(text("""
-        SELECT c.relkind, EXISTS (SELECT 1 FROM pg_inherits i
-                                  WHERE i.inhrelid = c.oid OR i.inhparent = c.oid) AS inherits
-        FROM pg_class c WHERE c.oid = to_regclass(:t)"""), {"t": name}).first()
-    if row is None:
+def check_swappable(conn: Connection, table: str, display: str,
+                    facts: catalog.ColumnFacts) -> None:
+    """What a swap of the column cannot carry over, refused in one line
+    naming it: at submit, in prepare, and again by the cut-over under its
+    lock (``cutover``), since any of it may appear while the job runs."""
+    refuse_table_kind(conn, table, display)
+    where = f"column {facts.name} of {display}"
+    if facts.identity:
+        raise InvalidParams(f"{where} is an identity column; alter-type cannot move its "
+                            f"sequence to a new column; {USE_ALTER}")
+    if facts.generated:
+        raise InvalidParams(f"{where} is a generated column; {USE_ALTER}")
+    fks = catalog.referencing_foreign_keys(conn, table, facts.attnum)
+    if fks:
+        raise InvalidParams(f"{where} is referenced by foreign key {', '.join(fks)}; a swap of "
+                            "columns would drop it: drop the foreign key first and add it back "
+                            f"after, or {USE_ALTER}")
+    dependents = catalog.blocking_dependents(conn, table, facts.attnum)
+    if dependents:
+        raise InvalidParams(f"{where} is used by {', '.join(dependents)}; a swap of columns "
+                            f"would drop it: drop it first and create it again after, or "
+                            f"{USE_ALTER}")
+
+
+def refuse_table_kind(conn: Connection, name: str, display: str | None = None) -> None:
+    """A partitioned table, a partition, or a table with inheritance parents
+    or children: the cut-over's DROP and RENAME COLUMN recurse into every
+    child, whose rows the job never converts (they would lose the column's
+    values), and a partition's column cannot change alone."""
+    tree = catalog.inheritance(conn, name)
+    if tree is None or tree.plain:
         return  # inspect_table says it does not exist
-    if row.relkind == "p":
-        raise InvalidParams(f"table {name} is partitioned; alter-type cannot swap a column of "
+    shown = display or name
+    if tree.partitioned:
+        raise InvalidParams(f"table {shown} is partitioned; alter-type cannot swap a column of "
                             f"every partition in one short transaction; {USE_ALTER}")
-    if row.inherits:
-        raise InvalidParams(f"table {name} is part of an inheritance tree; alter-type works on "
-                            f"a plain table only; {USE_ALTER}")
+    relation = (f"a partition of {tree.partition_of}" if tree.partition_of
+                else f"inherits from {', '.join(tree.parents)}" if tree.parents
+                else f"inheritance children {', '.join(tree.children)}")
+    raise InvalidParams(f"table {shown} is part of an inheritance tree ({relation}); "
+                        f"alter-type works on a plain table only; {USE_ALTER}")
 
 
 def _has_equality(conn: Connection, type_name: str) -> bool:

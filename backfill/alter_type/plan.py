@@ -44,7 +44,7 @@ def index_builds(conn: Connection, job: Job, attnum: int) -> list[IndexBuild]:
             continue  # a failed build of the user's: the old column's drop takes it along
         name = names.index_for(job, index.name)
         builds.append(IndexBuild(index.name, name, rewrite.index_on_column(
-            index.definition, p["column"], p["shadow"], name)))
+            index.definition, p["column"], p["shadow"], name, index.tablespace)))
     return builds
 
 
@@ -60,14 +60,46 @@ def constraint_clones(conn: Connection, job: Job, attnum: int) -> list[Constrain
     return clones
 
 
+def index_marks(table: str, index: catalog.IndexFacts) -> list[str]:
+    """What the cut-over sets on the copy of ``index`` once it has the old
+    one's name: the old index went with the old column, and with it its
+    statistics targets and its marks as the table's clustered index and
+    replica identity (a published table without its replica identity fails
+    every UPDATE and DELETE)."""
+    name = quote(index.name)
+    marks = [f"ALTER INDEX {table.split('.')[0]}.{name} ALTER COLUMN {number} "
+             f"SET STATISTICS {target}" for number, target in index.statistics]
+    if index.clustered:
+        marks.append(f"ALTER TABLE {table} CLUSTER ON {name}")
+    if index.replica_identity:
+        marks.append(f"ALTER TABLE {table} REPLICA IDENTITY USING INDEX {name}")
+    return marks
+
+
+def sequence_widenings(conn: Connection, job: Job, facts: catalog.ColumnFacts) -> list[str]:
+    """``ALTER SEQUENCE ... AS TYPE`` of each sequence the column owns (``serial``)
+    whose integer type is narrower than the column's new one: int to bigint
+    would otherwise leave the table's keys stopping at 2,147,483,647. A
+    MAXVALUE that was the old type's largest becomes the new type's
+    (PostgreSQL does that itself); one the user set stays."""
+    widened = []
+    for sequence in facts.owned_sequences:
+        wider = catalog.narrower_sequence(conn, sequence, job.params["type"])
+        if wider is not None:
+            widened.append(f"ALTER SEQUENCE {sequence} AS {wider}")
+    return widened
+
+
 def prepare_statements(job: Job, not_null: bool, clones: list[ConstraintClone]) -> list[str]:
     """Write-only: the shadow column, its NOT VALID checks (the trigger comes next)."""
     t, p = job.target_table, job.params
     shadow = quote(p["shadow"])
     statements = [f"ALTER TABLE {t} ADD COLUMN {shadow} {p['type']}"]
     if not_null:
+        # NO INHERIT: a child table made during the job (which the cut-over
+        # refuses) must not refuse its application's writes for a NULL shadow.
         statements.append(f"ALTER TABLE {t} ADD CONSTRAINT {quote(names.not_null_check(job))} "
-                          f"CHECK ({shadow} IS NOT NULL) NOT VALID")
+                          f"CHECK ({shadow} IS NOT NULL) NO INHERIT NOT VALID")
     statements += [clone.statement for clone in clones]
     return statements
 
@@ -99,6 +131,7 @@ def describe(conn: Connection, job: Job) -> list[str]:
     lines.append("public (cut-over, one transaction, bounded lock_timeout, retried):")
     lines.append(f"  LOCK TABLE {t} IN ACCESS EXCLUSIVE MODE; " + "; ".join(filter(None, [
         *(f"ALTER SEQUENCE {s} OWNED BY {t}.{shadow}" for s in facts.owned_sequences),
+        *sequence_widenings(conn, job, facts),
         f"ALTER TABLE {t} ALTER COLUMN {shadow} SET NOT NULL" if facts.not_null else "",
         f"DROP TRIGGER {names.trigger(job)}",
         f"ALTER TABLE {t} DROP COLUMN {quote(p['column'])}",
@@ -106,6 +139,8 @@ def describe(conn: Connection, job: Job) -> list[str]:
         f"SET DEFAULT {facts.default}" if facts.default else "",
         "indexes and constraints renamed to their old names"
         + (" (PRIMARY KEY / UNIQUE attached USING INDEX)" if builds else ""),
+        *(mark for index in catalog.covering_indexes(conn, t, facts.attnum) if index.valid
+          for mark in index_marks(t, index)),
         "COMMENT ON COLUMN" if facts.comment else "",
         *(g.on(t, quote(p["column"])) for g in settings.grants),
         f"SET STATISTICS {settings.statistics}" if settings.statistics is not None else "",

@@ -60,6 +60,11 @@ class IndexFacts:
     deferrable: bool
     deferred: bool
     constraint_comment: str | None
+    tablespace: str | None  # unquoted; None: the database's default
+    clustered: bool  # ALTER TABLE ... CLUSTER ON
+    replica_identity: bool  # REPLICA IDENTITY USING INDEX
+    # ALTER INDEX ... ALTER COLUMN n SET STATISTICS: (n, target) of each column set.
+    statistics: tuple[tuple[int, int], ...]
 
 
 @dataclass(frozen=True)
@@ -123,9 +128,14 @@ def covering_indexes(conn: Connection, table: str, attnum: int) -> list[IndexFac
         SELECT ic.relname, pg_get_indexdef(i.indexrelid) AS definition, i.indisvalid,
                obj_description(i.indexrelid, 'pg_class') AS comment,
                con.conname, con.contype, con.condeferrable, con.condeferred,
-               obj_description(con.oid, 'pg_constraint') AS constraint_comment
+               obj_description(con.oid, 'pg_constraint') AS constraint_comment,
+               ts.spcname, i.indisclustered, i.indisreplident,
+               ARRAY(SELECT ARRAY[a.attnum, a.attstattarget] FROM pg_attribute a
+                     WHERE a.attrelid = i.indexrelid AND a.attstattarget >= 0
+                     ORDER BY a.attnum) AS statistics
         FROM pg_index i
         JOIN pg_class ic ON ic.oid = i.indexrelid
+        LEFT JOIN pg_tablespace ts ON ts.oid = ic.reltablespace
         LEFT JOIN pg_constraint con ON con.conindid = i.indexrelid AND con.conrelid = i.indrelid
              AND con.contype IN ('p', 'u', 'x')
         WHERE i.indrelid = to_regclass(:t)
@@ -137,7 +147,9 @@ def covering_indexes(conn: Connection, table: str, attnum: int) -> list[IndexFac
                 AND dep.refobjid = i.indrelid AND dep.refobjsubid = :n))
         ORDER BY ic.relname"""), {"t": table, "n": attnum}).all()
     return [IndexFacts(r.relname, r.definition, r.indisvalid, r.comment, r.conname, r.contype,
-                       bool(r.condeferrable), bool(r.condeferred), r.constraint_comment)
+                       bool(r.condeferrable), bool(r.condeferred), r.constraint_comment,
+                       r.spcname, r.indisclustered, r.indisreplident,
+                       tuple((n, target) for n, target in r.statistics))
             for r in rows]
 
 
@@ -191,3 +203,55 @@ def referencing_foreign_keys(conn: Connection, table: str, attnum: int) -> list[
         SELECT format('%s on %s', conname, conrelid::regclass) FROM pg_constraint
         WHERE contype = 'f' AND confrelid = to_regclass(:t) AND :n = ANY(confkey)
         ORDER BY 1"""), {"t": table, "n": attnum}).scalars())
+
+
+@dataclass(frozen=True)
+class Inheritance:
+    """Where the table stands in an inheritance tree or a partitioning (each
+    relation as ``regclass`` prints it)."""
+
+    partitioned: bool  # PARTITION BY: its partitions are its children
+    partition_of: str | None  # the partitioned table it is a partition of
+    parents: tuple[str, ...]  # INHERITS (..., or the table it is a partition of)
+    children: tuple[str, ...]  # tables inheriting from it, or its partitions
+
+    @property
+    def plain(self) -> bool:
+        return not (self.partitioned or self.parents or self.children)
+
+
+def inheritance(conn: Connection, table: str) -> Inheritance | None:
+    """None if the table does not exist."""
+    row = conn.execute(text("""
+        SELECT c.relkind = 'p' AS partitioned,
+               (SELECT i.inhparent::regclass::text FROM pg_inherits i
+                WHERE i.inhrelid = c.oid AND c.relispartition) AS partition_of,
+               ARRAY(SELECT i.inhparent::regclass::text FROM pg_inherits i
+                     WHERE i.inhrelid = c.oid ORDER BY i.inhseqno) AS parents,
+               ARRAY(SELECT i.inhrelid::regclass::text FROM pg_inherits i
+                     WHERE i.inhparent = c.oid ORDER BY 1) AS children
+        FROM pg_class c WHERE c.oid = to_regclass(:t)"""), {"t": table}).first()
+    if row is None:
+        return None
+    return Inheritance(row.partitioned, row.partition_of, tuple(row.parents),
+                       tuple(row.children))
+
+
+def constraint_names(conn: Connection, table: str) -> list[str]:
+    return list(conn.execute(text(
+        "SELECT conname FROM pg_constraint WHERE conrelid = to_regclass(:t) ORDER BY 1"),
+        {"t": table}).scalars())
+
+
+def narrower_sequence(conn: Connection, sequence: str, type_name: str) -> str | None:
+    """The integer type ``type_name`` names (smallint, integer, bigint) if
+    ``sequence`` is of a narrower one; None if not, or if ``type_name`` is
+    not one of them (the sequence then stays as it is)."""
+    return conn.execute(text("""
+        WITH widths (type, width) AS (VALUES ('smallint'::regtype, 2), ('integer'::regtype, 4),
+                                             ('bigint'::regtype, 8))
+        SELECT format_type(wanted.type, NULL) FROM pg_sequence s
+        JOIN widths now ON now.type = s.seqtypid
+        JOIN widths wanted ON wanted.type = to_regtype(:type)
+        WHERE s.seqrelid = to_regclass(:s) AND wanted.width > now.width"""),
+        {"s": sequence, "type": type_name}).scalar()

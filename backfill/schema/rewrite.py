@@ -37,15 +37,19 @@ class _Rename(Visitor):  # type: ignore[misc]
         return None
 
 
-def index_on_column(definition: str, old: str, new: str, name: str) -> str:
+def index_on_column(definition: str, old: str, new: str, name: str,
+                    tablespace: str | None = None) -> str:
     """``CREATE [UNIQUE] INDEX CONCURRENTLY IF NOT EXISTS name ...``: the index
-    of ``definition`` (pg_get_indexdef) built on column ``new`` instead of ``old``."""
+    of ``definition`` (pg_get_indexdef) built on column ``new`` instead of
+    ``old``, in ``tablespace`` (pg_get_indexdef leaves it out)."""
     tree = parse_sql(definition)
     _Rename(old, new)(tree)
     stmt = tree[0].stmt
     if not isinstance(stmt, ast.IndexStmt):
         raise ValueError(f"not an index definition: {definition}")
     stmt.idxname = name
+    if tablespace is not None:
+        stmt.tableSpace = tablespace
     stmt.concurrent = True
     stmt.if_not_exists = True
     return str(RawStream()(tree))
