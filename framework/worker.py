@@ -27,7 +27,7 @@ from sqlalchemy.engine import Connection
 
 from framework import faults, jobtype, leases, metrics
 from framework.db import Database
-from framework.errors import is_retryable, one_line
+from framework.errors import is_retryable, is_stale_plan, one_line
 from framework.jobtype import (
     LEASE_LOST,
     STEP_REVERT,
@@ -405,6 +405,14 @@ class WorkerPool:
             if isinstance(exc, Stopped) or reason is not None:
                 outcome, held = "released", subtasks.release_if_held(self.db, conn, claim)
                 error = reason or error
+            elif is_stale_plan(exc):
+                # The table's shape changed under a statement prepared before
+                # (framework.db replaces the connections): nothing is wrong
+                # with the subtask, so it goes back at once, its attempt
+                # given back, and runs again on fresh connections.
+                log.info("subtask %s: %s; running it again on fresh connections",
+                         claim.id, error, extra={"job_id": claim.job_id, "subtask_id": claim.id})
+                outcome, held = "retry", subtasks.release_if_held(self.db, conn, claim)
             elif (is_retryable(exc) and claim.attempts < self.db.settings.max_attempts
                   # A revert never fails: it is retried (past its last attempt,
                   # after the owner's longer backoff) until the table is restored.
