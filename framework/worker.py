@@ -273,10 +273,16 @@ class WorkerPool:
         run_batch = jobtype.batch_runner(jobtype.get(group[0].claim.job.type),
                                          group[0].claim.job.step)
         assert run_batch is not None
+        # Subtasks asked to stop, from every pass: each goes on to run alone,
+        # where it is handed back at once (``_run``), not left under a lease
+        # nobody renews. Each is looked at once per pass: a stop arriving
+        # between two looks must not leave it in neither list.
+        stopped: list[_Held] = []
         todo = list(group)
         while todo:
-            stopped = [h for h in todo if h.ctx.should_stop()]
-            todo = [h for h in todo if not h.ctx.should_stop()]
+            going_on = [h for h in todo if not h.ctx.should_stop()]
+            stopped += [h for h in todo if h not in going_on]
+            todo = going_on
             if not todo:
                 return stopped
             started = self.clock()
@@ -327,7 +333,7 @@ class WorkerPool:
                 else:
                     left.append(h)
             return left
-        return []
+        return stopped
 
     def _record(self, h: _Held, result: SlotResult, took: float, size: ClaimSize) -> None:
         """The subtask is done with on this worker: count it and log one line."""
