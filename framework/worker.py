@@ -163,12 +163,13 @@ class WorkerPool:
                 self._lose(h.ctx, "renewal_refused")
                 continue
             h.renewed_at = sent
-            # Knob changes (`reorg alter`) reach the running subtask here.
-            h.ctx.job = replace(h.ctx.job, batch_rows=info["batch_rows"],
-                                max_rows_per_sec=info["max_rows_per_sec"],
-                                concurrency=info["concurrency"], running=info["running"],
-                                max_replica_lag=info["max_replica_lag"],
-                                max_active_sessions=info["max_active_sessions"])
+            # Knob changes (`reorg alter`) reach the running subtask here
+            # (at once: the alter's NOTIFY makes the node renew now).
+            h.ctx.retune(replace(h.ctx.job, batch_rows=info["batch_rows"],
+                                 max_rows_per_sec=info["max_rows_per_sec"],
+                                 concurrency=info["concurrency"], running=info["running"],
+                                 max_replica_lag=info["max_replica_lag"],
+                                 max_active_sessions=info["max_active_sessions"]))
             state = JobState(info["job_state"])
             if state is JobState.REVERTING and h.claim.job.step == STEP_REVERT:
                 continue  # a revert subtask: reverting is its job's running state
