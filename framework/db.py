@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
 from framework.config import ConfigError, Settings
-from framework.errors import one_line
+from framework.errors import is_stale_plan, one_line
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -148,6 +148,7 @@ class Database:
             pool_use_lifo=True,
             connect_args={"options": session_options(settings, role), **socket_options(settings)},
         )
+        sa.event.listen(self.engine, "handle_error", _replace_stale_connections)
 
     def sql(self, template: str) -> sa.TextClause:
         return _compiled(template, self.schema)
@@ -186,6 +187,18 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+def _replace_stale_connections(context: sa.engine.ExceptionContext) -> None:
+    """A statement prepared before its table's shape changed (a column's type,
+    by a job or by anyone: ``errors.is_stale_plan``) fails on every pooled
+    connection that prepared it, again and again: psycopg keeps its prepared
+    statements for the connection's life. Treated as a lost connection, the
+    pool replaces this one now and every other one at its next checkout, so
+    the retried statement is planned afresh against the table as it is."""
+    if is_stale_plan(context.original_exception):
+        context.is_disconnect = True
+        context.invalidate_pool_on_disconnect = True
 
 
 def unreachable(url: str, error: BaseException | None) -> DatabaseUnreachable:

@@ -19,8 +19,30 @@ _RETRYABLE_SQLSTATES = {"40001", "40P01", "55P03", "57014", "57P01", "57P02", "5
                         "53100"}
 
 
+# A prepared statement whose result type a change of its table altered (a
+# column's type, by a job or by anyone): PostgreSQL refuses to run it. psycopg
+# prepares a statement run often enough on a connection (``prepare_threshold``),
+# so a pooled connection keeps plans of the table's old shape. The function
+# that raises it names it where the message may be translated (lc_messages).
+_STALE_PLAN_SQLSTATE = "0A000"
+_STALE_PLAN_SOURCE = "RevalidateCachedQuery"
+_STALE_PLAN_MESSAGE = "cached plan must not change result type"
+
+
+def is_stale_plan(exc: BaseException) -> bool:
+    """Whether ``exc`` (psycopg's, or SQLAlchemy's around it) is a statement
+    prepared before its table's shape changed: harmless once the connection
+    is replaced (``framework.db``), never a failure of the job."""
+    orig = getattr(exc, "orig", exc)
+    if getattr(orig, "sqlstate", None) != _STALE_PLAN_SQLSTATE:
+        return False
+    diag = getattr(orig, "diag", None)
+    return (getattr(diag, "source_function", None) == _STALE_PLAN_SOURCE
+            or _STALE_PLAN_MESSAGE in str(orig))
+
+
 def is_retryable(exc: BaseException) -> bool:
-    if isinstance(exc, RetryableError):
+    if isinstance(exc, RetryableError) or is_stale_plan(exc):
         return True
     # A SQLAlchemy error exists only where SQLAlchemy is loaded; a short
     # command that reads through psycopg alone (framework.directdb) never loads it.

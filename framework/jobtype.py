@@ -231,6 +231,9 @@ class SubtaskContext:
     # Rows booked on the schedule before the first batch ran
     # (``book_first_batch``), not booked again after it.
     _prebooked: int = 0
+    # Set by a stop and by a change of the job's rate limit (``retune``): a
+    # slot waiting its turn on the rate schedule (``_pace``) looks again.
+    _pacing_woken: threading.Event = field(default_factory=threading.Event)
 
     def should_stop(self) -> bool:
         return self.stop_event.is_set()
@@ -268,9 +271,7 @@ class SubtaskContext:
         if self.job.max_rows_per_sec and rows:
             booked = min(rows, self._prebooked)
             self._prebooked -= booked
-            wait = self._rate_wait(rows - booked, took_seconds)
-            if wait > 0:
-                self.stop_event.wait(wait)
+            self._pace(self._rate_wait(rows - booked, took_seconds))
         self.wait_for_health()
 
     def book_first_batch(self) -> None:
@@ -292,9 +293,7 @@ class SubtaskContext:
         if due is None:
             return
         self._prebooked = rows
-        wait = due - rows / limit  # the booking's start: when the rows before it are due
-        if wait > 0:
-            self.stop_event.wait(wait)
+        self._pace(due - rows / limit)  # the booking's start: when the rows before it are due
 
     def return_unused_booking(self) -> None:
         """After the subtask: give back what ``book_first_batch`` booked and
@@ -306,6 +305,36 @@ class SubtaskContext:
                 self.rate_gate(-rows, 0.0)
             except Exception as exc:  # costs pace only, never rows
                 log.warning("could not return job %s's unused booking: %s", self.job.id, exc)
+
+    def retune(self, job: Job) -> None:
+        """The job's knobs as ``reorg alter`` left them (the lease renewal
+        brings them). A new rate limit takes effect within the batch: a slot
+        waiting its turn at the old limit looks again (``_pace``)."""
+        changed = job.max_rows_per_sec != self.job.max_rows_per_sec
+        self.job = job
+        if changed:
+            self._pacing_woken.set()
+
+    def _pace(self, seconds: float) -> None:
+        """Wait ``seconds``, this slot's turn on the job's rate schedule; a
+        stop ends the wait. A limit changed meanwhile re-times what is left
+        of it at the new limit (none when lifted), as ``reorg alter`` re-times
+        the job's schedule (``framework.store.jobs.alter``): rows booked at
+        40 rows/s are not waited out at 40 rows/s once the job may go faster."""
+        limit = self.job.max_rows_per_sec
+        due = time.monotonic() + seconds
+        while not self.stop_event.is_set():
+            left = due - time.monotonic()
+            if left <= 0:
+                return
+            if not self._pacing_woken.wait(left):
+                return
+            self._pacing_woken.clear()  # before reading the job: no change is missed
+            new = self.job.max_rows_per_sec
+            if new != limit:
+                left = max(due - time.monotonic(), 0.0)
+                due = time.monotonic() + (left * limit / new if new and limit else 0.0)
+                limit = new
 
     def _rate_wait(self, rows: int, took_seconds: float) -> float:
         if self.rate_gate is not None:
@@ -383,6 +412,7 @@ class SubtaskContext:
             if not self.stop_event.is_set():
                 self.stop_reason.append(reason)
                 self.stop_event.set()
+                self._pacing_woken.set()
             first_hard = hard and not self._hard
             if first_hard:
                 self._hard = True

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 
 import sqlalchemy as sa
 
-from framework import catch_up, faults, jobtype, keyset_split, leases, privileges
+from framework import catch_up, faults, jobtype, keyset_split, leases, long_statements, privileges
 from framework.db import Database
 from framework.errors import is_retryable, one_line
 from framework.jobtype import STEP_PREPARED, STEP_REVERT, InvalidParams, Job, Step
@@ -437,6 +437,7 @@ class Owner:
             if following is not None:
                 return self._enter_next_step(conn, term, kind, job, plan, tail_detail)
             faults.hit("owner.before_cutover")
+            long_statements.end_sessions(conn, job.id)  # orphans: their locks would hold the DDL
             kind.advance(conn, job)
             faults.hit("owner.after_advance_step")
             count = steps.count_in_step(self.db, conn, job.id, job.step)
@@ -454,6 +455,7 @@ class Owner:
         number = job.step + 1
         following = declared[number - 1]
         entered = replace(job, step=number)
+        long_statements.end_sessions(conn, job.id)  # orphans: their locks would hold the DDL
         jobtype.enter_step(kind, conn, entered, number)
         count, detail = self._insert_step(conn, term, kind, entered, plan)
         faults.hit("owner.after_next_step")
@@ -594,6 +596,10 @@ class Owner:
     @staticmethod
     def _revert_ddl(conn: sa.Connection, kind: jobtype.Planner, job: Job) -> None:
         faults.hit("owner.before_rollback")
+        # A long statement a dead or frozen worker left running (an index
+        # build) holds its lock on the table: the DDL, and the application's
+        # writes behind it, would queue behind it on every try.
+        long_statements.end_sessions(conn, job.id)
         kind.revert(conn, job)
         faults.hit("owner.after_rollback")
 

@@ -27,7 +27,7 @@ from sqlalchemy.engine import Connection
 
 from framework import faults, jobtype, leases, metrics
 from framework.db import Database
-from framework.errors import is_retryable, one_line
+from framework.errors import is_retryable, is_stale_plan, one_line
 from framework.jobtype import (
     LEASE_LOST,
     STEP_REVERT,
@@ -163,12 +163,13 @@ class WorkerPool:
                 self._lose(h.ctx, "renewal_refused")
                 continue
             h.renewed_at = sent
-            # Knob changes (`reorg alter`) reach the running subtask here.
-            h.ctx.job = replace(h.ctx.job, batch_rows=info["batch_rows"],
-                                max_rows_per_sec=info["max_rows_per_sec"],
-                                concurrency=info["concurrency"], running=info["running"],
-                                max_replica_lag=info["max_replica_lag"],
-                                max_active_sessions=info["max_active_sessions"])
+            # Knob changes (`reorg alter`) reach the running subtask here
+            # (at once: the alter's NOTIFY makes the node renew now).
+            h.ctx.retune(replace(h.ctx.job, batch_rows=info["batch_rows"],
+                                 max_rows_per_sec=info["max_rows_per_sec"],
+                                 concurrency=info["concurrency"], running=info["running"],
+                                 max_replica_lag=info["max_replica_lag"],
+                                 max_active_sessions=info["max_active_sessions"]))
             state = JobState(info["job_state"])
             if state is JobState.REVERTING and h.claim.job.step == STEP_REVERT:
                 continue  # a revert subtask: reverting is its job's running state
@@ -273,10 +274,16 @@ class WorkerPool:
         run_batch = jobtype.batch_runner(jobtype.get(group[0].claim.job.type),
                                          group[0].claim.job.step)
         assert run_batch is not None
+        # Subtasks asked to stop, from every pass: each goes on to run alone,
+        # where it is handed back at once (``_run``), not left under a lease
+        # nobody renews. Each is looked at once per pass: a stop arriving
+        # between two looks must not leave it in neither list.
+        stopped: list[_Held] = []
         todo = list(group)
         while todo:
-            stopped = [h for h in todo if h.ctx.should_stop()]
-            todo = [h for h in todo if not h.ctx.should_stop()]
+            going_on = [h for h in todo if not h.ctx.should_stop()]
+            stopped += [h for h in todo if h not in going_on]
+            todo = going_on
             if not todo:
                 return stopped
             started = self.clock()
@@ -327,7 +334,7 @@ class WorkerPool:
                 else:
                     left.append(h)
             return left
-        return []
+        return stopped
 
     def _record(self, h: _Held, result: SlotResult, took: float, size: ClaimSize) -> None:
         """The subtask is done with on this worker: count it and log one line."""
@@ -405,6 +412,14 @@ class WorkerPool:
             if isinstance(exc, Stopped) or reason is not None:
                 outcome, held = "released", subtasks.release_if_held(self.db, conn, claim)
                 error = reason or error
+            elif is_stale_plan(exc):
+                # The table's shape changed under a statement prepared before
+                # (framework.db replaces the connections): nothing is wrong
+                # with the subtask, so it goes back at once, its attempt
+                # given back, and runs again on fresh connections.
+                log.info("subtask %s: %s; running it again on fresh connections",
+                         claim.id, error, extra={"job_id": claim.job_id, "subtask_id": claim.id})
+                outcome, held = "retry", subtasks.release_if_held(self.db, conn, claim)
             elif (is_retryable(exc) and claim.attempts < self.db.settings.max_attempts
                   # A revert never fails: it is retried (past its last attempt,
                   # after the owner's longer backoff) until the table is restored.

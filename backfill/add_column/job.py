@@ -49,7 +49,7 @@ from backfill.tables import (
     set_ddl_lock_timeout,
 )
 from backfill.update_batch import run_update_batch
-from framework import jobtype
+from framework import jobtype, long_statements
 from framework.errors import one_line
 from framework.jobtype import InvalidParams, Job, Step, SubtaskContext, Target
 from framework.keys import END, Key, decode, shown
@@ -179,13 +179,14 @@ class AddColumn:
 
     @staticmethod
     def _validate_not_null(ctx: SubtaskContext, engine: Engine) -> None:
-        """VALIDATE CONSTRAINT: one scan, its lease renewed by the pool; a NULL
-        left by --value fails the job, which is then rolled back."""
+        """VALIDATE CONSTRAINT: one scan, its lease renewed by the pool, on a
+        long statement's session (``framework.long_statements``), checkpointed
+        in its transaction; a NULL left by --value fails the job, which is
+        then rolled back."""
         job = ctx.job
         ddl = _ddl(job)
         try:
-            with engine.begin() as conn, ctx.cancel_on_stop(conn):
-                conn.execute(text("SET LOCAL statement_timeout = 0"))
+            with long_statements.session(ctx, engine, autocommit=False) as conn, conn.begin():
                 set_ddl_lock_timeout(conn)
                 conn.execute(text(ddl.validate_check()))
                 ctx.checkpoint(conn, ctx.end_key, 0)

@@ -3,11 +3,10 @@
 ``CREATE INDEX CONCURRENTLY`` cannot run in a transaction, so the build is
 not exactly-once (DESIGN 3) and is made safe to repeat instead:
 
-- its session is named (``application_name``) after the job, and a new lease
-  holder first ends any session of that name still building: a worker killed
-  with -9, or a zombie whose lease expired, leaves its backend running the
-  build; ``client_connection_check_interval`` makes such a backend notice
-  its dead client by itself too;
+- its session is a long statement's (``framework.long_statements``): a
+  worker killed with -9, or a zombie whose lease expired, leaves its backend
+  running the build; the backend notices a dead client by itself, the next
+  lease holder ends it before building, and the owner before its DDL;
 - an interrupted build leaves an INVALID index; the next attempt drops it
   (``DROP INDEX CONCURRENTLY``) and builds again; a valid index of that name
   is this job's only if an attempt of this subtask said (fenced, in its
@@ -25,12 +24,12 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
+from framework import long_statements
 from framework.jobtype import LeaseLost, SubtaskContext
 
 # How often the progress thread reads the build's phase.
@@ -50,11 +49,6 @@ _PHASES: dict[str, tuple[int, int]] = {
     "waiting for old snapshots": (95, 97),
     "waiting for readers before marking dead": (97, 99),
 }
-
-
-def session_name(job_id: int) -> str:
-    """The ``application_name`` of a build of job ``job_id``."""
-    return f"reorg-add-index-{job_id}"
 
 
 def marker(job_id: int) -> str:
@@ -87,57 +81,28 @@ def build_index(ctx: SubtaskContext, engine: Engine, create: str, index: str) ->
     """Run the build subtask: ``create`` is the CREATE INDEX CONCURRENTLY
     statement of ``index`` (schema-qualified, quoted)."""
     job = ctx.job
-    with engine.connect() as raw, _never_pooled(raw):
-        conn = raw.execution_options(isolation_level="AUTOCOMMIT")
-        with ctx.cancel_on_stop(conn):
-            conn.execute(text("SET statement_timeout = 0"))
-            # The build waits for every open write transaction on the table,
-            # however long the application keeps one: no lock wait limit. Its
-            # SHARE UPDATE EXCLUSIVE lock never blocks the application's reads
-            # and writes, only other DDL, so waiting costs the application nothing.
-            conn.execute(text("SET lock_timeout = 0"))
-            conn.execute(text("SET client_connection_check_interval = '1s'"))
-            conn.execute(text(f"SET application_name = '{session_name(job.id)}'"))
-            _end_earlier_builds(conn, job.id)
-            ctx.raise_if_stopped()
-            state = index_state(conn, index, job.id)
-            started_before = bool(ctx.meta.get("build_started"))
-            if state == "valid" and not started_before:
-                raise ValueError(f"an index named {index} was created meanwhile by someone else; "
-                                 "drop it or submit with another --name")
-            if state == "invalid":
-                conn.execute(text(f"DROP INDEX CONCURRENTLY IF EXISTS {index}"))
-            if state in ("absent", "invalid"):
-                _say_build_started(ctx, engine)
-                pid = conn.execute(text("SELECT pg_backend_pid()")).scalar()
-                with _progress(ctx, engine, int(pid or 0)):
-                    conn.execute(text(create))
-            if state != "ours":
-                conn.execute(text(f"COMMENT ON INDEX {index} IS '{marker(job.id)}'"))
+    with long_statements.session(ctx, engine) as conn:
+        # The build waits for every open write transaction on the table,
+        # however long the application keeps one: no lock wait limit. Its
+        # SHARE UPDATE EXCLUSIVE lock never blocks the application's reads
+        # and writes, only other DDL, so waiting costs the application nothing.
+        conn.execute(text("SET lock_timeout = 0"))
+        state = index_state(conn, index, job.id)
+        started_before = bool(ctx.meta.get("build_started"))
+        if state == "valid" and not started_before:
+            raise ValueError(f"an index named {index} was created meanwhile by someone else; "
+                             "drop it or submit with another --name")
+        if state == "invalid":
+            conn.execute(text(f"DROP INDEX CONCURRENTLY IF EXISTS {index}"))
+        if state in ("absent", "invalid"):
+            _say_build_started(ctx, engine)
+            pid = conn.execute(text("SELECT pg_backend_pid()")).scalar()
+            with _progress(ctx, engine, int(pid or 0)):
+                conn.execute(text(create))
+        if state != "ours":
+            conn.execute(text(f"COMMENT ON INDEX {index} IS '{marker(job.id)}'"))
     with engine.begin() as done:
         ctx.checkpoint(done, ctx.end_key, 0, {**ctx.meta, "build_started": True})
-
-
-@contextlib.contextmanager
-def _never_pooled(conn: Connection) -> Iterator[None]:
-    """Close the build's session after it instead of pooling it: it carries the
-    job's application_name (a later build would end it as a stale one) and
-    no timeouts."""
-    try:
-        yield
-    finally:
-        with contextlib.suppress(Exception):
-            conn.invalidate()
-
-
-def _end_earlier_builds(conn: Connection, job_id: int) -> None:
-    """End every other session building this job's index (a dead or deposed
-    holder's backend) and wait until it is gone: its build would otherwise
-    race this one's."""
-    conn.execute(text(
-        "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity "
-        "WHERE application_name = :name AND pid <> pg_backend_pid()"),
-        {"name": session_name(job_id)})
 
 
 def _say_build_started(ctx: SubtaskContext, engine: Engine) -> None:

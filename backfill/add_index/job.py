@@ -27,7 +27,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
 from backfill.add_index import duplicates
-from backfill.add_index.build import build_index, index_state, session_name
+from backfill.add_index.build import build_index, index_state
 from backfill.expressions import embed, on_one_line, optional_expression
 from backfill.tables import (
     TableInfo,
@@ -116,10 +116,8 @@ class AddIndex:
         DROP INDEX (this runs in the owner's transaction) holds its lock for
         a moment; its wait is bounded and the owner retries it."""
         index = job.params["index"]
-        # A build of a worker killed with -9 may still run in its backend and
-        # hold the table: end it, or the DROP would wait for it.
-        conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                          "WHERE application_name = :name"), {"name": session_name(job.id)})
+        # A build a dead worker left running was ended by the owner before
+        # this (framework.long_statements), so the DROP does not wait for it.
         if index_state(conn, index, job.id) in ("invalid", "ours"):
             set_ddl_lock_timeout(conn)
             conn.execute(text(f"DROP INDEX IF EXISTS {index}"))

@@ -11,8 +11,6 @@ subtask fails and so does the job, whose rollback drops what it added."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import sqlalchemy as sa
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
@@ -21,7 +19,7 @@ from backfill.alter_type.plan import expression
 from backfill.batch_bounds import next_bound
 from backfill.schema.sql import literal, run
 from backfill.tables import quote
-from framework import faults
+from framework import faults, long_statements
 from framework.jobtype import SubtaskContext
 from framework.keys import END, Key, KeySpec, decode, encode, shown
 from framework.privileges import as_role, run_as
@@ -94,11 +92,13 @@ def verify_batch(ctx: SubtaskContext, engine: Engine) -> int:
 def build_index(ctx: SubtaskContext, engine: Engine) -> None:
     """CREATE INDEX CONCURRENTLY of one index on the shadow column. It cannot
     run in a transaction, so it is not exactly-once: a retry (after a kill)
-    drops the invalid index an interrupted build left, and builds again."""
+    drops the invalid index an interrupted build left, and builds again. Its
+    session is a long statement's (``framework.long_statements``): a build
+    its worker left behind is ended, never waited for."""
     faults.hit("alter_type.before_build")
     schema = ctx.job.target_table.split(".")[0]
     name = f"{schema}.{quote(ctx.meta['build'])}"
-    with _autocommit(engine) as conn, ctx.cancel_on_stop(conn):
+    with long_statements.session(ctx, engine) as conn:
         invalid = conn.execute(text(
             "SELECT NOT indisvalid FROM pg_index WHERE indexrelid = to_regclass(:n)"),
             {"n": name}).scalar()
@@ -115,36 +115,15 @@ def build_index(ctx: SubtaskContext, engine: Engine) -> None:
 def validate_constraints(ctx: SubtaskContext, engine: Engine) -> None:
     """VALIDATE the shadow column's NOT VALID constraints (a scan that blocks
     no write), then ANALYZE it: its statistics survive the rename, so plans
-    are good from the first statement after the cut-over."""
+    are good from the first statement after the cut-over. Long statements,
+    on their own session (``framework.long_statements``)."""
     faults.hit("alter_type.before_build")
     t = ctx.job.target_table
-    with _autocommit(engine) as conn, ctx.cancel_on_stop(conn):
+    with long_statements.session(ctx, engine) as conn:
         for name in ctx.meta.get("validate", []):
             conn.execute(text(f"ALTER TABLE {t} VALIDATE CONSTRAINT {quote(name)}"))
         conn.execute(text(f"ANALYZE {t} ({quote(ctx.job.params['shadow'])})"))
     _finish(ctx, engine)
-
-
-class _autocommit:
-    """A connection outside any transaction, with no statement timeout (a
-    build or a validation scans the whole table; the pool renews the lease)."""
-
-    def __init__(self, engine: Engine) -> None:
-        self._raw = engine.connect()
-
-    def __enter__(self) -> Connection:
-        conn = self._raw.execution_options(isolation_level="AUTOCOMMIT")
-        conn.execute(text("SET statement_timeout = 0"))
-        self._conn = conn
-        return conn
-
-    def __exit__(self, *exc: Any) -> None:
-        try:
-            if not self._conn.invalidated:
-                self._conn.execute(text("RESET statement_timeout"))
-                self._conn.execute(text("RESET lock_timeout"))
-        finally:
-            self._raw.close()
 
 
 def _finish(ctx: SubtaskContext, engine: Engine) -> None:

@@ -497,7 +497,9 @@ def alter(
 ) -> bool:
     """Change a live job's knobs; workers read them at their next batch (rate
     and health limits at their next lease renewal). A limit of 0 removes it.
-    The change and its audit event (the state stays, the detail names the new
+    A new rate limit re-times the job's schedule (``reserve_rate``): what was
+    booked and is not yet due is due as if booked at the new limit. The
+    change and its audit event (the state stays, the detail names the new
     values) are one statement."""
     changed = {"batch_rows": batch_rows, "max_rows_per_sec": max_rows_per_sec,
                "concurrency": concurrency, "max_replica_lag": max_replica_lag,
@@ -523,6 +525,15 @@ def alter(
                     max_active_sessions = CASE
                         WHEN k.max_sessions IS NULL THEN j.max_active_sessions
                         WHEN k.max_sessions = 0 THEN NULL ELSE k.max_sessions END,
+                    -- Rows booked at the old limit and not yet due are
+                    -- re-timed at the new one (none left when lifted): else
+                    -- a raised limit would wait out the old schedule.
+                    rate_due_at = CASE
+                        WHEN k.max_rps IS NULL OR j.rate_due_at IS NULL THEN j.rate_due_at
+                        WHEN k.max_rps = 0 OR j.max_rows_per_sec IS NULL
+                             OR j.rate_due_at <= clock_timestamp() THEN NULL
+                        ELSE clock_timestamp() + (j.rate_due_at - clock_timestamp())
+                             * (CAST(j.max_rows_per_sec AS float8) / k.max_rps) END,
                     updated_at = clock_timestamp()
                 FROM knobs k
                 WHERE j.id = :job_id AND j.state NOT IN ({_TERMINAL_SQL})

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import time
 
-from cli_support import ok, reorg, submit
+import pytest
+from cli_support import job_status, ok, reorg, submit
 from support import Workers, execute, make_items, wait_until
 
 LIMIT = 1_000  # rows/s for the whole job
@@ -104,3 +105,27 @@ def test_slots_starting_together_do_not_burst_past_the_limit(
         allowed = 2 * batch + LIMIT * (at - first[1]) * (1 + TOLERANCE)
         assert rows <= allowed, f"{rows} rows {at - first[1]:.2f}s after the first commit"
     ok(reorg(url, "cancel", str(job)))
+
+
+@pytest.mark.parametrize("new_limit", ["1000000", "0"], ids=["raised", "lifted"])
+def test_a_raised_or_lifted_limit_takes_effect_within_a_batch(
+        migrated_db: str, workers: Workers, new_limit: str) -> None:
+    """At 25 rows/s a batch of 500 rows is booked 20 s apart: the two slots
+    sleep their turns, the schedule 40 s ahead. Raised to a million rows/s
+    (or lifted, 0), the rest of the job (3,500 rows, milliseconds of work)
+    must not wait out the old schedule: the sleeping slots wake, the rows
+    booked at the old rate are re-timed at the new one, and the job is done
+    within seconds of the alter, not the 20 s and more the old bookings held."""
+    url = migrated_db
+    make_items(url, 4_000)
+    workers.start_cli("w1", "--slots", "2", "--no-spark-warmup")
+    job = submit(url, "--table", "items", "--set", "c=md5(b)", "--rows-per-subtask", "1000",
+                 "--batch-rows", "500", "--max-rows-per-sec", "25")
+    wait_until(lambda: filled(url)[0] >= 500, 30, "a first batch committed")
+    altered = time.monotonic()
+    ok(reorg(url, "alter", str(job), "--max-rows-per-sec", new_limit))
+    wait_until(lambda: job_status(url, job)["state"] == "succeeded", 60, "the job succeeded")
+    took = time.monotonic() - altered
+    print(f"\njob done {took:.1f}s after --max-rows-per-sec 25 -> {new_limit}")
+    assert took < 8, f"the job took {took:.1f}s after its limit was altered to {new_limit}"
+    assert filled(url)[0] == 4_000

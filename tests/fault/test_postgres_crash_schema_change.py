@@ -30,6 +30,7 @@ from support import execute, job_of, make_items, rows, scalar, wait_state, wait_
 from support.app_model import Application, data, shape
 from support.oracle import report
 
+from framework import long_statements
 from framework.submit import SubmitRequest, submit
 
 pytestmark = pytest.mark.fault
@@ -205,7 +206,7 @@ def test_postgres_crash_and_restart_mid_add_index_build(cluster):
             worker = cluster.start("a")
             wait_until(lambda: scalar(
                 db, "SELECT count(*) FROM pg_stat_progress_create_index JOIN pg_stat_activity "
-                    "USING (pid) WHERE application_name = :n", n=f"reorg-add-index-{job_id}"),
+                    f"USING (pid) WHERE {long_statements.tagged_sql(job_id)}"),
                 120, "the build to start")
             assert scalar(db, "SELECT indisvalid FROM pg_index "
                               "WHERE indexrelid = to_regclass('items_b_key')") is False

@@ -14,7 +14,7 @@ import pytest
 from support import held_by, job_of, make_items, rows, scalar, wait_state, wait_until
 from support.app_model import Application, data, shape
 
-from framework import control
+from framework import control, long_statements
 from framework.submit import SubmitRequest, submit
 
 pytestmark = pytest.mark.fault
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.fault
 def _build_backend(db, job_id: int) -> int | None:
     """The pid of the job's build session, once it is building."""
     return scalar(db, "SELECT pid FROM pg_stat_progress_create_index JOIN pg_stat_activity "
-                      "USING (pid) WHERE application_name = :n", n=f"reorg-add-index-{job_id}")
+                      f"USING (pid) WHERE {long_statements.tagged_sql(job_id)}")
 
 
 def _subtask(db, job_id: int, step: int) -> tuple:

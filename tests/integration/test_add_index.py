@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from support import catalogue, execute, job_of, make_items, rows, scalar, wait_state, wait_until
 from support.app_model import Application, data, shape
 
-from framework import control, faults
+from framework import control, faults, long_statements
 from framework.jobtype import InvalidParams
 from framework.submit import SubmitRequest, submit
 
@@ -32,8 +32,7 @@ def _index(db, name: str) -> tuple | None:
 def _building(db, job_id: int):
     """The job's build session, once PostgreSQL reports its progress."""
     return scalar(db, "SELECT p.phase FROM pg_stat_progress_create_index p JOIN "
-                      "pg_stat_activity a USING (pid) WHERE a.application_name = :n",
-                  n=f"reorg-add-index-{job_id}")
+                      f"pg_stat_activity a USING (pid) WHERE {long_statements.tagged_sql(job_id)}")
 
 
 def test_a_unique_index_is_built_online_while_the_application_writes(db, start_node):

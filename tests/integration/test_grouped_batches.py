@@ -157,3 +157,45 @@ def test_a_finished_subtask_is_freed_without_the_garbage_collector(db):
     assert [r.outcome for r in pool.results] == ["succeeded"] * 3
     assert left == []
     wait_state(db, job_id, "running")  # untouched by the pool: only the owner advances it
+
+
+def test_a_subtask_stopped_before_a_group_fenced_out_is_handed_back_at_once(db):
+    """The first subtask of the claim is asked to stop (a pause reaching it
+    first: the renewal stops a node's subtasks one after another) before the
+    group's first pass; the second is fenced out in that pass, so the group
+    runs a second pass. The stopped subtask must still be handed back at
+    once (pending, its attempt given back), not left running under a lease
+    nobody renews until it expires."""
+    job_id = _job_of_three_ranges(db)
+    pool = WorkerPool(db, "w1", slots=1)
+    hold = pool._hold
+
+    def hold_and_stop_the_first(claim, renewed_at):
+        held = hold(claim, renewed_at)
+        if claim.start_key == 1:
+            held.ctx.stop("job pausing", hard=False)
+        return held
+
+    pool._hold = hold_and_stop_the_first  # type: ignore[method-assign]
+    faults.arm("worker.before_checkpoint", "block@1")  # the 2nd subtask's write, 1st pass
+    runner = threading.Thread(target=pool.run_claimed, args=(_claims_three(),))
+    runner.start()
+    try:
+        faults.wait_blocked("worker.before_checkpoint", timeout=30)
+        with db.begin() as conn:  # its lease runs out; another worker claims it
+            conn.execute(db.sql("""UPDATE {s}.background_subtask
+                                   SET exec_expired = clock_timestamp() - interval '1s'
+                                   WHERE job_id = :j AND start_key = '11'"""), {"j": job_id})
+        with db.begin() as conn:
+            taken = subtasks.claim(db, conn, "w2")
+        assert [c.start_key for c in taken] == [11]
+        faults.release("worker.before_checkpoint")
+        runner.join(30)
+        assert not runner.is_alive()
+    finally:
+        faults.disarm_all()
+    assert [s[:5] for s in _subtasks(db, job_id)] == [
+        (1, "pending", 1, 0, None),  # handed back: any worker may take it now
+        (11, "running", 11, 0, "w2"),
+        (21, "succeeded", 31, 10, "w1")]
+    assert sorted(r.outcome for r in pool.results) == ["lost", "released", "succeeded"]

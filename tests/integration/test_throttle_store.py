@@ -51,6 +51,23 @@ def test_batches_booked_at_once_take_turns_on_the_jobs_schedule(db, migrated_db)
     assert _book(db, job_id, 100) is None
 
 
+def test_a_new_limit_re_times_what_was_booked_at_the_old_one(db, migrated_db):
+    """``reorg alter --max-rows-per-sec``: the rows booked and not yet due
+    are due as if booked at the new limit; lifted, nothing is left to wait.
+    (Seconds of schedule, so the statements' own time hardly counts.)"""
+    job_id = _job(db, max_rows_per_sec=100)
+    assert [_book(db, job_id, 1_000) for _ in range(4)][-1] == pytest.approx(40, abs=1)
+    control.alter(db, job_id, max_rows_per_sec=400, actor="t")
+    assert _book(db, job_id, 0) == pytest.approx(10, abs=1)
+    control.alter(db, job_id, max_rows_per_sec=100, actor="t")  # lowered: longer again
+    assert _book(db, job_id, 0) == pytest.approx(40, abs=1)
+    control.alter(db, job_id, batch_rows=50, actor="t")  # another knob: the schedule stays
+    assert _book(db, job_id, 0) == pytest.approx(40, abs=1)
+    control.alter(db, job_id, max_rows_per_sec=0, actor="t")
+    control.alter(db, job_id, max_rows_per_sec=100, actor="t")  # a fresh schedule
+    assert _book(db, job_id, 100) == pytest.approx(1, abs=0.5)
+
+
 def test_the_health_reading_leaves_reorgs_own_sessions_out(db, migrated_db):
     with db.begin() as conn:
         first = health.read(conn)

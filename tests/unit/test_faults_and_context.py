@@ -129,7 +129,7 @@ def test_throttle_paces_to_the_jobs_share_of_the_limit():
     ctx = _ctx()
     ctx.job = Job(1, "t", "running", 1, {}, "t", "id", 100, 1000, None, concurrency=2)
     waited = []
-    ctx.stop_event.wait = lambda s: waited.append(s)  # type: ignore[method-assign]
+    ctx._pace = lambda s: waited.append(s)  # type: ignore[method-assign]
     ctx.throttle(rows=100, took_seconds=0.05)
     assert waited == [pytest.approx(0.15)]  # 100 rows * 2 slots / 1000 rows/s - 0.05 s
 

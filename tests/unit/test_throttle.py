@@ -4,6 +4,10 @@ holds a job."""
 
 from __future__ import annotations
 
+import threading
+import time
+from dataclasses import replace
+
 import pytest
 
 from framework.jobtype import Job, SubtaskContext
@@ -72,7 +76,8 @@ def test_throttle_books_batches_on_the_jobs_shared_schedule():
                              start_key=0, end_key=10, curr_key=0, epoch=1, meta={},
                              checkpoint=lambda *a: None, stop_event=threading.Event(),
                              rate_gate=gate)
-        ctx.stop_event.wait = lambda s: waited.append(s)  # type: ignore[method-assign]
+        # What the slot waits for its turn (none when it need not wait).
+        ctx._pace = lambda s: s > 0 and waited.append(s)  # type: ignore[method-assign]
         return ctx
 
     context(lambda rows, took: booked.append((rows, took)) or 0.7).throttle(100, 0.05)
@@ -87,3 +92,38 @@ def test_throttle_books_batches_on_the_jobs_shared_schedule():
 
     context(away).throttle(100, 0.05)
     assert waited == [pytest.approx(0.15)]  # 100 rows / (1000 rows/s / 2 subtasks) - 0.05 s
+
+
+@pytest.mark.parametrize("new_limit", [1_000_000, None], ids=["raised", "lifted"])
+def test_a_slot_waiting_its_turn_at_the_old_limit_goes_on_once_it_is_raised_or_lifted(
+        new_limit):
+    """``reorg alter`` reaches the waiting slot through the lease renewal
+    (``retune``): what is left of its wait is re-timed at the new limit, not
+    slept out at the old one."""
+    ctx = SubtaskContext(job=job(max_rows_per_sec=10), subtask_id=1, start_key=0, end_key=10,
+                         curr_key=0, epoch=1, meta={}, checkpoint=lambda *a: None,
+                         stop_event=threading.Event())
+    slot = threading.Thread(target=ctx._pace, args=(30.0,))  # 300 rows booked at 10 rows/s
+    slot.start()
+    time.sleep(0.1)
+    ctx.retune(replace(ctx.job, batch_rows=500))  # another knob: the wait goes on
+    slot.join(0.3)
+    assert slot.is_alive()
+    started = time.monotonic()
+    ctx.retune(replace(ctx.job, max_rows_per_sec=new_limit))
+    slot.join(5)
+    assert not slot.is_alive() and time.monotonic() - started < 5
+
+
+def test_a_lowered_limit_lengthens_the_wait_and_a_stop_ends_it():
+    ctx = SubtaskContext(job=job(max_rows_per_sec=1_000), subtask_id=1, start_key=0,
+                         end_key=10, curr_key=0, epoch=1, meta={}, checkpoint=lambda *a: None,
+                         stop_event=threading.Event())
+    slot = threading.Thread(target=ctx._pace, args=(0.5,))
+    slot.start()
+    ctx.retune(replace(ctx.job, max_rows_per_sec=10))  # what is left: 100 times as long
+    slot.join(2)
+    assert slot.is_alive()
+    ctx.stop("job pausing", hard=False)
+    slot.join(5)
+    assert not slot.is_alive()
