@@ -72,9 +72,9 @@ def step_label(job: dict[str, Any]) -> str:
 
 
 def _rows(job: dict[str, Any]) -> str:
-    """Rows done of the estimate; of a type of several steps, the step's."""
-    done = job.get("step_rows_done", job["rows_done"])
-    return f"{count(done)}/{count(job['rows_total'])}"
+    """The job's rows done of its total (``framework.store.progress``: of a
+    type of several steps, its current range step's)."""
+    return f"{count(job['rows_done'])}/{count(job['rows_total'])}"
 
 
 def _subtasks(job: dict[str, Any]) -> str:
