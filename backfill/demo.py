@@ -166,7 +166,7 @@ def _retire_previous_job(db: Database, check_workers: progress.Tick) -> None:
         return
     console.print(f"cancelling job {previous}, left over from an earlier demo ...")
     control.cancel(db, previous)
-    progress.wait_terminal(db, previous, None, on_tick=check_workers)
+    progress.wait_ended(db, previous, None, on_tick=check_workers)
 
 
 def create_sample_table(db: Database, rows: int) -> None:

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from cli.context import cli_state, upgrade_if_behind
-from cli.errors import BAD_INPUT, CliFailure
+from cli.errors import BAD_INPUT, OPERATIONAL, CliFailure
 from cli.output import print_json
 from framework import migrate
 
@@ -29,7 +29,8 @@ def current(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")] = False,
 ) -> None:
     """The system tables' alembic revision, and whether it is the one this
-    version needs (the head). Changes nothing."""
+    version needs (the head): exit 0 when it is, 5 (one error line) when
+    not. Changes nothing."""
     db = cli_state(ctx).unchecked_database()
     revision, head = db.schema_revision(), migrate.head_revision()
     if as_json:
@@ -37,15 +38,17 @@ def current(
                     "is_head": revision == head})
     elif revision == head:
         print(f"schema {db.schema} at revision {revision} (head)")
-    elif revision is None:
-        print(f"schema {db.schema}: not installed; this version needs {head}: "
-              "run `reorg db upgrade`")
+    if revision == head:
+        return
+    if revision is None:
+        why = f"schema {db.schema}: not installed; this version needs {head}: run `reorg db upgrade`"
     elif revision not in migrate.known_revisions():
-        print(f"schema {db.schema} at revision {revision}, newer than this version's head "
-              f"{head}: a newer reorg upgraded it; install that version here")
+        why = (f"schema {db.schema} at revision {revision}, newer than this version's head "
+               f"{head}: a newer reorg upgraded it; install that version here")
     else:
-        print(f"schema {db.schema} at revision {revision}, not the head {head}: "
-              "run `reorg db upgrade`")
+        why = f"schema {db.schema} at revision {revision}, not the head {head}: run `reorg db upgrade`"
+    # What a script or a container's health check needs: not ready to run jobs.
+    raise CliFailure(why, OPERATIONAL)
 
 
 @app.command()

@@ -8,11 +8,15 @@ codes are the same for every command (README, "Exit codes"):
     1    JOB_DID_NOT_SUCCEED: the job failed, was cancelled or reverted
     2    BAD_INPUT: usage errors, invalid parameters or settings, a refused
          request (second active job on a table, cancel of a finished job)
-    3    TIMEOUT: ``reorg wait --timeout`` passed first
+    3    TIMEOUT: ``reorg wait --timeout`` (or ``submit --wait --timeout``) passed first
          (``reorg checksum-report`` keeps its own 3 and 4: see backfill/checksum/cli.py)
+    4    PAUSED_ON_FAILURE: ``reorg wait`` (or ``submit --wait``) on a job that
+         paused because a subtask failed for good (``--on-failure pause``): it
+         waits for ``reorg retry`` or ``reorg cancel``, not for its end
     5    OPERATIONAL: database unreachable or behind, an upgrade blocked by a
          lock, no PostgreSQL binaries,
-         Spark cannot start, database errors, and anything unexpected
+         Spark cannot start, database errors, and anything unexpected;
+         ``reorg db current`` on a schema not at the head
     130  interrupted (Ctrl-C)
 """
 
@@ -39,6 +43,7 @@ from framework.store.jobs import ActiveJobExists
 JOB_DID_NOT_SUCCEED = 1
 BAD_INPUT = 2
 TIMEOUT = 3
+PAUSED_ON_FAILURE = 4
 OPERATIONAL = 5
 INTERRUPTED = 130
 DEBUG_HINT = "rerun with --debug or REORG_DEBUG=1 to see the traceback"

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from cli import plugin, progress
 from cli.context import cli_state
-from cli.errors import JOB_DID_NOT_SUCCEED, TIMEOUT, CliFailure
+from cli.errors import (
+    INTERRUPTED,
+    JOB_DID_NOT_SUCCEED,
+    PAUSED_ON_FAILURE,
+    TIMEOUT,
+    CliFailure,
+)
 from cli.output import console, count, duration, print_json
 from framework import control
 
@@ -36,8 +43,12 @@ def status(
     state = cli_state(ctx)
     db = state.read_database()
     if watch and not as_json:
-        with contextlib.suppress(KeyboardInterrupt):  # leaving a watch is not an error
+        try:
             progress.watch(db, job_id, limit)
+        except KeyboardInterrupt:
+            # How a watch is left: nothing to explain, but not a success for
+            # a script that waited on it (`reorg wait` is for that).
+            raise typer.Exit(INTERRUPTED) from None
         return
     jobs = control.status(db, job_id, limit)
     if as_json:
@@ -61,19 +72,39 @@ def wait(
     timeout: Annotated[float | None, typer.Option(min=0, help="Give up after S seconds (exit 3).")] = None,
 ) -> None:
     """Wait until a job ends: exit 0 when it succeeded, 1 when it failed, was
-    cancelled or reverted, 3 on timeout, 5 when the database cannot be reached."""
-    job = wait_until_ended(cli_state(ctx).read_database(), job_id, timeout)
+    cancelled or reverted, 3 on timeout, 4 when it paused on a failure
+    (--on-failure pause), 5 when the database cannot be reached."""
+    with job_goes_on_if_interrupted(job_id):
+        job = wait_until_ended(cli_state(ctx).read_database(), job_id, timeout)
     print(succeeded_line(job))
+
+
+@contextlib.contextmanager
+def job_goes_on_if_interrupted(job_id: int) -> Iterator[None]:
+    """Ctrl-C of a wait stops the wait, not the job: say so, and how to stop
+    the job (exit 130)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise CliFailure(f"interrupted; job {job_id} goes on: `reorg cancel {job_id}` "
+                         f"cancels it, `reorg wait {job_id}` waits for it again",
+                         INTERRUPTED) from None
 
 
 def wait_until_ended(db: Database | DirectDatabase, job_id: int,
                      timeout: float | None) -> dict[str, Any]:
     """The job once it has ended, if it succeeded; else the failure that
     ``reorg wait`` (and ``reorg submit --wait``) exits with."""
-    job = progress.wait_terminal(db, job_id, timeout)
+    job = progress.wait_ended(db, job_id, timeout)
     if job is None:
         raise CliFailure(f"job {job_id} has not finished after {timeout:g}s; "
                          "`reorg status` shows where it is", TIMEOUT)
+    if progress.paused_on_failure(job):
+        raise CliFailure(f"job {job_id} paused on a failure: "
+                         f"{job['error'] or 'a subtask failed for good'}; fix the cause, "
+                         f"then `reorg retry {job_id}` re-queues the failed subtasks and "
+                         f"resumes, or `reorg cancel {job_id}` rolls the job back",
+                         PAUSED_ON_FAILURE)
     if job["state"] != "succeeded":
         why = job["error"] or ("cancelled on request; what it had changed was rolled back"
                                if job["state"] == "cancelled" else "no error recorded")

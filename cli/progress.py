@@ -44,6 +44,13 @@ def is_terminal(job: dict[str, Any]) -> bool:
     return job["state"] in JOB_TERMINAL
 
 
+def paused_on_failure(job: dict[str, Any]) -> bool:
+    """Paused because a subtask failed for good (``--on-failure pause``): the
+    job waits for ``reorg retry`` or ``reorg cancel``, not for its end. (A
+    running job's failed subtasks stay live until it ends, so they count.)"""
+    return job["state"] == "paused" and job["failed"] > 0
+
+
 def for_json(job: dict[str, Any]) -> dict[str, Any]:
     """A status row as scripts see it: every column, plus the table as users
     write it."""
@@ -72,9 +79,9 @@ def step_label(job: dict[str, Any]) -> str:
 
 
 def _rows(job: dict[str, Any]) -> str:
-    """Rows done of the estimate; of a type of several steps, the step's."""
-    done = job.get("step_rows_done", job["rows_done"])
-    return f"{count(done)}/{count(job['rows_total'])}"
+    """The job's rows done of its total (``framework.store.progress``: of a
+    type of several steps, its current range step's)."""
+    return f"{count(job['rows_done'])}/{count(job['rows_total'])}"
 
 
 def _subtasks(job: dict[str, Any]) -> str:
@@ -174,11 +181,12 @@ def watch(db: Database | DirectDatabase, job_id: int | None, limit: int,
     return jobs
 
 
-def wait_terminal(db: Database | DirectDatabase, job_id: int, timeout: float | None,
-                  on_tick: Tick | None = None) -> dict[str, Any] | None:
-    """Poll until the job is terminal; None when ``timeout`` passes first.
-    On one psycopg connection (``DirectDatabase``) it listens for the job
-    moves' NOTIFY and looks again as soon as one comes."""
+def wait_ended(db: Database | DirectDatabase, job_id: int, timeout: float | None,
+               on_tick: Tick | None = None) -> dict[str, Any] | None:
+    """Poll until the job is terminal, or paused on a failure (it would
+    never end by itself); None when ``timeout`` passes first. On one
+    psycopg connection (``DirectDatabase``) it listens for the job moves'
+    NOTIFY and looks again as soon as one comes."""
     from framework.store.jobs import channel
 
     notified = getattr(db, "notified", None)
@@ -188,7 +196,7 @@ def wait_terminal(db: Database | DirectDatabase, job_id: int, timeout: float | N
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         job = control.status(db, job_id, 1)[0]
-        if is_terminal(job):
+        if is_terminal(job) or paused_on_failure(job):
             return job
         if deadline is not None and time.monotonic() >= deadline:
             return None

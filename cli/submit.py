@@ -21,7 +21,7 @@ from typer.core import TyperGroup
 
 from cli import plugin
 from cli.context import cli_state
-from cli.jobs import succeeded_line, wait_until_ended
+from cli.jobs import job_goes_on_if_interrupted, succeeded_line, wait_until_ended
 from cli.output import console, count, print_json, table_name
 from cli.plugin import Params
 from cli.stderr import child_stderr_hidden
@@ -116,6 +116,9 @@ _COMMON_OPTIONS = [
         "--wait", help="Stay until the job ends and exit as `reorg wait` does (0: it "
         "succeeded); the id still goes to stdout first, the outcome to stderr.",
         rich_help_panel=_PANEL)], False),
+    _common("timeout", Annotated[float | None, typer.Option(
+        min=0, metavar="S", help="With --wait: give up waiting after S seconds (exit 3); "
+        "the job goes on.", rich_help_panel=_PANEL)], None),
 ]
 _COMMON_NAMES = [p.name for p in _COMMON_OPTIONS]
 
@@ -128,7 +131,9 @@ def submit_command(name: str, to_params: Callable[..., Params]) -> Any:
 
     def command(ctx: typer.Context, **options: Any) -> None:
         common = {k: options.pop(k) for k in _COMMON_NAMES}
-        as_json, wait = common.pop("as_json"), common.pop("wait")
+        as_json, wait, timeout = common.pop("as_json"), common.pop("wait"), common.pop("timeout")
+        if timeout is not None and not wait:
+            raise InvalidParams("--timeout applies to --wait; add --wait, or drop --timeout")
         params = {k: v for k, v in to_params(**options).items() if v not in (None, [])}
         request = SubmitRequest(type=name, params=params, actor=local_actor(), **common)
         state = cli_state(ctx)
@@ -139,8 +144,9 @@ def submit_command(name: str, to_params: Callable[..., Params]) -> Any:
         if wait and result.job_id is not None:
             # In this process: a second one (`reorg wait`) would start while
             # the job's first batches run, and take the CPU they need.
-            sys.stdout.flush()
-            job = wait_until_ended(state.read_database(), result.job_id, None)
+            with job_goes_on_if_interrupted(result.job_id):
+                sys.stdout.flush()  # the id first: a Ctrl-C from here on names it
+                job = wait_until_ended(state.read_database(), result.job_id, timeout)
             typer.echo(succeeded_line(job), err=True)
 
     # typer reads the signature: the type's own options, then the shared ones.

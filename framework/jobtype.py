@@ -436,7 +436,8 @@ def _run_all(callbacks: list[Callable[[], None]]) -> None:
 class Planner(Protocol):
     """The owner's side of a job type (docs/design.md, "Job-type protocol").
     Optional: ``steps``, ``enter_step``, ``fixed_subtasks``, ``analyse``,
-    ``done_schema_state``, ``submit_options``, ``keys_of_any_type``."""
+    ``done_schema_state``, ``submit_options``, ``keys_of_any_type``,
+    ``trigger_covers_inserts``."""
 
     name: str
 
@@ -561,6 +562,15 @@ def takes_any_key(kind: JobType) -> bool:
     column (``keys_of_any_type = True``): its SQL uses ``Job.key``, not
     integer arithmetic on keys."""
     return bool(getattr(kind, "keys_of_any_type", False))
+
+
+def trigger_covers_inserts(kind: object) -> bool:
+    """Whether the type's prepare installs a trigger that gives every row
+    inserted from then on what the job would write to it
+    (``trigger_covers_inserts = True``, e.g. add-column, alter-type). Rows
+    past a range step's last catch-up range (``framework.catch_up``) are then
+    not missed: they were inserted after the first round, so after prepare."""
+    return bool(getattr(kind, "trigger_covers_inserts", False))
 
 
 def analyses_on_owner(kind: JobType) -> bool:

@@ -15,8 +15,12 @@ Series per node (a scrape reads one node; sum over nodes in the query):
     reorg_subtasks_running                           subtasks this node runs now
     reorg_leases_lost_total{reason}                  renewal_refused | untrusted | checkpoint_refused
     reorg_is_owner                                   1 on the owner node
-    reorg_job_progress_ratio{job_id}                 owner only: rows done / estimate (1 when succeeded)
-    reorg_job_rows_total{job_id}                     owner only: rows done
+    reorg_job_progress_ratio{job_id}                 owner only: the job's percent / 100 (1 when succeeded)
+    reorg_job_rows_total{job_id}                     owner only: the job's rows done
+
+The job gauges are the figures ``reorg status`` shows (``store.progress``: of
+a type of several steps, the percent of all its steps, and the rows of its
+current range step).
 """
 
 from __future__ import annotations
@@ -69,10 +73,10 @@ for _reason in ("renewal_refused", "untrusted", "checkpoint_refused"):
     LEASES_LOST.labels(_reason)
 IS_OWNER = _make("Gauge", "reorg_is_owner", "1 while this node is the elected owner.")
 JOB_PROGRESS = _make("Gauge", "reorg_job_progress_ratio",
-                     "Owner only: a job's rows done over its row estimate (1 when succeeded).",
-                     ("job_id",))
-JOB_ROWS = _make("Gauge", "reorg_job_rows_total", "Owner only: rows a job has processed.",
-                 ("job_id",))
+                     "Owner only: a job's progress as reorg status shows it, 0 to 1 "
+                     "(1 when succeeded).", ("job_id",))
+JOB_ROWS = _make("Gauge", "reorg_job_rows_total",
+                 "Owner only: a job's rows done as reorg status shows them.", ("job_id",))
 
 # Finished jobs keep their last figures on the owner's /metrics for a while
 # (a scrape after the end still sees them), bounded so a long-lived owner
@@ -109,11 +113,9 @@ def owner_jobs(is_owner: bool, jobs: list[dict[str, Any]]) -> None:
         return
     for job in jobs:
         job_id = str(job["id"])
-        total, done = job["rows_total"], job["rows_done"]
-        ratio = 1.0 if job["state"] == "succeeded" else (
-            min(done / total, 1.0) if total else 0.0)
-        JOB_PROGRESS.labels(job_id).set(ratio)
-        JOB_ROWS.labels(job_id).set(done)
+        # The figures `reorg status` shows (store.progress).
+        JOB_PROGRESS.labels(job_id).set(job["percent"] / 100.0)
+        JOB_ROWS.labels(job_id).set(job["rows_done"])
         _shown[job_id] = job["state"] not in ("succeeded", "cancelled", "reverted")
         _shown.move_to_end(job_id)
     finished = [j for j, live in _shown.items() if not live]

@@ -23,7 +23,7 @@ from framework.errors import is_retryable, one_line
 from framework.jobtype import STEP_PREPARED, STEP_REVERT, InvalidParams, Job, Step
 from framework.splitting import SplitPlan, plan_split
 from framework.states import JobState
-from framework.store import history, jobs, nodes, owner_lease, steps
+from framework.store import history, jobs, nodes, owner_lease, progress, steps
 from framework.store.owner_lease import OwnerTerm
 from framework.warming import Warming
 
@@ -441,10 +441,12 @@ class Owner:
             kind.advance(conn, job)
             faults.hit("owner.after_advance_step")
             count = steps.count_in_step(self.db, conn, job.id, job.step)
+            rows = progress.rows_of_step_now(self.db, conn, job.id)
             self._must(jobs.succeed(self.db, conn, term, job.id, actor=self._actor(term),
                                     step=jobtype.done_step(kind),
                                     schema_state=getattr(kind, "done_schema_state", None),
-                                    detail=f"{count} subtasks succeeded{tail_detail}"))
+                                    detail=f"{count} subtasks succeeded{tail_detail}; "
+                                           f"{rows:,} rows done"))
         return "succeeded"
 
     def _enter_next_step(self, conn: sa.Connection, term: OwnerTerm, kind: jobtype.JobType,

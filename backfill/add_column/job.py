@@ -69,7 +69,9 @@ class AddColumn:
     # No opt-out of the owner's catch-up ranges (framework.catch_up): the
     # split runs before prepare creates the trigger, so rows inserted between
     # them lie past the last range with no value; the first catch-up round
-    # covers them (later rows have the trigger's).
+    # covers them (later rows have the trigger's). So rows still arriving
+    # after the last round were not missed:
+    trigger_covers_inserts = True
 
     # --- submit ------------------------------------------------------------------
 

@@ -32,6 +32,8 @@ class AlterType:
              Step("build-indexes", ranges=False, restore=False, schema_state="write-reorg"))
     done_schema_state = "public"
     batch_steps = (BACKFILL,)  # quick backfill subtasks share a transaction (run_batch)
+    # Its trigger gives every row inserted after prepare its value.
+    trigger_covers_inserts = True
 
     # --- planner -------------------------------------------------------------
 

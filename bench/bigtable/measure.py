@@ -99,10 +99,11 @@ def start_job(url: str, db: Database, timeout: float) -> Start:
 
 def reorg_rate(db: Database, job_id: int, window: float) -> Rate:
     """Rows the job committed over ``window`` seconds from now."""
-    first = int(job_status(db, job_id)["rows_done"])
+    # Every step's rows (`rows_done` starts again with each range step).
+    first = int(job_status(db, job_id)["rows_processed"])
     began = time.perf_counter()
     time.sleep(window)
-    last = int(job_status(db, job_id)["rows_done"])
+    last = int(job_status(db, job_id)["rows_processed"])
     return Rate(last - first, time.perf_counter() - began)
 
 

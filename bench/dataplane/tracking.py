@@ -38,8 +38,9 @@ def job_status(db: Database, job_id: int) -> dict[str, Any]:
 
 
 def committed_rows(db: Database, job_id: int) -> int:
-    """The job's checkpointed rows: live and finished subtasks (`rows_done`)."""
-    return int(job_status(db, job_id)["rows_done"])
+    """The job's checkpointed rows: live and finished subtasks of every step
+    (`rows_processed`; `rows_done` is the current range step's)."""
+    return int(job_status(db, job_id)["rows_processed"])
 
 
 def subtasks(db: Database, job_id: int) -> list[dict[str, Any]]:

@@ -75,8 +75,11 @@ def move_finished(
                     step_moved_succeeded = step_moved_succeeded
                         + (SELECT count(*) FROM forward
                            WHERE state = 'succeeded' AND step = j.step),
+                    -- A fixed step keeps the rows of the step before it
+                    -- (store.progress: the job's rows).
                     step_moved_rows = step_moved_rows
-                        + (SELECT coalesce(sum(row_count), 0) FROM forward WHERE step = j.step),
+                        + (SELECT coalesce(sum(row_count), 0) FROM forward
+                           WHERE step = j.step AND j.step_ranges),
                     moved_succeeded = moved_succeeded
                         + (SELECT count(*) FROM forward WHERE state = 'succeeded'),
                     moved_failed = moved_failed

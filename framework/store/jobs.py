@@ -22,6 +22,7 @@ from framework.states import (
     check_job_transition,
 )
 from framework.store.owner_lease import FENCE, OwnerTerm
+from framework.store.progress import ROWS_OF_STEP_NOW
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
@@ -175,6 +176,12 @@ def _into(dst: JobState) -> frozenset[JobState]:
 
 # --- owner transitions (fenced on the term) ------------------------------------
 
+# Leaving a step (to a fixed step, or once the job ends): its rows stay the
+# job's rows (store.progress). A range step left complete knows its rows
+# exactly, so they become its estimate too; a fixed step keeps what it had.
+_KEEP_STEP_ROWS = (f"step_moved_rows = {ROWS_OF_STEP_NOW}, row_estimate = CASE "
+                   f"WHEN j.step_ranges THEN {ROWS_OF_STEP_NOW} ELSE j.row_estimate END")
+
 def start(
     db: Database, conn: Connection, term: OwnerTerm, job_id: int, *, actor: str, step: int,
     row_estimate: int, run_on_node: str | None, detail: str,
@@ -206,14 +213,16 @@ def advance_step(
     a compare-and-set of the step, its audit event in the same statement,
     from and to the steps' names (``step_names``), which is what changed. The
     step's progress counters start again; ``row_estimate`` is the new step's
-    split (kept when None: a fixed step)."""
+    split; entering a fixed step, the job's rows stay those of the step it
+    left (``_KEEP_STEP_ROWS``)."""
+    rows = ("step_moved_rows = 0, row_estimate = CAST(:row_estimate AS bigint)"
+            if step_ranges else _KEEP_STEP_ROWS)
     moved = conn.execute(
         db.sql(f"""
             WITH moved AS (
                 UPDATE {{s}}.jobs j SET step = :to_step, updated_at = clock_timestamp(),
                     step_ranges = :step_ranges, step_subtasks_total = :step_subtasks,
-                    step_moved_succeeded = 0, step_moved_rows = 0,
-                    row_estimate = coalesce(CAST(:row_estimate AS bigint), j.row_estimate),
+                    step_moved_succeeded = 0, {rows},
                     schema_state = :schema_state
                 WHERE j.id = :job_id AND j.state = 'running' AND j.step = :from_step
                   AND {FENCE}
@@ -325,11 +334,13 @@ def succeed(
     detail: str, schema_state: str | None = None,
 ) -> JobState | None:
     """running -> succeeded at ``step`` (the type's done step); a type that
-    reports schema states names the final one (e.g. "public")."""
+    reports schema states names the final one (e.g. "public"). The job's
+    rows stay those of its last step (``_KEEP_STEP_ROWS``)."""
     return _move(db, conn, job_id, _into(J.SUCCEEDED), J.SUCCEEDED, actor=actor, term=term,
                  detail=detail, step=step, schema_state=schema_state, sep=NOW_SEP,
                  # A note of why the cut-over was retried (``note_error``) goes.
-                 sets=f"step = :step, schema_state = :schema_state, error = {_WITHOUT_NOTE}")
+                 sets=f"step = :step, schema_state = :schema_state, error = {_WITHOUT_NOTE}, "
+                      f"{_KEEP_STEP_ROWS}")
 
 
 def pause_on_failure(
@@ -374,11 +385,13 @@ def start_revert_step(
     moves to STEP_REVERT once its revert subtasks are inserted (workers claim
     them from then on). The state stays ``reverting``, so this is a
     compare-and-set of the step, not a transition; its audit event, from that
-    step to the revert step, is written in the same statement."""
+    step to the revert step, is written in the same statement. The job's rows
+    stay as they were when it stopped, against the step's estimate."""
     moved = conn.execute(
         db.sql(f"""
             WITH moved AS (
-                UPDATE {{s}}.jobs j SET step = {STEP_REVERT}, updated_at = clock_timestamp()
+                UPDATE {{s}}.jobs j SET step = {STEP_REVERT}, updated_at = clock_timestamp(),
+                    step_moved_rows = {ROWS_OF_STEP_NOW}
                 WHERE j.id = :job_id AND j.state = 'reverting' AND j.step = :from_step
                   AND {FENCE}
                 RETURNING j.id),

@@ -7,11 +7,26 @@ The work per call does not grow with the job: pending subtasks are counted as
 the job's total less the others, and only live subtasks that are not pending
 (those being worked on, and finished ones not yet moved) are read.
 
+A job's rows (``rows_done`` of ``rows_total``), the one figure that status,
+the dashboard, the owner's metrics, the success event and ``reorg wait`` show:
+the rows of the job's current range step against that step's estimate (its
+split, grown by catch-up ranges). A type of one step has one range step, so
+these are simply its rows. In a fixed step (an index build), and once the job
+has ended or reverts, they are those of the last range step it ran, as they
+were when it left that step (``ROWS_OF_STEP_NOW`` is written into the job's
+step counters then, by the transitions of ``store.jobs``); a range step that
+completed has its rows exactly, so its estimate becomes them. ``rows_total``
+is never below ``rows_done``: rows past a low estimate grow the total to what
+is known, and the percent stays below 100 until the job succeeds.
+``rows_processed`` is the work behind it: every forward batch's rows summed
+over the steps (a row backfilled and then verified counts twice), the counter
+rows/s is measured on.
+
 Rows/s and ETA of a running job are over the last ``RATE_WINDOW_SECONDS``:
-rows done now less rows done at the oldest progress sample inside the window
-(``record_samples``: the owner keeps one every ``SAMPLE_EVERY_SECONDS``). With
-no sample yet (no owner, or the job just started) they are the job's lifetime
-average.
+rows processed now less rows processed at the oldest progress sample inside
+the window (``record_samples``: the owner keeps one every
+``SAMPLE_EVERY_SECONDS``). With no sample yet (no owner, or the job just
+started) they are the job's lifetime average.
 """
 
 from __future__ import annotations
@@ -31,6 +46,24 @@ RATE_WINDOW_SECONDS = 60.0
 SAMPLE_EVERY_SECONDS = 5.0
 # A sample younger than this gives a rate of too few batches to show.
 _MIN_SAMPLE_AGE_SECONDS = 2.0
+
+# The rows of the current step of job ``j`` (a row of {s}.jobs), now: those
+# moved to history with it and those of its live subtasks, of any state (a
+# pending one may have checkpointed rows before it was released). A fixed
+# step has no rows of its own: it keeps those of the range step before it.
+# The owner's step transitions keep this figure when the job leaves a step.
+ROWS_OF_STEP_NOW = """(j.step_moved_rows + CASE WHEN j.step_ranges THEN (
+    SELECT coalesce(sum(st.row_count), 0) FROM {s}.background_subtask st
+    WHERE st.job_id = j.id AND st.step = j.step) ELSE 0 END)"""
+
+
+def rows_of_step_now(db: Database, conn: Connection, job_id: int) -> int:
+    """The job's rows as its current step holds them now (``ROWS_OF_STEP_NOW``):
+    what the owner writes into the success event, in the transaction that
+    keeps them as the job's rows."""
+    return int(conn.execute(
+        db.sql(f"SELECT {ROWS_OF_STEP_NOW} FROM {{s}}.jobs j WHERE j.id = :job_id"),
+        {"job_id": job_id}).scalar_one())
 
 
 def jobs_progress(
@@ -61,14 +94,15 @@ def _progress(db: ReadDatabase, conn: ReadConnection, where: str,
                 -- (job_id, state) index, never the whole table. Forward and
                 -- revert subtasks are counted apart (``fwd``: not STEP_REVERT).
                 SELECT p.id,
-                       p.moved_rows + l.rows_done + q.rows_done AS rows_done,
+                       p.moved_rows + l.rows_done + q.rows_done AS rows_processed,
                        l.running, p.moved_succeeded + l.succeeded AS succeeded,
                        p.moved_failed + l.failed AS failed,
                        p.moved_cancelled + l.cancelled AS cancelled, l.nodes,
                        p.revert_moved + l.revert_succeeded AS revert_done,
                        l.revert_running,
-                       -- The current step's own figures (a type of several steps).
-                       p.step_moved_rows + l.step_rows + q.step_rows AS step_rows_done,
+                       -- The job's rows: its current step's (ROWS_OF_STEP_NOW).
+                       p.step_moved_rows + l.step_rows + q.step_rows AS rows_done,
+                       -- The current step's own progress (a type of several steps).
                        p.step_moved_succeeded + l.step_succeeded AS step_succeeded,
                        l.step_units_partial
                 FROM picked p
@@ -82,7 +116,8 @@ def _progress(db: ReadDatabase, conn: ReadConnection, where: str,
                                AS revert_succeeded,
                            count(*) FILTER (WHERE NOT fwd AND state = 'running')
                                AS revert_running,
-                           coalesce(sum(row_count) FILTER (WHERE step = p.step), 0)::bigint
+                           coalesce(sum(row_count) FILTER (
+                               WHERE fwd AND step = p.step AND p.step_ranges), 0)::bigint
                                AS step_rows,
                            count(*) FILTER (WHERE step = p.step AND state = 'succeeded')
                                AS step_succeeded,
@@ -101,25 +136,29 @@ def _progress(db: ReadDatabase, conn: ReadConnection, where: str,
                     ) l
                 CROSS JOIN LATERAL (
                     SELECT coalesce(sum(row_count), 0)::bigint AS rows_done,
-                           coalesce(sum(row_count) FILTER (WHERE step = p.step), 0)::bigint
-                               AS step_rows
+                           coalesce(sum(row_count) FILTER (
+                               WHERE step = p.step AND p.step_ranges), 0)::bigint AS step_rows
                     FROM {s}.background_subtask
                     WHERE job_id = p.id AND state = 'pending' AND row_count > 0
                       AND step <> """ + str(STEP_REVERT) + """) q)
             SELECT p.id, p.type, p.state, p.step, p.target_table, p.priority, p.concurrency,
-                   p.batch_rows, p.max_rows_per_sec, p.row_estimate AS rows_total, p.error,
+                   p.batch_rows, p.max_rows_per_sec, p.error,
+                   c.rows_done, c.rows_processed,
+                   -- Never below the rows done: a low estimate grows to them.
+                   CASE WHEN p.row_estimate IS NOT NULL OR c.rows_done > 0
+                        THEN greatest(p.row_estimate, c.rows_done) END AS rows_total,
                    p.created_at, p.started_at, p.finished_at, p.job_key, p.history_done,
                    p.max_replica_lag, p.max_active_sessions, p.on_failure, p.throttled,
                    extract(epoch FROM clock_timestamp() - p.throttled_at) AS throttled_age,
-                   c.rows_done, c.running, c.succeeded, c.failed, c.cancelled, c.nodes,
+                   c.running, c.succeeded, c.failed, c.cancelled, c.nodes,
                    greatest(p.subtasks_total - c.running - c.succeeded - c.failed
                             - c.cancelled, 0) AS pending,
                    p.revert_total, c.revert_done, c.revert_running,
                    p.step_names, p.step_ranges, p.step_subtasks_total, p.schema_state,
-                   c.step_rows_done, c.step_succeeded, c.step_units_partial,
+                   c.step_succeeded, c.step_units_partial,
                    extract(epoch FROM coalesce(p.finished_at, clock_timestamp())
                                       - p.started_at) AS elapsed_seconds,
-                   c.rows_done - w.rows_done AS window_rows,
+                   c.rows_processed - w.rows_done AS window_rows,
                    extract(epoch FROM clock_timestamp() - w.at) AS window_seconds
             FROM picked p JOIN counts c ON c.id = p.id
             LEFT JOIN LATERAL (
@@ -135,8 +174,11 @@ def _progress(db: ReadDatabase, conn: ReadConnection, where: str,
 
 def with_rates(job: dict[str, Any]) -> dict[str, Any]:
     """Add percent, rows/s and ETA. Percent is capped below 100 until the job
-    succeeds, so rows written after the estimate never show as 'done early'."""
+    succeeds, so rows written after the estimate never show as 'done early'.
+    Rows/s is of ``rows_processed`` (the work of every step); the ETA is of
+    the rows still to do of ``rows_total``."""
     done, total = job["rows_done"], job["rows_total"]
+    processed = job["rows_processed"]
     elapsed = float(job["elapsed_seconds"] or 0.0)
     if job["state"] == "succeeded":
         percent = 100.0
@@ -144,7 +186,7 @@ def with_rates(job: dict[str, Any]) -> dict[str, Any]:
         percent = min(99.9, 100.0 * done / total)
     else:
         percent = 0.0
-    rate = done / elapsed if elapsed > 0 and done else 0.0
+    rate = processed / elapsed if elapsed > 0 and processed else 0.0
     window = float(job.pop("window_seconds", None) or 0.0)
     window_rows = job.pop("window_rows", None)
     if job["state"] == "running" and window >= _MIN_SAMPLE_AGE_SECONDS and window_rows is not None:
@@ -168,11 +210,11 @@ def with_step(job: dict[str, Any]) -> dict[str, Any]:
     percent (``step_name``, ``step_count``, ``step_percent``). Of a type with
     several steps, the job's ``percent`` becomes the share of all its steps
     done, which never decreases from one step to the next (DESIGN 6); of a
-    type of one step it stays the rows' percent. A range step's percent is by
-    rows; a fixed step's by its subtasks' own units (FIXED_SUBTASK_UNITS each)."""
+    type of one step it stays the rows' percent. A range step's percent is
+    that of the job's rows (they are the step's); a fixed step's is by its
+    subtasks' own units (FIXED_SUBTASK_UNITS each), and it has no ETA."""
     names = list(job.pop("step_names", None) or [])
     step, state = job["step"], job["state"]
-    step_rows = job.pop("step_rows_done", None) or 0
     succeeded = job.pop("step_succeeded", None) or 0
     partial = job.pop("step_units_partial", None) or 0
     subtasks = job.pop("step_subtasks_total", None) or 0
@@ -182,9 +224,7 @@ def with_step(job: dict[str, Any]) -> dict[str, Any]:
     job["step_count"] = len(names) or None
     if len(names) <= 1:
         job["step_percent"] = job["percent"] if in_step else None
-        job["step_rows_done"] = job["rows_done"]
         return job
-    job["step_rows_done"] = step_rows
     if state == "succeeded":
         job["step_percent"] = job["percent"] = 100.0
         return job
@@ -193,11 +233,7 @@ def with_step(job: dict[str, Any]) -> dict[str, Any]:
         return job
     if ranges:
         total = job["rows_total"] or 0
-        fraction = min(step_rows / total, 0.999) if total else 0.0
-        # The ETA of this step's rows (later steps' work is not known yet).
-        rate = job["rows_per_sec"]
-        job["eta_seconds"] = (round(max(total - step_rows, 0) / rate, 1)
-                              if rate and state == "running" else None)
+        fraction = min(job["rows_done"] / total, 0.999) if total else 0.0
     else:
         job["eta_seconds"] = None
         units = subtasks * FIXED_SUBTASK_UNITS
@@ -212,7 +248,9 @@ def record_samples(db: Database, conn: Connection, jobs: list[dict[str, Any]]) -
     ``live_jobs_progress``, read in this snapshot) unless it has one from the
     last ``SAMPLE_EVERY_SECONDS``; drop samples past twice the rate window.
     Samples are measurements, not job state: a deposed owner's sample is as
-    true as its successor's, so no owner fence is needed."""
+    true as its successor's, so no owner fence is needed. A sample's
+    ``rows_done`` column holds the job's ``rows_processed``, which never
+    decreases from one step to the next (its rows do)."""
     running = [j for j in jobs if j["state"] == "running"]
     conn.execute(
         db.sql("""
@@ -232,6 +270,6 @@ def record_samples(db: Database, conn: Connection, jobs: list[dict[str, Any]]) -
                 WHERE o.job_id = n.job_id
                   AND o.at > clock_timestamp() - make_interval(secs => :every))
             ON CONFLICT DO NOTHING"""),
-        {"ids": [j["id"] for j in running], "rows": [j["rows_done"] for j in running],
+        {"ids": [j["id"] for j in running], "rows": [j["rows_processed"] for j in running],
          "every": SAMPLE_EVERY_SECONDS},
     )

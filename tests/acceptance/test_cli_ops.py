@@ -65,9 +65,13 @@ def test_version_db_current_and_db_stop(migrated_db: str, fresh_db: str) -> None
         f"schema reorg at revision {head} (head)")
     assert reorg_json(migrated_db, "db", "current") == {
         "schema": "reorg", "revision": head, "head": head, "is_head": True}
-    assert reorg_json(fresh_db, "db", "current") == {
+    # Not at the head: exit 5 (test_cli_waits), the JSON still printed.
+    not_installed = reorg(fresh_db, "db", "current", "--json")
+    assert not_installed.returncode == OPERATIONAL, not_installed.stderr
+    assert json.loads(not_installed.stdout) == {
         "schema": "reorg", "revision": None, "head": head, "is_head": False}
-    assert "run `reorg db upgrade`" in ok(reorg(fresh_db, "db", "current"))
+    assert "run `reorg db upgrade`" in assert_one_error_line(reorg(fresh_db, "db", "current"),
+                                                             OPERATIONAL)
     # Reading the revision changes nothing.
     assert execute(fresh_db, "SELECT 1 FROM pg_namespace WHERE nspname = 'reorg'") == []
     assert_one_error_line(reorg(UNREACHABLE, "db", "current"), OPERATIONAL)

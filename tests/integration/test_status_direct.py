@@ -78,7 +78,7 @@ def test_wait_hears_the_job_end_instead_of_polling_for_it(db, settings, start_no
     direct = DirectDatabase(settings)
     waited: list[dict] = []
     waiter = threading.Thread(
-        target=lambda: waited.append(progress.wait_terminal(direct, job_id, None)), daemon=True)
+        target=lambda: waited.append(progress.wait_ended(direct, job_id, None)), daemon=True)
     try:
         waiter.start()
         wait_until(lambda: direct._listening is not None, timeout=30,

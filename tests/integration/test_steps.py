@@ -189,6 +189,11 @@ def test_cancel_in_a_later_step_restores_the_ranges_of_the_step_that_wrote(
     # of verify, which wrote nothing (restore=False).
     assert len(reverts) == 10 and all(r["state"] == "succeeded" for r in reverts)
     assert {r["meta"]["revert_of_step"] for r in reverts} == {1}
+    # Its rows stay those of the step it stopped in, against that step's
+    # estimate (not the fill's added in, nor the revert's).
+    verified = sum(r["row_count"] for r in _subtasks(db, job_id) if r["step"] == 2)
+    assert (done["rows_done"], done["rows_total"]) == (verified, 1_000)
+    assert verified > 0
     # Where the revert step began: from the step the job was cancelled in.
     assert [(e["from_state"], e["to_state"]) for e in control.events(db, job_id)][-3:] == [
         ("cancelling", "reverting"), ("step verify", "step revert"), ("reverting", "cancelled")]
