@@ -77,15 +77,11 @@ class BeforeImages:
                 f"SELECT {keys}, old, pg_current_xact_id() FROM {written} "
                 f"WHERE num_nulls(old) = 0")
 
-    def record_batch(self, hi: str | None = None) -> str:
+    def record_batch(self) -> str:
         """The batch's range and transaction id. Binds ``subtask``, ``lo``,
-        ``hi`` (as ``KeySpec.bind`` gives them); ``hi``: SQL of the upper
-        bound instead (a single integer key), e.g. one the statement found."""
+        ``hi`` (as ``KeySpec.bind`` gives them)."""
         lo, upper = (":lo", ":hi") if self.key.integer else ("CAST(:lo AS jsonb)",
                                                              "CAST(:hi AS jsonb)")
-        if hi is not None:
-            assert self.key.integer, "an upper bound as SQL is for a single integer key"
-            upper = hi
         return (f"INSERT INTO {self.batches} (subtask_id, lo, hi, xid) "
                 f"VALUES (:subtask, {lo}, {upper}, pg_current_xact_id())")
 

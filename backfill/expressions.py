@@ -27,7 +27,7 @@ from functools import lru_cache
 from pglast import ast, parse_sql
 from pglast.parser import ParseError
 
-from framework.jobtype import InvalidParams
+from framework.errors import InvalidParams
 
 # SelectStmt fields that must be empty for ``SELECT <expr>`` to be a bare expression.
 _MUST_BE_EMPTY = (

@@ -55,30 +55,20 @@ class UpdateSql:
     # of its own per batch (``backfill.batch_bounds``).
     scanning: bool = False
 
-    def update(self, checkpoint: str | None = None) -> str:
+    def update(self) -> str:
         """The batch: set the column on the range's rows matching ``where``.
         Binds ``lo`` and ``hi`` (``scanning``: ``lo``, ``end`` and ``n``, and
         returns ``hi`` and ``scanned``). In overwrite mode it keeps
         before-images and returns the rows it saw and the rows it wrote; fewer
         written means some changed under it, and ``update_locked`` does
-        those. ``checkpoint``: a fenced checkpoint written by the same
-        statement (``framework.jobtype.InlineCheckpoint``; its key and rows
-        from ``batch_end``), whose state it returns as ``checkpoint_state``
-        (NULL: the lease is lost); the batch's record (overwrite mode) then
-        goes in it too, binding ``subtask``. A plain update on fixed bounds
-        is the bare UPDATE, and takes no checkpoint (``batch_end``)."""
+        those. A plain update on fixed bounds is the bare UPDATE."""
         t, a, col = self.table, self.alias, quote(self.column)
         ctes = [self._bound_ctes()] if self.scanning else []
         returned = ["hi", "scanned"] if self.scanning else []
         if self.images is None:
             plain = self._plain_update(self._matching())
             if not self.scanning:
-                # Its rows are the command tag's count: a checkpoint in the
-                # statement would need them RETURNed to count them, which
-                # costs more (~3 ms a 10,000-row batch, 9 %) than the
-                # checkpoint's own round trip (~0.6 ms).
-                assert checkpoint is None, "a plain update on fixed bounds checkpoints apart"
-                return plain
+                return plain  # its rows are the command tag's count
             # Not referenced, still run to completion (PostgreSQL runs every
             # data-modifying CTE); no RETURNING, nothing to hold.
             ctes.append(f"reorg_written AS ({plain})")
@@ -106,28 +96,9 @@ class UpdateSql:
                 f"reorg_kept AS ({self.kept.keep('reorg_updated')})"]
             returned += ["(SELECT count(*) FROM reorg_read) AS seen",
                          "(SELECT count(*) FROM reorg_updated) AS written"]
-        if checkpoint is not None:
-            if self.batches is not None:  # its record too: the worker writes both
-                hi = "(SELECT hi FROM reorg_bound)" if self.scanning else ":hi"
-                ctes.append(f"reorg_recorded AS ({self.kept.record_batch(hi)})")
-            ctes.append(f"reorg_checkpoint AS ({checkpoint})")
-            returned.append("(SELECT state FROM reorg_checkpoint) AS checkpoint_state")
         source = " FROM reorg_bound" if self.scanning else ""
         joined = ",\n            ".join(ctes)
         return f"WITH {joined}\n            SELECT {', '.join(returned)}{source}"
-
-    def batch_end(self) -> tuple[str, str] | None:
-        """SQL of the batch's end key (stored form, jsonb) and of its rows
-        within ``update``'s statement, for a checkpoint written by it: the
-        bound it found and the keys it passed over (``scanning``), else
-        ``:hi`` and the rows of the range it saw (no ``where`` then: they are
-        the range's keys). None: the statement has no count of its rows to
-        give (a plain update on fixed bounds; ``update``)."""
-        if self.scanning:
-            return "to_jsonb((SELECT hi FROM reorg_bound))", "(SELECT scanned FROM reorg_bound)"
-        if self.images is None:
-            return None
-        return "to_jsonb(CAST(:hi AS bigint))", "(SELECT count(*) FROM reorg_read)"
 
     def update_locked(self) -> str:
         """Overwrite mode, after ``update`` wrote fewer rows than it saw: the
@@ -182,15 +153,6 @@ class UpdateSql:
     def _plain_update(self, matching: str) -> str:
         return (f"UPDATE {self.table} AS {self.alias} SET {quote(self.column)} = "
                 f"{embed(self.expr)} WHERE {matching}")
-
-    def update_by_position(self) -> str:
-        """``update``'s bare UPDATE on fixed bounds, binding ``$1`` and ``$2``
-        for ``lo`` and ``hi``: the batch ``framework.store.subtasks.
-        fenced_batch`` runs with its checkpoint (nothing to keep, a single
-        integer key, not ``scanning``)."""
-        assert self.images is None and not self.scanning and self.bounded and self.key.integer
-        k = self.key.expr(self.alias)
-        return self._plain_update(self._matching(f"{k} >= $1 AND {k} < $2"))
 
     def _read_keys(self) -> str:
         """The key's columns read as ``reorg_k0``, ``reorg_k1``, ..."""

@@ -7,20 +7,18 @@ transaction (DESIGN 3), so a killed worker's successor resumes from
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 from sqlalchemy import text
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection
 
 from backfill.batch_bounds import next_bound
 from framework import faults
-from framework.jobtype import SubtaskContext
 from framework.keys import END, KeySpec
+from framework.subtask import Batch, SubtaskContext
 
 
-def restore_in_batches(ctx: SubtaskContext, engine: Engine, *,
-                       paced_by: tuple[str, KeySpec],
+def restore_in_batches(ctx: SubtaskContext, *, paced_by: tuple[str, KeySpec],
                        statements: Callable[[bool], list[str]]) -> None:
     """Run ``statements(bounded)`` (each binds ``lo`` and ``hi`` as
     ``KeySpec.param`` does; ``bounded`` False: the batch ends at ``END``, no
@@ -28,24 +26,19 @@ def restore_in_batches(ctx: SubtaskContext, engine: Engine, *,
     ``paced_by`` (a quoted relation and its key): bounded statements however
     large the range."""
     relation, key = paced_by
-    curr = ctx.curr_key
-    while curr != ctx.end_key:
-        ctx.raise_if_stopped()
-        started = time.monotonic()
-        # A hard stop (lease lost) cancels the running statement: the batch
-        # rolls back at once.
-        with engine.begin() as conn, ctx.cancel_on_stop(conn):
-            upper, _ = next_bound(conn, relation, key, curr, ctx.end_key, ctx.job.batch_rows)
-            bounds = {"lo": key.bind(curr), "hi": key.bind(upper)}
-            restored = sum(conn.execute(text(stmt), bounds).rowcount
-                           for stmt in statements(upper is not END))
-            faults.hit("worker.in_restore_batch")
-            ctx.checkpoint(conn, upper, restored)
-        curr = upper
-        ctx.throttle(restored, time.monotonic() - started)
+
+    def restore(conn: Connection) -> Batch:
+        upper, _ = next_bound(conn, relation, key, ctx.curr_key, ctx.end_key, ctx.job.batch_rows)
+        bounds = {"lo": key.bind(ctx.curr_key), "hi": key.bind(upper)}
+        restored = sum(conn.execute(text(stmt), bounds).rowcount
+                       for stmt in statements(upper is not END))
+        faults.hit("worker.in_restore_batch")
+        return Batch(upper, restored)
+
+    ctx.run_batches(restore)
 
 
-def index_before_restoring(ctx: SubtaskContext, engine: Engine, *, table: str, built: str,
+def index_before_restoring(ctx: SubtaskContext, *, table: str, built: str,
                            statements: list[str]) -> None:
     """Before a revert subtask's first restore batch: build the indexes its
     batches look up by (``statements``, CREATE INDEX IF NOT EXISTS on the
@@ -63,10 +56,10 @@ def index_before_restoring(ctx: SubtaskContext, engine: Engine, *, table: str, b
     statement or lock timeout: the build and the wait take as long as the
     table is big, and the lease bounds them instead (a lost lease or a stop
     cancels the statement)."""
-    with engine.begin() as conn:
+    with ctx.engine.begin() as conn:
         if conn.execute(text(built)).scalar():
             return
-    with engine.begin() as conn, ctx.cancel_on_stop(conn):
+    with ctx.engine.begin() as conn, ctx.cancel_on_stop(conn):
         conn.execute(text("SET LOCAL statement_timeout = 0"))
         conn.execute(text("SET LOCAL lock_timeout = 0"))
         conn.execute(text(f"LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE"))

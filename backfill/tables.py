@@ -11,8 +11,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from backfill.expressions import embed
-from framework.errors import one_line
-from framework.jobtype import InvalidParams
+from framework.errors import InvalidParams, one_line
 from framework.keys import KeySpec, quote
 
 # How long an owner step's DDL waits for its lock before it fails (and the

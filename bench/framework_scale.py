@@ -46,8 +46,10 @@ from bench.dataplane.proctree import stat_fields
 from framework import control, gc_tuning, jobtype, migrate
 from framework.config import Settings
 from framework.db import Database, sqlalchemy_url
-from framework.jobtype import Job, SubtaskContext, Target
+from framework.jobtype import JobType
+from framework.records import Job, Target
 from framework.store import history, jobs
+from framework.subtask import Batch, SubtaskContext
 
 ROOT = Path(__file__).resolve().parents[1]
 # ``reorg`` as a user's environment runs it: the script beside this Python
@@ -59,7 +61,7 @@ FLOOR_COMMAND = "import sys, psycopg; psycopg.connect(sys.argv[1]).execute('SELE
 NOOP = "bench-noop"
 
 
-class NoopJobType:
+class NoopJobType(JobType):
     """Splits like any job; each subtask checkpoints to its end and is done."""
 
     name = NOOP
@@ -70,12 +72,8 @@ class NoopJobType:
     def prepare(self, conn: Any, job: Job) -> None:
         return None
 
-    def run_subtask(self, ctx: SubtaskContext, engine: Any) -> None:
-        with engine.begin() as conn:
-            self.run_batch(ctx, conn)
-
-    def run_batch(self, ctx: SubtaskContext, conn: Any) -> None:
-        ctx.checkpoint(conn, ctx.end_key, ctx.end_key - ctx.curr_key)
+    def write_batch(self, ctx: SubtaskContext, conn: Any) -> Batch:
+        return Batch(ctx.end_key, ctx.end_key - ctx.curr_key)
 
     def advance(self, conn: Any, job: Job) -> None:
         return None
@@ -83,8 +81,8 @@ class NoopJobType:
     def plan_revert(self, conn: Any, job: Job) -> bool:
         return True  # every range that ran gets a no-op revert subtask
 
-    def revert_subtask(self, ctx: SubtaskContext, engine: Any) -> None:
-        self.run_subtask(ctx, engine)
+    def revert_subtask(self, ctx: SubtaskContext) -> None:
+        self.run_subtask(ctx)
 
     def revert(self, conn: Any, job: Job) -> None:
         return None

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from framework import migrate
+from framework import migrate, revisions
 from framework.config import ConfigError, Settings
 from framework.db import Database, SchemaBehind
 
@@ -110,7 +110,7 @@ class CliState:
 
 def upgrade_if_behind(db: Database) -> None:
     """Upgrade unless current (``migrate.upgrade`` serialises concurrent runs)."""
-    if db.check_schema_not_newer() != migrate.head_revision():
+    if db.check_schema_not_newer() != revisions.head_revision():
         migrate.upgrade(db)
 
 

@@ -9,7 +9,7 @@ import typer
 from cli.context import cli_state, upgrade_if_behind
 from cli.errors import BAD_INPUT, OPERATIONAL, CliFailure
 from cli.output import print_json
-from framework import migrate
+from framework import revisions
 
 app = typer.Typer(no_args_is_help=True,
                   help="Install, upgrade or inspect reorg's system tables; stop the embedded server.")
@@ -32,7 +32,7 @@ def current(
     version needs (the head): exit 0 when it is, 5 (one error line) when
     not. Changes nothing."""
     db = cli_state(ctx).unchecked_database()
-    revision, head = db.schema_revision(), migrate.head_revision()
+    revision, head = db.schema_revision(), revisions.head_revision()
     if as_json:
         print_json({"schema": db.schema, "revision": revision, "head": head,
                     "is_head": revision == head})
@@ -42,7 +42,7 @@ def current(
         return
     if revision is None:
         why = f"schema {db.schema}: not installed; this version needs {head}: run `reorg db upgrade`"
-    elif revision not in migrate.known_revisions():
+    elif revision not in revisions.known_revisions():
         why = (f"schema {db.schema} at revision {revision}, newer than this version's head "
                f"{head}: a newer reorg upgraded it; install that version here")
     else:

@@ -33,8 +33,7 @@ import typer
 from cli import logs
 from framework.config import ConfigError
 from framework.db import DatabaseUnreachable, SchemaBehind
-from framework.errors import one_line
-from framework.jobtype import InvalidParams
+from framework.errors import InvalidParams, one_line
 from framework.localpg.cluster import PostgresError, PostgresNotFound
 from framework.migrate import UpgradeBlocked
 from framework.redact import redact

@@ -9,7 +9,7 @@ import typer
 from cli.context import cli_state
 from cli.output import count, print_rows
 from framework.db import Database
-from framework.jobtype import InvalidParams
+from framework.errors import InvalidParams
 from framework.keys import decode, shown
 from framework.store import history as history_store
 from framework.store import jobs

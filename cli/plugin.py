@@ -56,7 +56,8 @@ import typer
 from cli.context import cli_state
 from cli.output import count, duration, print_json, table_name
 from framework.db import Database
-from framework.jobtype import InvalidParams, installed_entry_points
+from framework.errors import InvalidParams
+from framework.jobtype import installed_entry_points
 
 COMMANDS_GROUP = "reorg.commands"
 STATUS_LINES_GROUP = "reorg.status_lines"

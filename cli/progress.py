@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from rich.text import Text
 
     from framework.directdb import DirectDatabase
-from framework.jobtype import STEP_REVERT
+from framework.records import STEP_REVERT
 from framework.states import JOB_TERMINAL
 
 POLL_SECONDS = 0.5

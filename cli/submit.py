@@ -27,7 +27,7 @@ from cli.plugin import Params
 from cli.stderr import child_stderr_hidden
 from framework import jobtype
 from framework.control import local_actor
-from framework.jobtype import InvalidParams
+from framework.errors import InvalidParams
 from framework.keys import Key, shown, stored_json
 from framework.splitting import SplitPlan
 from framework.submit import SubmitRequest, SubmitResult, submit

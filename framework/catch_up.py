@@ -8,7 +8,7 @@ ranges of their own; the job runs on. A table with a steady stream of inserts
 always has a new tail, and the job must end: after MAX_CATCH_UP_ROUNDS rounds
 the rows still arriving are named in the job's event instead (the success
 event, or the step's end). Not by a type whose trigger gives every inserted
-row its value (``jobtype.trigger_covers_inserts``): the first round ran after
+row its value (``JobType.trigger_covers_inserts``): the first round ran after
 its prepare, so what arrived after the last one was written by that trigger,
 and nothing was missed.
 """
@@ -21,8 +21,9 @@ from sqlalchemy.engine import Connection
 
 from framework import jobtype
 from framework.db import Database
-from framework.jobtype import Job
-from framework.splitting import max_key, plan_split
+from framework.keyset_split import plan_split
+from framework.records import Job
+from framework.splitting import max_key
 from framework.store import jobs, steps
 from framework.store.owner_lease import OwnerTerm
 
@@ -46,7 +47,7 @@ def cover_tail(db: Database, conn: Connection, term: OwnerTerm, job: Job) -> Tai
         return Tail(False, "")
     round_no = (last.catch_up_round if last else 0) + 1
     if round_no > MAX_CATCH_UP_ROUNDS:
-        if jobtype.trigger_covers_inserts(jobtype.get(job.type)):
+        if jobtype.get(job.type).trigger_covers_inserts:
             return Tail(False, "")
         return Tail(False, f"; rows inserted with keys >= {covered} after the last of "
                            f"{MAX_CATCH_UP_ROUNDS} catch-up ranges were not processed")

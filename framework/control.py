@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from framework.db import Database, ReadConnection, ReadDatabase
-from framework.jobtype import InvalidParams
+from framework.errors import InvalidParams
 from framework.states import JOB_CANCELLABLE, JOB_TERMINAL, JobState
 from framework.store import jobs, progress, steps
 from framework.throttle import HEALTH_INTERVAL_SECONDS

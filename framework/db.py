@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from framework.config import ConfigError, Settings
 from framework.errors import is_stale_plan, one_line
+from framework.revisions import head_revision, known_revisions
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -209,8 +210,6 @@ def unreachable(url: str, error: BaseException | None) -> DatabaseUnreachable:
 
 def check_current(schema: str, current: str | None) -> None:
     """Raise SchemaBehind unless ``current`` is the revision this code needs."""
-    from framework.migrate import head_revision
-
     head = head_revision()
     if check_not_newer(schema, current) != head:
         where = f"at revision {current}" if current else "not installed"
@@ -224,8 +223,6 @@ def check_not_newer(schema: str, current: str | None) -> str | None:
     """``current``, unless a newer reorg upgraded the schema past what this
     version knows (its workers still running an older version keep working:
     migrations only add; a command of this version refuses)."""
-    from framework.migrate import head_revision, known_revisions
-
     if current is not None and current not in known_revisions():
         raise SchemaBehind(
             f"reorg's system tables in schema {schema!r} are at revision {current}, "

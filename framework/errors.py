@@ -1,12 +1,28 @@
-"""Which failures of a subtask are worth retrying, and the one line an error
-is reported as."""
+"""reorg's own exceptions, which failures of a subtask are worth retrying,
+and the one line an error is reported as."""
 
 from __future__ import annotations
 
 import sys
 
-from framework.jobtype import RetryableError
 from framework.redact import redact
+
+
+class InvalidParams(ValueError):
+    """Bad user input: the message is one line saying what is wrong and how to fix it."""
+
+
+class RetryableError(RuntimeError):
+    """A transient failure: the subtask is retried with backoff."""
+
+
+class LeaseLost(RuntimeError):
+    """The worker no longer holds the subtask: roll back and stop."""
+
+
+class Stopped(RuntimeError):
+    """The subtask was asked to stop (pause, cancel, drain): release it."""
+
 
 # SQLSTATEs of transient conditions: serialization failure, deadlock, lock or
 # statement timeout, admin shutdown / crash recovery, too many connections,

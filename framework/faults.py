@@ -50,6 +50,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from framework.errors import RetryableError
+
 # Every point production code hits: ``<component>.<stage>``.
 POINTS: tuple[str, ...] = (
     "owner.after_analyse",        # owner: a job's input accepted (JobType.analyse), not yet split
@@ -259,8 +261,6 @@ def hit(name: str) -> None:
     elif kind == "raise":
         raise RuntimeError(f"fault {name}")
     elif kind == "retryable":
-        from framework.jobtype import RetryableError
-
         raise RetryableError(f"fault {name}")
     else:
         raise ValueError(f"unknown fault action {action!r} for {name}")

@@ -50,7 +50,7 @@ def grant_script(plan: GrantPlan) -> str:
         f"GRANT USAGE, CREATE ON SCHEMA {s} TO {w};",
         f"GRANT {WORKER_TABLE_PRIVILEGES} ON ALL TABLES IN SCHEMA {s} TO {w};",
         f"GRANT {WORKER_SEQUENCE_PRIVILEGES} ON ALL SEQUENCES IN SCHEMA {s} TO {w};",
-        # fenced_batch (migration 0017); PUBLIC has EXECUTE unless revoked.
+        # The functions of jobs in the schema (add-column's); PUBLIC has EXECUTE unless revoked.
         f"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {s} TO {w};",
         f"{default} GRANT {WORKER_TABLE_PRIVILEGES} ON TABLES TO {w};",
         f"{default} GRANT {WORKER_SEQUENCE_PRIVILEGES} ON SEQUENCES TO {w};",

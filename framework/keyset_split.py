@@ -32,14 +32,32 @@ from sqlalchemy.engine import Connection
 from framework.keys import END, Key, KeySpec, decode
 from framework.splitting import (
     DEFAULT_ROWS_PER_RANGE,
+    EXACT_SPLIT_MAX_ROWS,
     MAX_SAMPLE_ROWS,
     SAMPLE_PAGES_PER_RANGE,
     SAMPLE_WORK_MEM,
     WALK_MIN_ROWS_PER_RANGE,
     SplitPlan,
+    plan_integer_split,
     rows_per_range_for,
     table_size,
 )
+
+
+def plan_split(conn: Connection, table: str, key: KeySpec | str, rows_per_range: int | None = None,
+               *, from_key: int | None = None,
+               exact_max_rows: int = EXACT_SPLIT_MAX_ROWS) -> SplitPlan:
+    """The ranges of ``table`` by its key: ``key`` the job's (``Job.key``),
+    or the quoted name of a single integer key column. One integer column
+    is split by ``splitting`` (``from_key``: only the tail from that key on);
+    any other key by keyset (``plan``). Call inside a REPEATABLE READ
+    transaction so every read comes from one snapshot (DESIGN 5)."""
+    if isinstance(key, KeySpec) and not key.integer:
+        assert from_key is None, "a key of any type has no tail: its last range is open"
+        return plan(conn, table, key, rows_per_range, exact_max_rows)
+    column = key.expr() if isinstance(key, KeySpec) else key
+    return plan_integer_split(conn, table, column, rows_per_range, from_key=from_key,
+                              exact_max_rows=exact_max_rows)
 
 
 def plan(conn: Connection, table: str, key: KeySpec, rows_per_range: int | None,

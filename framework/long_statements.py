@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING
 from sqlalchemy import text
 
 if TYPE_CHECKING:
-    from sqlalchemy.engine import Connection, Engine
+    from sqlalchemy.engine import Connection
 
-    from framework.jobtype import SubtaskContext
+    from framework.subtask import SubtaskContext
 
 # How often a session's backend checks that its client is still there.
 CLIENT_CHECK_INTERVAL = "1s"
@@ -82,8 +82,7 @@ def _end(conn: Connection, where: str, params: dict[str, object]) -> int:
 
 
 @contextlib.contextmanager
-def session(ctx: SubtaskContext, engine: Engine, *,
-            autocommit: bool = True) -> Iterator[Connection]:
+def session(ctx: SubtaskContext, *, autocommit: bool = True) -> Iterator[Connection]:
     """A session for the long statements of ``ctx``'s subtask: tagged, its
     backend watching its client, no statement timeout (the pool renews the
     lease meanwhile); the subtask's earlier holders' sessions ended first; a
@@ -92,7 +91,7 @@ def session(ctx: SubtaskContext, engine: Engine, *,
     (what CREATE INDEX CONCURRENTLY needs); else the caller begins one, e.g.
     to checkpoint in the statement's own transaction. Each caller sets the
     lock wait it wants (``lock_timeout``)."""
-    with engine.connect() as conn:
+    with ctx.engine.connect() as conn:
         try:
             conn.execute(text(
                 "SELECT set_config('application_name', :tag, false), "

@@ -1,55 +1,20 @@
 """Run reorg's alembic migrations programmatically (no alembic.ini needed).
 
 Alembic is imported only to upgrade or downgrade: every command checks the
-schema's revision against ``head_revision``, which reads the revision ids off
-the migration files instead (importing alembic costs ~0.4 s a command).
+schema's revision against ``framework.revisions.head_revision``, which reads
+the revision ids off the migration files instead (importing alembic costs
+~0.4 s a command).
 """
 
 from __future__ import annotations
 
-import re
-from functools import lru_cache
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from framework.db import Database
+from framework.revisions import MIGRATIONS_DIR
 
 if TYPE_CHECKING:
     from alembic.config import Config
-
-MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
-_REVISION = re.compile(r'^revision = "([^"]+)"$', re.M)
-_DOWN_REVISION = re.compile(r'^down_revision = (?:"([^"]+)"|None)$', re.M)
-
-
-@lru_cache(maxsize=1)
-def _revision_graph() -> tuple[frozenset[str], frozenset[str]]:
-    """(every revision id, every id some migration revises), off the files."""
-    revisions, revised = set(), set()
-    for path in (MIGRATIONS_DIR / "versions").glob("*.py"):
-        source = path.read_text()
-        found = _REVISION.search(source)
-        if found:
-            revisions.add(found.group(1))
-            down = _DOWN_REVISION.search(source)
-            if down and down.group(1):
-                revised.add(down.group(1))
-    return frozenset(revisions), frozenset(revised)
-
-
-def head_revision() -> str:
-    """The one revision no other migration revises (alembic's head)."""
-    revisions, revised = _revision_graph()
-    heads = revisions - revised
-    assert len(heads) == 1, f"migrations must have a single head, found {sorted(heads)}"
-    return next(iter(heads))
-
-
-def known_revisions() -> frozenset[str]:
-    """Every revision this version's migrations know: a schema at any other
-    was upgraded by a newer version of reorg."""
-    return _revision_graph()[0]
-
 
 def alembic_config(schema: str) -> Config:
     from alembic.config import Config

@@ -19,9 +19,10 @@ import sqlalchemy as sa
 
 from framework import catch_up, faults, jobtype, keyset_split, leases, long_statements, privileges
 from framework.db import Database
-from framework.errors import is_retryable, one_line
-from framework.jobtype import STEP_PREPARED, STEP_REVERT, InvalidParams, Job, Step
-from framework.splitting import SplitPlan, plan_split
+from framework.errors import InvalidParams, is_retryable, one_line
+from framework.keyset_split import plan_split
+from framework.records import STEP_PREPARED, STEP_REVERT, Job, Step
+from framework.splitting import SplitPlan
 from framework.states import JobState
 from framework.store import history, jobs, nodes, owner_lease, progress, steps
 from framework.store.owner_lease import OwnerTerm
@@ -249,14 +250,14 @@ class Owner:
             kind = jobtype.get(job.type)
             if not self._may_run_as_submitter(term, job):
                 return "input rejected"
-            if jobtype.analyses_on_owner(kind) and job.params.get(jobs.VERDICT) != jobs.ACCEPTED:
+            if kind.analyses_on_owner() and job.params.get(jobs.VERDICT) != jobs.ACCEPTED:
                 if not self._warming.ready(kind, job):
                     return None  # e.g. Spark starting: other jobs go on, this one next tick
                 analysed = self._analyse(term, kind, job)
                 if analysed is None:
                     return "input rejected"
                 job = analysed
-            declared = jobtype.steps_of(kind)
+            declared = kind.steps
             first = declared[0]
             plan = self._split(job) if first.ranges else None
             local = (plan is not None
@@ -318,7 +319,7 @@ class Owner:
             # The next chunk at once; never unset: another job's may be due too.
             self._again = self._again or count > SPLIT_CHUNK
             return count, f"{count} subtasks of ~{plan.rows_per_range} rows"
-        metas = jobtype.fixed_subtasks(kind, conn, job, job.step)
+        metas = [dict(m) for m in kind.fixed_subtasks(conn, job, job.step)]
         count = steps.insert_fixed(self.db, conn, term, job.id, job.step, metas) if metas else 0
         return count, f"{count} subtask{'' if count == 1 else 's'}"
 
@@ -349,7 +350,7 @@ class Owner:
                 # so the owner's short idle limit (a third of its lease) would
                 # only cut a good analysis off. A submit's own limit applies.
                 conn.execute(sa.text("SET LOCAL idle_in_transaction_session_timeout = '60s'"))
-                params = jobtype.analyse(kind, conn, job)
+                params = dict(kind.analyse(conn, job))
                 tx.rollback()
         except InvalidParams as exc:
             with self._fenced(term) as conn:
@@ -415,8 +416,8 @@ class Owner:
         table) rolls it all back and is tried again after a backoff; the job
         stays running (``_job_error``)."""
         kind = jobtype.get(job.type)
-        declared = jobtype.steps_of(kind)
-        current = jobtype.step_named(kind, job.step)
+        declared = kind.steps
+        current = kind.step_named(job.step)
         last = job.step == len(declared)
         following = None if last else declared[job.step]
         # The next range step's split, outside the fenced transaction (``_split``).
@@ -443,7 +444,7 @@ class Owner:
             count = steps.count_in_step(self.db, conn, job.id, job.step)
             rows = progress.rows_of_step_now(self.db, conn, job.id)
             self._must(jobs.succeed(self.db, conn, term, job.id, actor=self._actor(term),
-                                    step=jobtype.done_step(kind),
+                                    step=kind.done_step(),
                                     schema_state=getattr(kind, "done_schema_state", None),
                                     detail=f"{count} subtasks succeeded{tail_detail}; "
                                            f"{rows:,} rows done"))
@@ -453,12 +454,12 @@ class Owner:
                          job: Job, plan: SplitPlan | None, tail_detail: str) -> str:
         """Within ``_advance``'s fenced transaction: the type's DDL between
         steps, the next step's subtasks, and the job's step moved, together."""
-        declared = jobtype.steps_of(kind)
+        declared = kind.steps
         number = job.step + 1
         following = declared[number - 1]
         entered = replace(job, step=number)
         long_statements.end_sessions(conn, job.id)  # orphans: their locks would hold the DDL
-        jobtype.enter_step(kind, conn, entered, number)
+        kind.enter_step(conn, entered, number)
         count, detail = self._insert_step(conn, term, kind, entered, plan)
         faults.hit("owner.after_next_step")
         if not jobs.advance_step(
@@ -503,12 +504,12 @@ class Owner:
         with self._fenced(term) as conn:
             if kind is None:
                 detail = "nothing was applied"
-            elif not table_exists(conn, gone := jobtype.restores_into(kind, job)):
+            elif not table_exists(conn, gone := kind.restores_into(job)):
                 self._revert_ddl(conn, kind, job)  # work tables, what it made elsewhere
                 detail = _table_gone(gone)
             else:
                 faults.hit("owner.before_revert_plan")
-                restore = jobtype.steps_to_restore(kind, job, kind.plan_revert(conn, job))
+                restore = kind.steps_to_restore(job, kind.plan_revert(conn, job))
                 progressed = steps.progressed_ranges(self.db, conn, job.id, restore)
                 count = len(progressed)
                 # Up to one a forward range: a chunk now, the rest a chunk a
@@ -549,7 +550,7 @@ class Owner:
                 leases.retry_backoff(settings.max_attempts + 1, settings.retry_backoff_seconds,
                                      jitter=0.0))
             kind = jobtype.get(job.type)
-            if not table_exists(conn, gone := jobtype.restores_into(kind, job)):
+            if not table_exists(conn, gone := kind.restores_into(job)):
                 # Nothing left to restore: stop the revert subtasks, end the job
                 # once no worker holds one.
                 steps.drop_pending_split(self.db, conn, term, job.id)
@@ -596,7 +597,7 @@ class Owner:
         return str(target)
 
     @staticmethod
-    def _revert_ddl(conn: sa.Connection, kind: jobtype.Planner, job: Job) -> None:
+    def _revert_ddl(conn: sa.Connection, kind: jobtype.JobType, job: Job) -> None:
         faults.hit("owner.before_rollback")
         # A long statement a dead or frozen worker left running (an index
         # build) holds its lock on the table: the DDL, and the application's
@@ -705,7 +706,7 @@ class _Raced(RuntimeError):
 
 def _step_name(kind: jobtype.JobType, number: int) -> str:
     """Forward step ``number``'s name, for the event of a step change."""
-    declared = jobtype.steps_of(kind)
+    declared = kind.steps
     return declared[number - 1].name if 1 <= number <= len(declared) else str(number)
 
 

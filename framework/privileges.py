@@ -29,7 +29,8 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from framework.jobtype import InvalidParams, Job
+from framework.errors import InvalidParams
+from framework.records import Job
 
 # The job parameter naming the role a job's user SQL runs as.
 RUN_AS = "run_as"

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from framework.keys import Key, KeySpec
+from framework.keys import Key
 
 DEFAULT_ROWS_PER_RANGE = 50_000
 MAX_RANGES = 10_000
@@ -69,7 +69,7 @@ def ranges_from_boundaries(boundaries: Sequence[int], max_key: int) -> list[tupl
 
 def boundaries_of(sorted_keys: Sequence[int], rows_per_range: int) -> list[int]:
     """Every ``rows_per_range``-th key, starting with the first (pure twin of
-    the SQL in ``plan_split``, used by tests as its oracle)."""
+    the SQL in ``plan_integer_split``, used by tests as its oracle)."""
     return list(sorted_keys[::rows_per_range])
 
 
@@ -93,21 +93,15 @@ SAMPLE_WORK_MEM = "160MB"  # sorts MAX_SAMPLE_ROWS keys in memory
 DENSE_KEYS_SHARE = 0.9
 
 
-def plan_split(
-    conn: Connection, table: str, key: str | KeySpec, rows_per_range: int | None = None,
+def plan_integer_split(
+    conn: Connection, table: str, key: str, rows_per_range: int | None = None,
     *, from_key: int | None = None, exact_max_rows: int = EXACT_SPLIT_MAX_ROWS,
 ) -> SplitPlan:
-    """The ranges of ``table`` (from ``from_key`` on, when given: the tail that
-    arrived after an earlier split, always read exactly). ``key``: the job's
-    key, or the quoted name of a single integer key column. Call inside a
-    REPEATABLE READ transaction so every read comes from one snapshot."""
-    if isinstance(key, KeySpec):
-        if not key.integer:
-            from framework import keyset_split  # it builds on this module
-
-            assert from_key is None, "a key of any type has no tail: its last range is open"
-            return keyset_split.plan(conn, table, key, rows_per_range, exact_max_rows)
-        key = key.expr()
+    """The ranges of ``table`` by its single integer key column ``key``
+    (quoted), from ``from_key`` on when given (the tail that arrived after
+    an earlier split, always read exactly). A key of any type:
+    ``framework.keyset_split.plan_split``. Call inside a REPEATABLE READ
+    transaction so every read comes from one snapshot."""
     if from_key is None:
         estimate, pages, analysed = _table_size(conn, table)
         if estimate > exact_max_rows:

@@ -32,8 +32,11 @@ from typing import TYPE_CHECKING, Any
 from framework import jobtype, privileges
 from framework.control import local_actor
 from framework.db import Database
-from framework.jobtype import InvalidParams, Job, JobType, Target
-from framework.splitting import SplitPlan, plan_split
+from framework.errors import InvalidParams
+from framework.jobtype import JobType
+from framework.keyset_split import plan_split
+from framework.records import Job, Target
+from framework.splitting import SplitPlan
 from framework.states import JobState
 from framework.store import jobs, owner_lease
 
@@ -122,10 +125,10 @@ def submit(db: Database, request: SubmitRequest) -> SubmitResult:
             params["rows_per_subtask"] = request.rows_per_subtask
         plan = (plan_split(conn, target.table, target.key or target.key_column,
                            params.get("rows_per_subtask")) if request.dry_run else None)
-        notes = tuple(jobtype.describe(kind, conn, _draft(request, target, params))
+        notes = tuple(kind.describe(conn, _draft(request, target, params))
                       ) if request.dry_run else ()
         tx.rollback()
-    owner_checks = jobtype.analyses_on_owner(kind)
+    owner_checks = kind.analyses_on_owner()
     if owner_checks and (request.dry_run or not _owner_live(db)):
         params = _analyse_here(db, kind, request, target, params)
         owner_checks = False
@@ -164,7 +167,7 @@ def _owner_live(db: Database) -> bool:
 
 def _check_key_kind(kind: JobType, name: str, target: Target) -> None:
     """A job type runs on keys of any type only when it says so."""
-    if target.key is None or target.key.integer or jobtype.takes_any_key(kind):
+    if target.key is None or target.key.integer or kind.keys_of_any_type:
         return
     table = target.table.replace('"', "")
     raise InvalidParams(
@@ -178,7 +181,7 @@ def _analyse_here(db: Database, kind: JobType, request: SubmitRequest, target: T
     """The owner's checks, run by this process (no owner to ask, or a dry run)."""
     job = _draft(request, target, params)
     with db.connect(isolation_level="REPEATABLE READ") as conn, conn.begin() as tx:
-        analysed = jobtype.analyse(kind, conn, job)
+        analysed = kind.analyse(conn, job)
         tx.rollback()
     return {**analysed, jobs.VERDICT: jobs.ACCEPTED}
 

@@ -45,12 +45,16 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from framework import faults
 from framework.db import Database
 from framework.errors import one_line
-from framework.jobtype import Job, SubtaskContext
+from framework.records import Job
 from framework.store import health, jobs
+
+if TYPE_CHECKING:  # the worker's; `reorg status` reads this module too
+    from framework.subtask import SubtaskContext
 
 log = logging.getLogger("reorg.throttle")
 

@@ -14,8 +14,8 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 
-from framework import jobtype
-from framework.jobtype import Job
+from framework.jobtype import JobType
+from framework.records import Job
 
 
 class Warming:
@@ -24,11 +24,11 @@ class Warming:
         self._started: dict[str, Future[None]] = {}
         self._on_done = on_done  # called when a warm-up ends, well or not
 
-    def ready(self, kind: object, job: Job | None) -> bool:
+    def ready(self, kind: JobType, job: Job | None) -> bool:
         """True once ``kind``'s warm-up is done in this process; starts it
         (once) in the background otherwise. A warm-up that failed raises its
         error here, once, and is tried again at the next call."""
-        name = getattr(kind, "name", repr(kind))
+        name = kind.name
         with self._lock:
             future = self._started.get(name)
             if future is None:
@@ -45,10 +45,10 @@ class Warming:
         return True
 
 
-def _run(future: Future[None], kind: object, job: Job | None,
+def _run(future: Future[None], kind: JobType, job: Job | None,
          on_done: Callable[[], None]) -> None:
     try:
-        jobtype.warm_up(kind, job)
+        kind.warm_up(job)
     except BaseException as exc:  # handed to the owner's tick, which reports it
         future.set_exception(exc)
     else:

@@ -16,31 +16,20 @@ import itertools
 import logging
 import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import NoReturn
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from framework import faults, jobtype, leases, metrics
 from framework.db import Database
-from framework.errors import is_retryable, is_stale_plan, one_line
-from framework.jobtype import (
-    LEASE_LOST,
-    STEP_REVERT,
-    FencedBatch,
-    InlineCheckpoint,
-    LeaseLost,
-    Stopped,
-    SubtaskContext,
-)
-from framework.keys import Key, encode
+from framework.errors import LeaseLost, Stopped, is_retryable, is_stale_plan, one_line
+from framework.records import STEP_REVERT
 from framework.states import JobState
 from framework.store import jobs, subtasks
 from framework.store.subtasks import Claim
+from framework.subtask import LEASE_LOST, Batch, SubtaskContext, commit_first_batches
 from framework.throttle import HealthMonitor, has_health_limits
 
 log = logging.getLogger("reorg.worker")
@@ -50,34 +39,11 @@ _SOFT_STOP_STATES = {JobState.PAUSING, JobState.PAUSED}
 
 
 @dataclass
-class _Tally:
-    """What one subtask did on this worker, counted as its batches commit."""
-
-    started: float  # monotonic
-    mark: float  # monotonic time of the start or the last committed batch
-    rows: int = 0
-    batches: int = 0
-
-
-@dataclass
 class _Held:
     claim: Claim
     ctx: SubtaskContext
     renewed_at: float  # monotonic time the last successful renewal was sent
-    tally: _Tally
-    # Set while the subtask's batch runs in a transaction shared with other
-    # subtasks of its claim: its checkpoint is then kept here and written for
-    # all of them by one fenced statement before the commit.
-    grouped: bool = False
-    deferred: subtasks.BatchDone | None = None
-
-
-class _GroupFenced(Exception):
-    """Some subtasks of a grouped transaction were fenced out: roll it back."""
-
-    def __init__(self, lost: list[_Held]) -> None:
-        super().__init__(f"{len(lost)} subtasks fenced out")
-        self.lost = lost
+    started: float  # monotonic time its run started
 
 
 @dataclass
@@ -160,7 +126,7 @@ class WorkerPool:
             if info is None:
                 log.warning("lost lease on subtask %s", h.claim.id,
                             extra={"job_id": h.claim.job_id, "subtask_id": h.claim.id})
-                self._lose(h.ctx, "renewal_refused")
+                h.ctx.lose("renewal_refused")
                 continue
             h.renewed_at = sent
             # Knob changes (`reorg alter`) reach the running subtask here
@@ -187,14 +153,7 @@ class WorkerPool:
             held = list(self._held.values())
         for h in held:
             if not leases.still_trusted(h.renewed_at, self.clock(), ttl):
-                self._lose(h.ctx, "untrusted")
-
-    @staticmethod
-    def _lose(ctx: SubtaskContext, reason: str) -> None:
-        """Stop a subtask whose lease is lost; counted once per subtask."""
-        if LEASE_LOST not in ctx.stop_reason:
-            metrics.lease_lost(reason)
-        ctx.stop(LEASE_LOST, hard=True)
+                h.ctx.lose("untrusted")
 
     # --- slots ----------------------------------------------------------
 
@@ -219,7 +178,7 @@ class WorkerPool:
         another; False when there was nothing to claim. Quick subtasks are
         claimed several at a time (one claim statement for many); the claimed
         ones wait under live leases, renewed with the running one. Of a job
-        type with ``run_batch``, the first batches of a claim's subtasks run
+        type that writes batches (``JobType.write_batch``), the first batches of a claim's subtasks run
         in one transaction (``_run_grouped``)."""
         if self._draining.is_set():
             return False
@@ -252,89 +211,37 @@ class WorkerPool:
         # revert subtask restores (revert_subtask), it never runs forward.
         return (ctx.job.step != STEP_REVERT and not ctx.job.max_rows_per_sec
                 and not has_health_limits(ctx.job)
-                and jobtype.batch_runner(jobtype.get(ctx.job.type), ctx.job.step) is not None)
+                and jobtype.get(ctx.job.type).batch_writer(ctx.job.step) is not None)
 
     def _run_alone(self, h: _Held, size: ClaimSize) -> None:
-        h.tally.started = h.tally.mark = self.clock()
+        h.started = self.clock()
         metrics.RUNNING.inc()
         try:
             result = self._run(h.claim, h.ctx)
         finally:
             metrics.RUNNING.dec()
-        self._record(h, result, self.clock() - h.tally.started, size)
+        self._record(h, result, self.clock() - h.started, size)
 
     def _run_grouped(self, group: list[_Held], size: ClaimSize) -> list[_Held]:
-        """Run the first batch of each subtask of ``group`` (one job, claimed
-        together) in one transaction, checkpointed by one fenced statement.
-        A subtask found fenced out rolls the transaction back (its write must
-        not commit, DESIGN 3): it is dropped as lost and the others' batches
-        run again. Returns the subtasks left to run alone: those a batch did
-        not finish, those asked to stop, and all of them if a batch failed
-        (alone, each failure is told apart and handled)."""
-        run_batch = jobtype.batch_runner(jobtype.get(group[0].claim.job.type),
-                                         group[0].claim.job.step)
-        assert run_batch is not None
-        # Subtasks asked to stop, from every pass: each goes on to run alone,
-        # where it is handed back at once (``_run``), not left under a lease
-        # nobody renews. Each is looked at once per pass: a stop arriving
-        # between two looks must not leave it in neither list.
-        stopped: list[_Held] = []
-        todo = list(group)
-        while todo:
-            going_on = [h for h in todo if not h.ctx.should_stop()]
-            stopped += [h for h in todo if h not in going_on]
-            todo = going_on
-            if not todo:
-                return stopped
-            started = self.clock()
-            metrics.RUNNING.inc(len(todo))
-            try:
-                with self.db.begin() as conn:
-                    for h in todo:
-                        h.grouped, h.deferred = True, None
-                        faults.hit("worker.after_claim")
-                        run_batch(h.ctx, conn)
-                    done = [h.deferred for h in todo if h.deferred is not None]
-                    states = subtasks.checkpoint_many(self.db, conn, done)
-                    lost = [h for h in todo if h.deferred and h.claim.id not in states]
-                    if lost:
-                        raise _GroupFenced(lost)  # rolls back every batch of the group
-            except _GroupFenced:
-                pass
-            except Exception as exc:
-                log.debug("grouped batches rolled back, running them alone: %s", one_line(exc))
-                return stopped + todo
-            finally:
-                metrics.RUNNING.dec(len(todo))
-                for h in todo:
-                    h.grouped = False
-            if lost:
-                for h in lost:
-                    metrics.batch(h.claim.job_id, h.claim.job.type, "refused")
-                    self._lose(h.ctx, "checkpoint_refused")
-                    self._record(h, SlotResult(h.claim.id, "lost", "checkpoint refused"),
-                                 self.clock() - started, size)
-                todo = [h for h in todo if h not in lost]
-                continue
-            took = self.clock() - started
-            share = took / len(todo)
-            left = stopped
-            for h in todo:
-                if h.deferred is not None:
-                    h.ctx.curr_key = h.deferred.curr_key
-                    h.ctx.finished = states[h.claim.id] == "succeeded"
-                    h.tally.rows, h.tally.batches = h.deferred.rows, 1
-                    metrics.batch(h.claim.job_id, h.claim.job.type, "committed",
-                                  h.deferred.rows, share)
-                    faults.hit("worker.after_checkpoint")
-                    # What a job type does after each committed batch of its own.
-                    h.ctx.throttle(h.deferred.rows, share)
-                if h.ctx.finished:
-                    self._record(h, SlotResult(h.claim.id, "succeeded"), share, size)
-                else:
-                    left.append(h)
-            return left
-        return stopped
+        """The first batches of ``group`` (one job's subtasks, claimed
+        together) in one transaction (``subtask.commit_first_batches``).
+        Returns the subtasks left to run alone: those a batch did not
+        finish, those asked to stop (handed back at once by ``_run``, not
+        left under a lease nobody renews), all of them if a batch failed."""
+        write = jobtype.get(group[0].claim.job.type).batch_writer(group[0].claim.job.step)
+        assert write is not None
+        by_ctx = {id(h.ctx): h for h in group}
+        started = self.clock()
+        for h in group:
+            h.started = started
+        outcome = commit_first_batches([h.ctx for h in group], write, self._fence_many)
+        took = (self.clock() - started) / len(group)
+        for ctx in outcome.lost:
+            self._record(by_ctx[id(ctx)], SlotResult(ctx.subtask_id, "lost", "checkpoint refused"),
+                         took, size)
+        for ctx in outcome.finished:
+            self._record(by_ctx[id(ctx)], SlotResult(ctx.subtask_id, "succeeded"), took, size)
+        return [by_ctx[id(ctx)] for ctx in outcome.left]
 
     def _record(self, h: _Held, result: SlotResult, took: float, size: ClaimSize) -> None:
         """The subtask is done with on this worker: count it and log one line."""
@@ -342,7 +249,7 @@ class WorkerPool:
         with self._lock:
             self._held.pop(claim.id, None)
         size.observe(claim.job_id, took)
-        result = replace(result, rows=h.tally.rows, batches=h.tally.batches, seconds=took)
+        result = replace(result, rows=h.ctx.rows, batches=h.ctx.batches, seconds=took)
         self.results.append(result)
         metrics.subtask(claim.job.type, result.outcome)
         log.info("subtask %s (job %s): %s, %d rows in %d batches, %.2fs%s",
@@ -354,26 +261,15 @@ class WorkerPool:
                         "seconds": round(took, 3)})
 
     def _hold(self, claim: Claim, renewed_at: float) -> _Held:
-        tally = _Tally(started=renewed_at, mark=renewed_at)
-        # The context's callbacks reach the _Held through a weak reference:
-        # a strong one would make each subtask a reference cycle (held ->
-        # ctx -> callback -> held), freed only by the garbage collector,
-        # whose sweeps were a fifth of a busy worker's CPU. The claim's
-        # caller keeps the _Held alive while the subtask runs.
         ctx = SubtaskContext(
             job=claim.job, subtask_id=claim.id, start_key=claim.start_key,
             end_key=claim.end_key, curr_key=claim.curr_key, epoch=claim.epoch,
-            meta=dict(claim.meta),
-            checkpoint=lambda conn, key, rows, meta=None: self._on_checkpoint(
-                _alive(held_ref), conn, key, rows, meta),
-            stop_event=threading.Event(), health_gate=self.health.hold,
+            meta=dict(claim.meta), engine=self.db.engine,
+            fence=lambda conn, ctx, batch: self._fence(claim, conn, ctx, batch),
+            health_gate=self.health.hold,
             rate_gate=lambda rows, took: self._reserve_rate(claim.job_id, rows, took),
-            inline_checkpoint=lambda key_sql, rows_sql: self._inline_checkpoint(
-                _alive(held_ref), key_sql, rows_sql),
-            fenced_batch=lambda: self._fenced_batch(_alive(held_ref)),
         )
-        held = _Held(claim, ctx, renewed_at, tally)
-        held_ref = weakref.ref(held)
+        held = _Held(claim, ctx, renewed_at, started=renewed_at)
         with self._lock:
             self._held[claim.id] = held
         return held
@@ -388,7 +284,7 @@ class WorkerPool:
             ctx.book_first_batch()
             try:
                 ctx.raise_if_stopped()
-                jobtype.run_step(jobtype.get(ctx.job.type), ctx, self.db.engine)
+                jobtype.get(ctx.job.type).run_step(ctx)
             finally:
                 ctx.return_unused_booking()
             if ctx.finished:  # the last checkpoint finished it, in the batch's transaction
@@ -442,135 +338,36 @@ class WorkerPool:
         with self.db.connect(isolation_level="AUTOCOMMIT") as conn:
             return jobs.reserve_rate(self.db, conn, job_id, rows, took)
 
-    def _on_checkpoint(self, h: _Held, conn: Connection, key: Key, rows: int,
-                       meta: dict | None) -> None:
-        if h.grouped:  # written with the group's, before its commit (_run_grouped)
-            faults.hit("worker.before_checkpoint")
-            h.deferred = subtasks.BatchDone(h.claim, key, rows, meta)
-            return
-        self._checkpoint(h.ctx, h.claim, h.tally, conn, key, rows, meta)
+    def _fence(self, claim: Claim, conn: Connection, ctx: SubtaskContext,
+               batch: Batch) -> subtasks.Checkpointed | None:
+        """The subtask's fenced checkpoint (``SubtaskContext.fence``). Counting
+        the job's running subtasks costs an index walk a batch: only a job
+        with a rate limit needs it."""
+        done = subtasks.checkpoint_one(self.db, conn, claim, batch.next_key, batch.rows,
+                                       batch.meta, count_running=bool(ctx.job.max_rows_per_sec))
+        if done is not None and done.state == "succeeded":
+            self._wake_owner_at_the_end(conn, claim)
+        return done
 
-    def _checkpoint(self, ctx: SubtaskContext, claim: Claim, tally: _Tally, conn: Connection,
-                    key: Key, rows: int, meta: dict | None) -> None:
-        faults.hit("worker.before_checkpoint")
-        # Counting the job's running subtasks costs an index walk per batch:
-        # only a job with a rate limit needs it.
-        done = subtasks.checkpoint(self.db, conn, claim, key, rows, meta,
-                                   count_running=bool(ctx.job.max_rows_per_sec))
-        self._checkpointed(ctx, claim, tally, conn, key, rows, done)
+    def _fence_many(self, conn: Connection,
+                    batches: list[tuple[SubtaskContext, Batch]]) -> dict[int, subtasks.Checkpointed]:
+        """The fenced checkpoint of a group's first batches (``subtask.FenceMany``)."""
+        with self._lock:
+            claims = {ctx.subtask_id: self._held[ctx.subtask_id].claim for ctx, _ in batches}
+        states = subtasks.checkpoint(self.db, conn, [
+            subtasks.BatchDone(claims[ctx.subtask_id], batch.next_key, batch.rows, batch.meta)
+            for ctx, batch in batches])
+        finished = [claims[i] for i, done in states.items() if done.state == "succeeded"]
+        if finished:
+            self._wake_owner_at_the_end(conn, finished[0])
+        return states
 
-    @staticmethod
-    def _checkpoint_in_statement(h: _Held) -> bool:
-        """Whether the batch's own statement may write its checkpoint: not a
-        batch whose checkpoint is the group's, nor a rate-limited job's (its
-        checkpoint counts the running subtasks). Where it may, the statement
-        that writes both is next (the ``worker.before_checkpoint`` point)."""
-        if h.grouped or h.ctx.job.max_rows_per_sec:
-            return False
-        faults.hit("worker.before_checkpoint")
-        return True
-
-    def _inline_checkpoint(self, h: _Held, key_sql: str, rows_sql: str) -> InlineCheckpoint | None:
-        """The checkpoint for the batch's own statement (``SubtaskContext.
-        inline_checkpoint``); None for a batch whose checkpoint is the
-        group's, or a rate-limited job's (its checkpoint counts the running
-        subtasks)."""
-        if not self._checkpoint_in_statement(h):
-            return None
-        sql, params = subtasks.checkpoint_in_statement(self.db, h.claim, key_sql, rows_sql)
-
-        def done(conn: Connection, key: Key, rows: int, state: str | None) -> None:
-            self._checkpointed(h.ctx, h.claim, h.tally, conn, key, rows,
-                               None if state is None else subtasks.Checkpointed(state, None))
-
-        return InlineCheckpoint(sql, params, done)
-
-    def _fenced_batch(self, h: _Held) -> FencedBatch | None:
-        """The batch and its checkpoint as one statement (``SubtaskContext.
-        fenced_batch``); None where ``_inline_checkpoint`` would be."""
-        if not self._checkpoint_in_statement(h):
-            return None
-        call, params = subtasks.fenced_batch(self.db, h.claim)
-
-        def run(conn: Connection, batch: str, lo: Key, hi: Key) -> int:
-            try:
-                written, state = conn.execute(self.db.sql(call), {
-                    **params, "batch": batch, "lo": lo, "hi": hi, "new_key": encode(hi)}).one()
-            except sa.exc.DBAPIError as exc:
-                if getattr(exc.orig, "sqlstate", None) == subtasks.LEASE_LOST_SQLSTATE:
-                    self._refused(h.ctx, h.claim, exc)
-                raise
-            self._checkpointed(h.ctx, h.claim, h.tally, conn, hi, int(written),
-                               subtasks.Checkpointed(state, None), committed=True)
-            return int(written)
-
-        return FencedBatch(run)
-
-    def _refused(self, ctx: SubtaskContext, claim: Claim,
-                 error: Exception | None = None) -> NoReturn:
-        """The batch's checkpoint was refused: the lease is lost, and the
-        batch rolls back (or has, with the statement that raised ``error``)."""
-        metrics.batch(claim.job_id, claim.job.type, "refused")
-        self._lose(ctx, "checkpoint_refused")
-        raise LeaseLost(f"subtask {claim.id} epoch {claim.epoch}: checkpoint refused") from error
-
-    def _checkpointed(self, ctx: SubtaskContext, claim: Claim, tally: _Tally, conn: Connection,
-                      key: Key, rows: int, done: subtasks.Checkpointed | None, *,
-                      committed: bool = False) -> None:
-        """After the fenced checkpoint statement (``done``: what it returned;
-        None: 0 rows, the lease is lost and the batch must roll back).
-        ``committed``: the statement was a transaction by itself, and has
-        committed."""
-        if done is None:
-            self._refused(ctx, claim)
-        if committed:
-            self._count(claim, tally, rows)
-        else:
-            self._count_when_done(conn, claim, tally, rows)
-        ctx.curr_key = key
-        # Done once the batch's transaction commits; until then a failure
-        # rolls the finish back with the batch.
-        ctx.finished = done.state == "succeeded"
-        if ctx.finished and subtasks.none_pending(self.db, conn, claim):
-            # One of the job's last subtasks: wake the owner (at commit) to
-            # advance it now rather than at its next tick, up to a second later.
+    def _wake_owner_at_the_end(self, conn: Connection, claim: Claim) -> None:
+        """A subtask finished: if it was one of its job's last, wake the owner
+        (at commit) to advance the job now rather than at its next tick, up
+        to a second later."""
+        if subtasks.none_pending(self.db, conn, claim):
             jobs.notify(self.db, conn)
-        if done.running is not None:
-            # The job's rate budget is split among the subtasks running it: fresh
-            # with every batch, so a budget shared with other nodes holds.
-            ctx.job = replace(ctx.job, running=done.running)
-        faults.hit("worker.after_checkpoint")
-
-    def _count_when_done(self, conn: Connection, claim: Claim, tally: _Tally,
-                         rows: int) -> None:
-        """Count the batch when its transaction ends: its rows once it commits
-        (the commit event fires as the commit is sent), a roll-back as such.
-        Each batch has a connection of its own, so the listeners go with it."""
-
-        def committed(_conn: Connection) -> None:
-            self._count(claim, tally, rows)
-
-        def rolled_back(_conn: Connection) -> None:
-            metrics.batch(claim.job_id, claim.job.type, "rolled_back")
-
-        sa.event.listen(conn, "commit", committed, once=True)
-        sa.event.listen(conn, "rollback", rolled_back, once=True)
-
-    def _count(self, claim: Claim, tally: _Tally, rows: int) -> None:
-        """A committed batch of ``rows``: in the metrics and the subtask's tally."""
-        now = self.clock()
-        metrics.batch(claim.job_id, claim.job.type, "committed", rows, now - tally.mark)
-        tally.mark, tally.rows, tally.batches = now, tally.rows + rows, tally.batches + 1
-
-
-def _alive(ref: weakref.ref[_Held]) -> _Held:
-    """The subtask's _Held, while its slot runs it; a callback called after
-    the slot let go of it (a job type's straggling thread) finds the lease
-    given up."""
-    held = ref()
-    if held is None:
-        raise LeaseLost("the subtask is no longer held by this slot")
-    return held
 
 
 class ClaimSize:

@@ -32,7 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from backfill.add_column.ddl import BODY_QUOTE, JOB_SETTING, AddColumnDdl
@@ -48,16 +48,18 @@ from backfill.tables import (
     resolve_type,
     set_ddl_lock_timeout,
 )
-from backfill.update_batch import run_update_batch
+from backfill.update_batch import write_update_batch
 from framework import jobtype, long_statements
-from framework.errors import one_line
-from framework.jobtype import InvalidParams, Job, Step, SubtaskContext, Target
+from framework.errors import InvalidParams, one_line
+from framework.jobtype import JobType
 from framework.keys import END, Key, decode, shown
+from framework.records import Job, Step, Target
+from framework.subtask import Batch, SubtaskContext
 
 BACKFILL, NOT_NULL = 1, 2  # stored step numbers: never renumber
 
 
-class AddColumn:
+class AddColumn(JobType):
     name = "add-column"
     # Its batches are keyset ranges of any key (framework.keys).
     keys_of_any_type = True
@@ -159,28 +161,27 @@ class AddColumn:
 
     # --- workers -------------------------------------------------------------------
 
-    def run_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
+    def run_subtask(self, ctx: SubtaskContext) -> None:
         if ctx.job.step == NOT_NULL:
-            self._validate_not_null(ctx, engine)
+            self._validate_not_null(ctx)
             return
-        ctx.run_batches(engine, lambda conn: self.run_batch(ctx, conn))
+        super().run_subtask(ctx)
 
-    def run_batch(self, ctx: SubtaskContext, conn: Connection) -> int:
-        """One backfill batch from ``ctx.curr_key``, checkpointed, not
-        committed: its UPDATE, then the fix-up of explicit NULLs (``owned``),
-        both unseen by the job's own triggers. Several statements in a
-        transaction, never the one-statement batch of ``run_update_batch_alone``."""
+    def write_batch(self, ctx: SubtaskContext, conn: Connection) -> Batch:
+        """One backfill batch from ``ctx.curr_key``: its UPDATE, then the
+        fix-up of explicit NULLs (``owned``), both unseen by the job's own
+        triggers."""
         job = ctx.job
         conn.execute(text(f"SELECT set_config('{JOB_SETTING}', :job, true)"),
                      {"job": str(job.id)})
         # Not ``filtered``: the filter skips only rows the application wrote,
         # few, so batches stay on fixed bounds (counting the rows they wrote).
-        return run_update_batch(ctx, conn, lambda bounded: _update(job, bounded),
-                                filtered=False,
-                                after_write=lambda conn, lo, hi: _keep_nulls(ctx, conn, lo, hi))
+        return write_update_batch(ctx, conn, lambda bounded: _update(job, bounded),
+                                  filtered=False,
+                                  after_write=lambda conn, lo, hi: _keep_nulls(ctx, conn, lo, hi))
 
     @staticmethod
-    def _validate_not_null(ctx: SubtaskContext, engine: Engine) -> None:
+    def _validate_not_null(ctx: SubtaskContext) -> None:
         """VALIDATE CONSTRAINT: one scan, its lease renewed by the pool, on a
         long statement's session (``framework.long_statements``), checkpointed
         in its transaction; a NULL left by --value fails the job, which is
@@ -188,12 +189,16 @@ class AddColumn:
         job = ctx.job
         ddl = _ddl(job)
         try:
-            with long_statements.session(ctx, engine, autocommit=False) as conn, conn.begin():
-                set_ddl_lock_timeout(conn)
-                conn.execute(text(ddl.validate_check()))
-                ctx.checkpoint(conn, ctx.end_key, 0)
+            with long_statements.session(ctx, autocommit=False) as session:
+
+                def validate(conn: Connection) -> Batch:
+                    set_ddl_lock_timeout(conn)
+                    conn.execute(text(ddl.validate_check()))
+                    return Batch(ctx.end_key, 0)
+
+                ctx.commit(validate, on=session)
         except IntegrityError:
-            with engine.begin() as conn:
+            with ctx.engine.begin() as conn:
                 key = conn.execute(text(
                     f"SELECT {job.key.read()} FROM {job.target_table} "
                     f"WHERE {ddl.column} IS NULL ORDER BY {job.key.order_by()} LIMIT 1")).scalar()
@@ -202,8 +207,6 @@ class AddColumn:
                 f"{shown(decode(key))}): --value gives NULL there; make --value never NULL, e.g. "
                 f"coalesce(..., default)") from None
 
-    def revert_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
-        raise AssertionError("add-column plans no revert subtasks")
 
 
 class CutOverRefused(RuntimeError):

@@ -23,14 +23,16 @@ progress (0-99 of ``FIXED_SUBTASK_UNITS``), never backwards (DESIGN 6).
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 
 from framework import long_statements
-from framework.jobtype import LeaseLost, SubtaskContext
+from framework.errors import LeaseLost
+from framework.subtask import Batch, SubtaskContext
 
 # How often the progress thread reads the build's phase.
 PROGRESS_SECONDS = 0.5
@@ -77,11 +79,11 @@ def percent_of(phase: str | None, done: int | None, total: int | None) -> int:
     return first
 
 
-def build_index(ctx: SubtaskContext, engine: Engine, create: str, index: str) -> None:
+def build_index(ctx: SubtaskContext, create: str, index: str) -> None:
     """Run the build subtask: ``create`` is the CREATE INDEX CONCURRENTLY
     statement of ``index`` (schema-qualified, quoted)."""
     job = ctx.job
-    with long_statements.session(ctx, engine) as conn:
+    with long_statements.session(ctx) as conn:
         # The build waits for every open write transaction on the table,
         # however long the application keeps one: no lock wait limit. Its
         # SHARE UPDATE EXCLUSIVE lock never blocks the application's reads
@@ -95,28 +97,31 @@ def build_index(ctx: SubtaskContext, engine: Engine, create: str, index: str) ->
         if state == "invalid":
             conn.execute(text(f"DROP INDEX CONCURRENTLY IF EXISTS {index}"))
         if state in ("absent", "invalid"):
-            _say_build_started(ctx, engine)
+            _say_build_started(ctx)
             pid = conn.execute(text("SELECT pg_backend_pid()")).scalar()
-            with _progress(ctx, engine, int(pid or 0)):
+            with _progress(ctx, int(pid or 0)):
                 conn.execute(text(create))
         if state != "ours":
             conn.execute(text(f"COMMENT ON INDEX {index} IS '{marker(job.id)}'"))
-    with engine.begin() as done:
-        ctx.checkpoint(done, ctx.end_key, 0, {**ctx.meta, "build_started": True})
+    ctx.commit(lambda conn: Batch(ctx.end_key, 0, {**ctx.meta, "build_started": True}))
 
 
-def _say_build_started(ctx: SubtaskContext, engine: Engine) -> None:
+def _say_build_started(ctx: SubtaskContext) -> None:
     """Record, fenced, that this subtask starts a build: from now on an index
     of that name is the job's, even before its comment."""
     if ctx.meta.get("build_started"):
         return
-    ctx.meta = {**ctx.meta, "build_started": True}
-    with engine.begin() as conn:
-        ctx.checkpoint(conn, max(ctx.curr_key, ctx.start_key), 0, ctx.meta)
+    started = {**ctx.meta, "build_started": True}
+    ctx.commit(lambda conn: Batch(max(ctx.curr_key, ctx.start_key), 0, started))
+
+
+def _progressed(percent: int, conn: Connection) -> Batch:
+    """The build's progress as a batch that writes nothing."""
+    return Batch(percent, 0)
 
 
 @contextlib.contextmanager
-def _progress(ctx: SubtaskContext, engine: Engine, pid: int) -> Any:
+def _progress(ctx: SubtaskContext, pid: int) -> Any:
     """While the block runs, checkpoint the build's percent as it grows."""
     stop = threading.Event()
 
@@ -124,7 +129,7 @@ def _progress(ctx: SubtaskContext, engine: Engine, pid: int) -> Any:
         shown = ctx.curr_key
         while not stop.wait(PROGRESS_SECONDS):
             try:
-                with engine.begin() as conn:
+                with ctx.engine.begin() as conn:
                     row = conn.execute(text(
                         "SELECT phase, coalesce(nullif(blocks_total, 0), tuples_total), "
                         "CASE WHEN blocks_total > 0 THEN blocks_done ELSE tuples_done END "
@@ -132,10 +137,10 @@ def _progress(ctx: SubtaskContext, engine: Engine, pid: int) -> Any:
                         {"pid": pid}).first()
                     if row is None:
                         continue
-                    percent = min(percent_of(row[0], row[2], row[1]), ctx.end_key - 1)
-                    if percent > shown:
-                        ctx.checkpoint(conn, percent, 0, ctx.meta)
-                        shown = percent
+                percent = min(percent_of(row[0], row[2], row[1]), ctx.end_key - 1)
+                if percent > shown:
+                    ctx.commit(functools.partial(_progressed, percent))
+                    shown = percent
             except LeaseLost:
                 return  # the pool stops the subtask; the build is cancelled with it
             except Exception:  # noqa: S112 - progress is best effort; the build goes on

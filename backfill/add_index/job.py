@@ -24,7 +24,7 @@ import re
 from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 
 from backfill.add_index import duplicates
 from backfill.add_index.build import build_index, index_state
@@ -38,15 +38,17 @@ from backfill.tables import (
     set_ddl_lock_timeout,
 )
 from framework import jobtype
-from framework.errors import one_line
-from framework.jobtype import InvalidParams, Job, Step, SubtaskContext, Target
+from framework.errors import InvalidParams, one_line
+from framework.jobtype import JobType
+from framework.records import Job, Step, Target
+from framework.subtask import Batch, SubtaskContext
 
 CHECK, BUILD = 1, 2  # stored step numbers: never renumber
 NAME_BYTES = 63  # PostgreSQL's identifier limit
 _SCHEMA = re.compile(r'^("(?:[^"]|"")*")\.')
 
 
-class AddIndex:
+class AddIndex(JobType):
     name = "add-index"
     # Neither step ranges over the table's key (hash buckets, then one build):
     # any key will do (framework.keys); it only names duplicates' rows.
@@ -124,29 +126,29 @@ class AddIndex:
 
     # --- workers -------------------------------------------------------------------
 
-    def run_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
+    def run_subtask(self, ctx: SubtaskContext) -> None:
         if ctx.job.step == CHECK:
-            self._check_bucket(ctx, engine)
+            self._check_bucket(ctx)
         elif ctx.job.step == BUILD:
-            build_index(ctx, engine, create_statement(ctx.job.params, ctx.job.target_table),
+            build_index(ctx, create_statement(ctx.job.params, ctx.job.target_table),
                         ctx.job.params["index"])
         else:
             raise ValueError(f"add-index has no step {ctx.job.step}")
 
     @staticmethod
-    def _check_bucket(ctx: SubtaskContext, engine: Engine) -> None:
+    def _check_bucket(ctx: SubtaskContext) -> None:
         job, p = ctx.job, ctx.job.params
-        with engine.begin() as conn, ctx.cancel_on_stop(conn):
+
+        def check(conn: Connection) -> Batch:
             conn.execute(text("SET LOCAL statement_timeout = 0"))  # one scan, lease renewed
             found = duplicates.find_duplicates(
                 conn, table=job.target_table, key=job.key, columns=p["columns"],
                 where=p["where"], bucket=ctx.meta["bucket"], buckets=ctx.meta["buckets"])
             if found:
                 raise ValueError(duplicates.describe(found, p["columns"]))
-            ctx.checkpoint(conn, ctx.end_key, 0)
+            return Batch(ctx.end_key, 0)
 
-    def revert_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
-        raise AssertionError("add-index plans no revert subtasks")
+        ctx.commit(check)
 
 
 def create_statement(params: dict[str, Any], table: str) -> str:

@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from sqlalchemy import text
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 
 from backfill.alter_type.plan import expression
 from backfill.batch_bounds import next_bound
 from backfill.schema.sql import literal, run
 from backfill.tables import quote
 from framework import faults, long_statements
-from framework.jobtype import SubtaskContext
 from framework.keys import END, Key, KeySpec, decode, encode, shown
 from framework.privileges import as_role, run_as
+from framework.subtask import Batch, SubtaskContext
 
 
 def _key_value(key: KeySpec, value: Key) -> str:
@@ -42,8 +42,8 @@ def _in_batch(key: KeySpec, lo: Key, hi: Key) -> str:
     return lower if hi is END else f"{lower} AND {k} < {_key_value(key, hi)}"
 
 
-def backfill_batch(ctx: SubtaskContext, conn: Connection) -> int:
-    """Fill the shadow column for the batch from ``ctx.curr_key``; checkpoint it."""
+def backfill_batch(ctx: SubtaskContext, conn: Connection) -> Batch:
+    """Fill the shadow column for the batch from ``ctx.curr_key``."""
     job, p = ctx.job, ctx.job.params
     t, shadow = job.target_table, quote(p["shadow"])
     upper, count = next_bound(conn, t, job.key, ctx.curr_key, ctx.end_key, job.batch_rows)
@@ -57,8 +57,7 @@ def backfill_batch(ctx: SubtaskContext, conn: Connection) -> int:
     # IntegrityError: e.g. NULL from the USING of a NOT NULL column.
     except (sa.exc.DataError, sa.exc.IntegrityError) as exc:
         raise ValueError(_does_not_convert(ctx, upper, exc)) from None
-    ctx.checkpoint(conn, upper, count)
-    return count
+    return Batch(upper, count)
 
 
 def _does_not_convert(ctx: SubtaskContext, upper: Key, exc: Exception) -> str:
@@ -68,28 +67,26 @@ def _does_not_convert(ctx: SubtaskContext, upper: Key, exc: Exception) -> str:
             f"(keys [{shown(ctx.curr_key)}, {shown(upper)})): {reason}")
 
 
-def verify_batch(ctx: SubtaskContext, engine: Engine) -> int:
+def verify_batch(ctx: SubtaskContext, conn: Connection) -> Batch:
     """Check that every row of the batch holds the converted value in the shadow column."""
     job, p = ctx.job, ctx.job.params
     t, shadow, key = job.target_table, quote(p["shadow"]), job.key
     stored, wanted = shadow, expression(p)
     if p.get("verify_as_text"):  # a type without = (json): the same text is the same value
         stored, wanted = f"{shadow}::text", f"({wanted})::text"
-    with engine.begin() as conn, ctx.cancel_on_stop(conn):
-        upper, count = next_bound(conn, t, key, ctx.curr_key, ctx.end_key, job.batch_rows)
-        wrong = run(conn, (
-            f"SELECT {key.read()} FROM {t} "
-            f"WHERE {_in_batch(key, ctx.curr_key, upper)} "
-            f"AND NOT ({stored} IS NOT DISTINCT FROM {wanted}) "
-            f"ORDER BY {key.order_by()} LIMIT 1"))
-        if wrong:
-            raise ValueError(f"verify: the row of key {shown(decode(wrong[0][0]))} does not "
-                             f"hold its converted value in {p['shadow']}")
-        ctx.checkpoint(conn, upper, count)
-    return count
+    upper, count = next_bound(conn, t, key, ctx.curr_key, ctx.end_key, job.batch_rows)
+    wrong = run(conn, (
+        f"SELECT {key.read()} FROM {t} "
+        f"WHERE {_in_batch(key, ctx.curr_key, upper)} "
+        f"AND NOT ({stored} IS NOT DISTINCT FROM {wanted}) "
+        f"ORDER BY {key.order_by()} LIMIT 1"))
+    if wrong:
+        raise ValueError(f"verify: the row of key {shown(decode(wrong[0][0]))} does not "
+                         f"hold its converted value in {p['shadow']}")
+    return Batch(upper, count)
 
 
-def build_index(ctx: SubtaskContext, engine: Engine) -> None:
+def build_index(ctx: SubtaskContext) -> None:
     """CREATE INDEX CONCURRENTLY of one index on the shadow column. It cannot
     run in a transaction, so it is not exactly-once: a retry (after a kill)
     drops the invalid index an interrupted build left, and builds again. Its
@@ -98,7 +95,7 @@ def build_index(ctx: SubtaskContext, engine: Engine) -> None:
     faults.hit("alter_type.before_build")
     schema = ctx.job.target_table.split(".")[0]
     name = f"{schema}.{quote(ctx.meta['build'])}"
-    with long_statements.session(ctx, engine) as conn:
+    with long_statements.session(ctx) as conn:
         invalid = conn.execute(text(
             "SELECT NOT indisvalid FROM pg_index WHERE indexrelid = to_regclass(:n)"),
             {"n": name}).scalar()
@@ -109,23 +106,22 @@ def build_index(ctx: SubtaskContext, engine: Engine) -> None:
         if invalid:
             conn.execute(text(f"DROP INDEX CONCURRENTLY IF EXISTS {name}"))
         run(conn, ctx.meta["statement"])
-    _finish(ctx, engine)
+    _finish(ctx)
 
 
-def validate_constraints(ctx: SubtaskContext, engine: Engine) -> None:
+def validate_constraints(ctx: SubtaskContext) -> None:
     """VALIDATE the shadow column's NOT VALID constraints (a scan that blocks
     no write), then ANALYZE it: its statistics survive the rename, so plans
     are good from the first statement after the cut-over. Long statements,
     on their own session (``framework.long_statements``)."""
     faults.hit("alter_type.before_build")
     t = ctx.job.target_table
-    with long_statements.session(ctx, engine) as conn:
+    with long_statements.session(ctx) as conn:
         for name in ctx.meta.get("validate", []):
             conn.execute(text(f"ALTER TABLE {t} VALIDATE CONSTRAINT {quote(name)}"))
         conn.execute(text(f"ANALYZE {t} ({quote(ctx.job.params['shadow'])})"))
-    _finish(ctx, engine)
+    _finish(ctx)
 
 
-def _finish(ctx: SubtaskContext, engine: Engine) -> None:
-    with engine.begin() as conn:
-        ctx.checkpoint(conn, ctx.end_key, 0)
+def _finish(ctx: SubtaskContext) -> None:
+    ctx.commit(lambda conn: Batch(ctx.end_key, 0))

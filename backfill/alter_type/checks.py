@@ -35,8 +35,8 @@ from backfill.tables import (
     inspect_table,
     resolve_type,
 )
-from framework.errors import one_line
-from framework.jobtype import InvalidParams, Job, Target
+from framework.errors import InvalidParams, one_line
+from framework.records import Job, Target
 
 USE_ALTER = "change it with ALTER TABLE ... TYPE in a maintenance window instead"
 

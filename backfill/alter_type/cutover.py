@@ -33,7 +33,8 @@ from backfill.schema.catalog import IndexFacts
 from backfill.schema.sql import literal, run
 from backfill.tables import quote
 from framework import faults
-from framework.jobtype import InvalidParams, Job
+from framework.errors import InvalidParams
+from framework.records import Job
 
 # Long enough to get in between application transactions, short enough that
 # statements queued behind the cut-over's lock wait no longer than this.

@@ -3,11 +3,10 @@ workers' side), in the steps the package docstring draws."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 
 from backfill.alter_type import batches, checks, names, plan
 from backfill.alter_type.cutover import cut_over
@@ -15,13 +14,15 @@ from backfill.schema import catalog, trigger, user_triggers
 from backfill.schema.sql import literal, run
 from backfill.tables import quote, set_ddl_lock_timeout
 from framework import faults, jobtype
-from framework.jobtype import Job, Step, SubtaskContext, Target
+from framework.jobtype import JobType
+from framework.records import Job, Step, Target
+from framework.subtask import Batch, SubtaskContext
 
 NAME = "alter-type"
 BACKFILL, VERIFY, BUILD_INDEXES = 1, 2, 3  # stored step numbers: never renumber
 
 
-class AlterType:
+class AlterType(JobType):
     name = NAME
     # Its batches are keyset pages of any key (framework.keys); a key column
     # itself may be altered (``checks``: why that is safe).
@@ -96,34 +97,24 @@ class AlterType:
 
     # --- executor ------------------------------------------------------------
 
-    def run_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
+    def run_subtask(self, ctx: SubtaskContext) -> None:
         step = ctx.job.step
         if step == BUILD_INDEXES:
             if "build" in ctx.meta:
-                batches.build_index(ctx, engine)
+                batches.build_index(ctx)
             else:
-                batches.validate_constraints(ctx, engine)
-            return
-        if step not in (BACKFILL, VERIFY):
+                batches.validate_constraints(ctx)
+        elif step == BACKFILL:
+            ctx.run_batches(lambda conn: batches.backfill_batch(ctx, conn))
+        elif step == VERIFY:
+            if ctx.curr_key == ctx.start_key:
+                faults.hit("alter_type.before_verify")
+            ctx.run_batches(lambda conn: batches.verify_batch(ctx, conn))
+        else:
             raise ValueError(f"{NAME} has no step {step}")
-        if step == VERIFY and ctx.curr_key == ctx.start_key:
-            faults.hit("alter_type.before_verify")
-        while ctx.curr_key != ctx.end_key:
-            ctx.raise_if_stopped()
-            started = time.monotonic()
-            if step == BACKFILL:
-                with engine.begin() as conn, ctx.cancel_on_stop(conn):
-                    rows = batches.backfill_batch(ctx, conn)
-            else:
-                rows = batches.verify_batch(ctx, engine)
-            ctx.throttle(rows, time.monotonic() - started)
 
-    def run_batch(self, ctx: SubtaskContext, conn: Connection) -> None:
-        with ctx.cancel_on_stop(conn):
-            batches.backfill_batch(ctx, conn)
-
-    def revert_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
-        raise ValueError(f"{NAME} has no revert subtasks")  # plan_revert plans none
+    def write_batch(self, ctx: SubtaskContext, conn: Connection) -> Batch:
+        return batches.backfill_batch(ctx, conn)  # batch_steps: the backfill's alone
 
 
 def register() -> None:

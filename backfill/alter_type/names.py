@@ -8,7 +8,7 @@ import hashlib
 
 from backfill.schema import user_triggers
 from backfill.tables import quote
-from framework.jobtype import Job
+from framework.records import Job
 
 SHADOW_SUFFIX = "_reorg_new"
 MAX_IDENTIFIER = 63  # PostgreSQL's NAMEDATALEN - 1

@@ -11,7 +11,7 @@ from sqlalchemy.engine import Connection
 from backfill.alter_type import names
 from backfill.schema import catalog, rewrite
 from backfill.tables import quote
-from framework.jobtype import Job
+from framework.records import Job
 
 
 @dataclass(frozen=True)

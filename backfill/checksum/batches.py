@@ -57,8 +57,8 @@ from backfill.spark import keyset_read
 from backfill.spark.pipeline import Batch, RangePipeline, key_between
 from backfill.spark.sizing import READ_ONLY_RANGE_ABOVE
 from backfill.tables import quote
-from framework.jobtype import SubtaskContext
 from framework.keys import END, Key, KeySpec, stored_json
+from framework.subtask import SubtaskContext
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

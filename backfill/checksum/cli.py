@@ -19,7 +19,7 @@ import typer
 
 from cli.plugin import count, database, print_json, table_name
 from framework.db import Database
-from framework.jobtype import InvalidParams
+from framework.errors import InvalidParams
 from framework.keys import decode, shown
 from framework.states import JobState
 from framework.store import history, jobs

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 
 from backfill.checksum.batches import ChecksumSpec, CompareColumn
 from backfill.spark.sizing import ROWS_PER_SUBTASK
@@ -32,7 +32,10 @@ from backfill.tables import (
     relation_exists,
 )
 from framework import jobtype
-from framework.jobtype import InvalidParams, Job, SubtaskContext, Target
+from framework.errors import InvalidParams
+from framework.jobtype import JobType
+from framework.records import Job, Target
+from framework.subtask import SubtaskContext
 
 COMPARE_IN = ("postgres", "spark")
 
@@ -48,7 +51,7 @@ def spec_of(job: Job) -> ChecksumSpec:
     )
 
 
-class ChecksumJobType:
+class ChecksumJobType(JobType):
     name = "checksum"
     # Rows matched on every key column of any type (framework.keys).
     keys_of_any_type = True
@@ -134,19 +137,16 @@ class ChecksumJobType:
     def prepare(self, conn: Connection, job: Job) -> None:
         return None  # read-only: nothing to set up
 
-    def run_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
+    def run_subtask(self, ctx: SubtaskContext) -> None:
         from backfill.checksum.batches import run_checksum
 
-        run_checksum(ctx, engine, spec_of(ctx.job))
+        run_checksum(ctx, ctx.engine, spec_of(ctx.job))
 
     def advance(self, conn: Connection, job: Job) -> None:
         return None  # findings live in the subtasks' meta, which history keeps
 
     def plan_revert(self, conn: Connection, job: Job) -> bool:
         return False  # read-only: no range to restore
-
-    def revert_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
-        raise AssertionError("checksum plans no revert subtasks")
 
     def revert(self, conn: Connection, job: Job) -> None:
         return None  # nothing was written outside the subtasks' meta

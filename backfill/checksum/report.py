@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from backfill.checksum.batches import KINDS, META_KEY
-from framework.jobtype import InvalidParams, Job
+from framework.errors import InvalidParams
+from framework.records import Job
 
 
 def report(job: Job, subtasks: list[dict[str, Any]], max_keys: int = 1000) -> dict[str, Any]:

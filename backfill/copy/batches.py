@@ -39,8 +39,8 @@ from backfill.spark import landing
 from backfill.spark.expression_guard import check_spark_expression
 from backfill.spark.pipeline import Batch, RangePipeline, key_between, spark_column
 from backfill.tables import quote
-from framework.jobtype import SubtaskContext
 from framework.keys import KeySpec, decode, shown
+from framework.subtask import SubtaskContext
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -37,7 +37,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 
 from backfill.copy import submit
 from backfill.copy.batches import CopySpec, OutputColumn
@@ -45,7 +45,10 @@ from backfill.restore import restore_in_batches
 from backfill.spark.warmup import start_worker_spark
 from backfill.tables import relation_exists, set_ddl_lock_timeout
 from framework import jobtype
-from framework.jobtype import InvalidParams, Job, SubtaskContext, Target
+from framework.errors import InvalidParams
+from framework.jobtype import JobType
+from framework.records import Job, Target
+from framework.subtask import SubtaskContext
 
 
 def spec_of(job: Job) -> CopySpec:
@@ -61,7 +64,7 @@ def spec_of(job: Job) -> CopySpec:
     )
 
 
-class CopyJobType:
+class CopyJobType(JobType):
     name = "copy"
     # Ranges of any key (framework.keys): read in keyset predicates, upserted
     # and recorded on every key column.
@@ -94,10 +97,10 @@ class CopyJobType:
         for stmt in spec.create_target() if spec.created else [spec.create_keys()]:
             conn.execute(text(stmt))
 
-    def run_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
+    def run_subtask(self, ctx: SubtaskContext) -> None:
         from backfill.copy.batches import run_copy
 
-        run_copy(ctx, engine, spec_of(ctx.job))
+        run_copy(ctx, ctx.engine, spec_of(ctx.job))
 
     def advance(self, conn: Connection, job: Job) -> None:
         spec = spec_of(job)
@@ -120,9 +123,9 @@ class CopyJobType:
         source: a dropped source still leaves them to delete."""
         return spec_of(job).target
 
-    def revert_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
+    def revert_subtask(self, ctx: SubtaskContext) -> None:
         spec = spec_of(ctx.job)
-        restore_in_batches(ctx, engine, paced_by=(spec.keys, spec.copied_key),
+        restore_in_batches(ctx, paced_by=(spec.keys, spec.copied_key),
                            statements=lambda bounded: [spec.delete_copied_range(bounded)])
 
     def revert(self, conn: Connection, job: Job) -> None:

@@ -25,9 +25,10 @@ from backfill.tables import (
     relation_exists,
 )
 from framework import privileges
-from framework.jobtype import InvalidParams, Job, Target
+from framework.errors import InvalidParams
 from framework.keys import decode, shown
 from framework.privileges import run_as
+from framework.records import Job, Target
 
 
 def validate(conn: Connection, params: dict[str, Any]) -> Target:

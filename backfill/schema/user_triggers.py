@@ -27,7 +27,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from framework.jobtype import InvalidParams
+from framework.errors import InvalidParams
 
 PREFIX = "~reorg_"
 # reorg's own triggers: the prefix, and the names of jobs prepared by

@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
-from framework.jobtype import InvalidParams
+from framework.errors import InvalidParams
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -10,7 +10,6 @@ from sqlalchemy.engine import make_url
 
 from backfill.expressions import embed
 from backfill.spark.session import DRIVER_CLASS
-from framework.keys import Key, KeySpec
 from framework.privileges import quote_role
 
 if TYPE_CHECKING:
@@ -122,16 +121,6 @@ def read_keys(spark: SparkSession, target: JdbcTarget, table: str, key: str, key
     """The listed rows (those that changed under a batch), with their versions."""
     array = "{" + ",".join(str(int(k)) for k in keys) + "}"
     return spark.read.jdbc(target.url, read_query(table, where, f"{key} = ANY('{array}'::bigint[])"),
-                           properties=target.read_props())
-
-
-def read_listed_keys(spark: SparkSession, target: JdbcTarget, table: str, key: KeySpec,
-                     keys: list[Key], *, where: str | None = None) -> DataFrame:
-    """``read_keys`` for a key of any type, with the key columns' text."""
-    from backfill.spark.keyset_read import in_list_sql, text_columns
-
-    return spark.read.jdbc(target.url, read_query(table, where, in_list_sql(key, keys),
-                                                  columns=text_columns(key)),
                            properties=target.read_props())
 
 

@@ -24,12 +24,11 @@ from typing import TYPE_CHECKING
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
+from backfill.spark.jdbc import JdbcTarget, read_query
 from framework.keys import END, Key, KeySpec, decode, encode, quote
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-
-    from backfill.spark.jdbc import JdbcTarget
 
 # The text of key column i in a read, and its staged name.
 TEXT_KEY_PREFIX = "__reorg_key_"
@@ -100,4 +99,12 @@ def read_batch(spark: SparkSession, target: JdbcTarget, query: str, key: KeySpec
     """``query``'s rows (a ``dbtable`` exposing the key's columns by name) in
     ``[lo, hi)``, one JDBC partition per predicate."""
     return spark.read.jdbc(target.url, query, predicates=predicates(key, lo, hi, cuts),
+                           properties=target.read_props())
+
+
+def read_listed_keys(spark: SparkSession, target: JdbcTarget, table: str, key: KeySpec,
+                     keys: list[Key], *, where: str | None = None) -> DataFrame:
+    """``read_keys`` for a key of any type, with the key columns' text."""
+    return spark.read.jdbc(target.url, read_query(table, where, in_list_sql(key, keys),
+                                                  columns=text_columns(key)),
                            properties=target.read_props())

@@ -43,10 +43,11 @@ from backfill.spark import failures, keyset_read, session, sizing
 from backfill.spark.failures import SparkBatchError
 from backfill.spark.jdbc import JdbcTarget, jdbc_target
 from backfill.spark.sizing import BatchSizer
-from framework import faults
-from framework.jobtype import LeaseLost, RetryableError, Stopped, SubtaskContext
+from framework import faults, subtask
+from framework.errors import LeaseLost, RetryableError, Stopped
 from framework.keys import END, Key, KeySpec, decode
 from framework.privileges import run_as
+from framework.subtask import SubtaskContext
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -404,14 +405,19 @@ class RangePipeline(ABC):
         started = time.monotonic()
         ctx = self.ctx
         faults.hit("spark.before_apply")
-        with self.engine.begin() as conn, ctx.cancel_on_stop(conn):
+        applied: list[Any] = []
+
+        def write(conn: Connection) -> subtask.Batch:
             raw = conn.connection.driver_connection
             assert raw is not None
             self.begin(conn)
-            result = self.apply(conn, raw, batch)
-            meta = {**self.batch_meta(batch, result), "batch_rows": self.sizer.rows,
-                    "for_batch_rows": ctx.job.batch_rows}
-            ctx.checkpoint(conn, batch.hi, batch.scanned, meta)
+            applied.append(self.apply(conn, raw, batch))
+            return subtask.Batch(batch.hi, batch.scanned, {
+                **self.batch_meta(batch, applied[0]), "batch_rows": self.sizer.rows,
+                "for_batch_rows": ctx.job.batch_rows})
+
+        ctx.commit(write)
+        result = applied[0]
         self.committed(batch, result)
         seconds = time.monotonic() - started
         self.record(batch, result, seconds)

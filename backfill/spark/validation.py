@@ -22,7 +22,7 @@ from sqlalchemy.engine import Connection
 from backfill.spark.failures import first_line, from_postgres, lost_connection
 from backfill.tables import FIX_WHERE, inspect_table
 from framework.db import DatabaseUnreachable
-from framework.jobtype import InvalidParams
+from framework.errors import InvalidParams
 
 DRY_RUN_ROWS = 100  # sample rows a submit computes and lands (rolled back) to check the input
 

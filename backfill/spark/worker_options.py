@@ -62,7 +62,7 @@ def warm_up_job_types(database_url: str) -> None:
 
     for name in jobtype.names():
         try:
-            jobtype.warm_up(jobtype.get(name), None)
+            jobtype.get(name).warm_up(None)
         except Exception as exc:
             log.warning("%s did not warm up: %s", name, one_line(exc))
     if session.started():

@@ -24,16 +24,17 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
 from backfill.spark import landing
-from backfill.spark.jdbc import jdbc_target, read_base, read_keys, read_listed_keys, read_query
-from backfill.spark.keyset_read import text_columns
+from backfill.spark.jdbc import jdbc_target, read_base, read_keys, read_query
+from backfill.spark.keyset_read import read_listed_keys, text_columns
 from backfill.spark.pipeline import Batch, BatchStat, RangePipeline, key_between
 from backfill.spark.session import on_session_stop
 from backfill.spark_backfill.merge import MergeSql
 from backfill.spark_backfill.transform import Transform
 from framework import faults
-from framework.jobtype import RetryableError, SubtaskContext
+from framework.errors import RetryableError
 from framework.keys import END, KeySpec, decode
 from framework.privileges import run_as
+from framework.subtask import SubtaskContext
 
 if TYPE_CHECKING:
     import pyarrow as pa

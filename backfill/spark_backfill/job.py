@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 
 from backfill.expressions import optional_expression
 from backfill.restore import index_before_restoring, restore_in_batches
@@ -42,8 +42,11 @@ from backfill.tables import (
     target_column,
 )
 from framework import jobtype, privileges
-from framework.jobtype import InvalidParams, Job, SubtaskContext, Target
+from framework.errors import InvalidParams
+from framework.jobtype import JobType
 from framework.privileges import as_role, run_as
+from framework.records import Job, Target
+from framework.subtask import SubtaskContext
 
 
 def merge_sql(job: Job) -> MergeSql:
@@ -66,7 +69,7 @@ def spec_of(job: Job) -> Any:
     )
 
 
-class BackfillJobType:
+class BackfillJobType(JobType):
     name = "backfill"
     # Batches of any key (framework.keys): read in keyset predicates, merged on
     # every key column (backfill.spark.keyset_read, merge.MergeSql).
@@ -219,10 +222,10 @@ class BackfillJobType:
             conn.execute(text(f"ALTER TABLE {job.target_table} ADD COLUMN {quote(column)} "
                               f"{job.params['column_type']}"))
 
-    def run_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
+    def run_subtask(self, ctx: SubtaskContext) -> None:
         from backfill.spark_backfill.batches import run_subtask
 
-        run_subtask(ctx, engine, spec_of(ctx.job))
+        run_subtask(ctx, ctx.engine, spec_of(ctx.job))
 
     def advance(self, conn: Connection, job: Job) -> None:
         for stmt in merge_sql(job).drop_images():
@@ -235,12 +238,12 @@ class BackfillJobType:
         # fenced transaction's (backfill.before_images).
         return bool(job.params["overwrite"] and relation_exists(conn, merge_sql(job).batches))
 
-    def revert_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
+    def revert_subtask(self, ctx: SubtaskContext) -> None:
         m = merge_sql(ctx.job)
-        index_before_restoring(ctx, engine, table=m.kept.images,
+        index_before_restoring(ctx, table=m.kept.images,
                                built=m.kept.indexed_for_restore(),
                                statements=m.kept.index_for_restore())
-        restore_in_batches(ctx, engine, paced_by=(ctx.job.target_table, ctx.job.key),
+        restore_in_batches(ctx, paced_by=(ctx.job.target_table, ctx.job.key),
                            statements=lambda bounded: m.restore_range(bounded))
 
     def revert(self, conn: Connection, job: Job) -> None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 
 from backfill.expressions import one_expression, optional_expression
 from backfill.ranged_update import UpdateSql, alias_of, check_update_statement
@@ -39,13 +39,15 @@ from backfill.tables import (
     set_ddl_lock_timeout,
     target_column,
 )
-from backfill.update_batch import run_update_batch, run_update_batch_alone
+from backfill.update_batch import write_update_batch
 from framework import jobtype, privileges
-from framework.jobtype import Job, SubtaskContext, Target
+from framework.jobtype import JobType
 from framework.privileges import as_role, run_as
+from framework.records import Job, Target
+from framework.subtask import Batch, SubtaskContext
 
 
-class SqlUpdate:
+class SqlUpdate(JobType):
     name = "sql-update"
     # Its batches are keyset ranges of any key (framework.keys).
     keys_of_any_type = True
@@ -86,24 +88,10 @@ class SqlUpdate:
                     f"ALTER TABLE {job.target_table} ADD COLUMN {quote(p['column'])} "
                     f"{p['column_type']}"))
 
-    def run_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
-        ctx.run_batches(engine, lambda conn: self.run_batch(ctx, conn),
-                        alone=lambda engine: self.run_batch_alone(ctx, engine))
-
-    def run_batch_alone(self, ctx: SubtaskContext, engine: Engine) -> int | None:
-        """The batch as one statement with its checkpoint, where it can be
-        (``run_update_batch_alone``); None where not."""
+    def write_batch(self, ctx: SubtaskContext, conn: Connection) -> Batch:
         job = ctx.job
-        return run_update_batch_alone(ctx, engine, lambda bounded: update_sql(job, bounded),
-                                      filtered=bool(job.params.get("where")))
-
-    def run_batch(self, ctx: SubtaskContext, conn: Connection) -> int:
-        """One batch from ``ctx.curr_key`` on ``conn``, checkpointed, not
-        committed; its rows scanned. The pool runs quick subtasks' batches
-        together through it (``framework.jobtype.BatchExecutor``)."""
-        job = ctx.job
-        return run_update_batch(ctx, conn, lambda bounded: update_sql(job, bounded),
-                                filtered=bool(job.params.get("where")))
+        return write_update_batch(ctx, conn, lambda bounded: update_sql(job, bounded),
+                                  filtered=bool(job.params.get("where")))
 
     def advance(self, conn: Connection, job: Job) -> None:
         if job.params["overwrite"]:
@@ -123,12 +111,12 @@ class SqlUpdate:
         # fenced transaction's (backfill.before_images).
         return bool(sql.batches and relation_exists(conn, sql.batches))
 
-    def revert_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
+    def revert_subtask(self, ctx: SubtaskContext) -> None:
         job = ctx.job
         kept = update_sql(job).kept
-        index_before_restoring(ctx, engine, table=kept.images, built=kept.indexed_for_restore(),
+        index_before_restoring(ctx, table=kept.images, built=kept.indexed_for_restore(),
                                statements=kept.index_for_restore())
-        restore_in_batches(ctx, engine, paced_by=(job.target_table, job.key),
+        restore_in_batches(ctx, paced_by=(job.target_table, job.key),
                            statements=lambda bounded: update_sql(job, bounded).restore_range())
 
     def revert(self, conn: Connection, job: Job) -> None:

@@ -21,7 +21,7 @@ from bench.dataplane.server import query_one
 from bench.dataplane.tracking import job_status, subtasks
 from framework import control
 from framework.db import Database
-from framework.jobtype import STEP_REVERT
+from framework.records import STEP_REVERT
 
 POLL_SECONDS = 0.05
 RANGES_COUNTED = 25  # ranges whose rows are counted for the evenness figure

@@ -28,14 +28,15 @@ from bench.dataplane.server import build_table, database, reset_table, tool_pars
 # What a statement is for, by its text; the first match wins.
 KINDS = [
     ("claim", re.compile(r"^\s*WITH job AS", re.S)),
-    # A bare UPDATE and its checkpoint as one statement (migration 0017).
-    ("update + checkpoint, one statement", re.compile(r"\.fenced_batch\(", re.S)),
     ("lease renewal", re.compile(r"SET exec_expired", re.S)),
     ("next-batch key scan", re.compile(r"SELECT max\(k\), count\(\*\)", re.S)),
     # The statement that finds its own bound (sparse keys: backfill.update_batch).
     ("update, bound scanned in it", re.compile(r"reorg_bound", re.S)),
     ("update + before-images", re.compile(r"reorg_read", re.S)),
     ("locked fallback", re.compile(r"reorg_locked", re.S)),
+    # add-column: the application's explicit NULLs put back (backfill.add_column.owned).
+    ("fix-up of explicit NULLs", re.compile(r"reorg_o\.is_null", re.S)),
+    ("job setting", re.compile(r"set_config\('reorg\.job'", re.S)),
     ("update", re.compile(rf"UPDATE {re.escape(TABLE)}|UPDATE \"bench\".\"items\"", re.S)),
     ("batch record", re.compile(r"_batches\" \(subtask_id", re.S)),
     ("checkpoint", re.compile(r"SET\s+curr_key", re.S)),
@@ -44,8 +45,7 @@ KINDS = [
 ]
 COMMIT = "commit"
 # One of these per batch.
-BATCH_STATEMENTS = ("update, bound scanned in it", "update + before-images", "update",
-                    "update + checkpoint, one statement")
+BATCH_STATEMENTS = ("update, bound scanned in it", "update + before-images", "update")
 
 
 class StatementClock:

@@ -26,8 +26,7 @@ from cli.dashboard import actions, reads
 from cli.output import count, duration, rate, table_name
 from cli.progress import step_label
 from framework.db import Database, DatabaseUnreachable
-from framework.errors import one_line
-from framework.jobtype import InvalidParams
+from framework.errors import InvalidParams, one_line
 from framework.keys import decode, shown
 from framework.states import JOB_CANCELLABLE, JobState
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from framework import control
 from framework.db import Database
-from framework.jobtype import InvalidParams
+from framework.errors import InvalidParams
 from framework.states import SubtaskState
 from framework.store import nodes as node_store
 from framework.store import owner_lease, subtask_pages

@@ -11,7 +11,7 @@ from __future__ import annotations
 from sqlalchemy.engine import Connection
 
 from framework.db import Database
-from framework.jobtype import STEP_REVERT
+from framework.records import STEP_REVERT
 from framework.states import JOB_TERMINAL
 from framework.store.owner_lease import FENCE, OwnerTerm
 

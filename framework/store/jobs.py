@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from framework.db import Database, ReadConnection, ReadDatabase
-from framework.jobtype import STEP_REVERT, Job
 from framework.keys import KeySpec
+from framework.records import STEP_REVERT, Job
 from framework.states import (
     JOB_ACTIVE,
     JOB_TERMINAL,

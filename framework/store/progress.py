@@ -34,7 +34,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from framework.db import Database, ReadConnection, ReadDatabase
-from framework.jobtype import FIXED_SUBTASK_UNITS, STEP_REVERT
+from framework.records import FIXED_SUBTASK_UNITS, STEP_REVERT
 from framework.states import JOB_TERMINAL
 
 if TYPE_CHECKING:

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from framework.db import Database
-from framework.jobtype import FIXED_SUBTASK_UNITS, STEP_REVERT
 from framework.keys import Key, decode, encode
+from framework.records import FIXED_SUBTASK_UNITS, STEP_REVERT
 from framework.states import SubtaskState
 from framework.store.owner_lease import FENCE, OwnerTerm
 from framework.store.subtasks import CLAIM_MARK, LEASE_LIVE, NO_MARK, guard_into

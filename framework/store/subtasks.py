@@ -12,12 +12,11 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from framework.db import Database
-from framework.jobtype import STEP_REVERT, Job
 from framework.keys import Key, decode, encode
+from framework.records import STEP_REVERT, Job
 from framework.states import SubtaskState, subtask_sources
 from framework.store.jobs import JOB_COLUMNS
 
@@ -52,16 +51,10 @@ def guard_into(dst: SubtaskState, *, user: bool = False) -> str:
     return "state IN (" + ", ".join(f"'{s}'" for s in sources) + ")"
 
 
-# How a statement binds a claim's fence (``Claim.fence``): by name, or by
-# position in ``fenced_batch``'s checkpoint.
-NAMED_FENCE = (":id", ":exec_id", ":epoch")
-
-
-def _held(dst: SubtaskState, fence: tuple[str, str, str] = NAMED_FENCE) -> str:
-    """Held by the caller's claim (fenced on exec_id and epoch, DESIGN 2) and
-    allowed to move to ``dst``."""
-    id_, exec_id, epoch = fence
-    return f"id = {id_} AND exec_id = {exec_id} AND epoch = {epoch} AND {guard_into(dst)}"
+def _held(dst: SubtaskState) -> str:
+    """Held by the caller's claim (``Claim.fence``: fenced on exec_id and
+    epoch, DESIGN 2) and allowed to move to ``dst``."""
+    return f"id = :id AND exec_id = :exec_id AND epoch = :epoch AND {guard_into(dst)}"
 
 
 @dataclass(frozen=True)
@@ -215,91 +208,10 @@ class Checkpointed:
     running: int | None
 
 
-def checkpoint(
-    db: Database, conn: Connection, claim: Claim, curr_key: Key, rows: int,
-    meta: dict[str, Any] | None = None, *, count_running: bool = True,
-) -> Checkpointed | None:
-    """Advance curr_key inside the transaction that wrote the batch (DESIGN 3).
-    The checkpoint that reaches ``end_key`` also finishes the subtask, in the
-    same transaction: no extra round trip per subtask. Returns the subtask's
-    state after it and (with ``count_running``) how many of the job's
-    subtasks run now, or None when the lease is lost.
-
-    ``curr_key`` never moves backward (DESIGN 6): the statement refuses it.
-    """
-    row = conn.execute(
-        db.sql(f"""
-            {_checkpoint_update("CAST(:curr_key AS jsonb)", ":rows")}
-            RETURNING state,
-                      CASE WHEN :count_running THEN {running_of(":job_id")} END AS running"""),
-        {**claim.fence(), "job_id": claim.job_id, "count_running": count_running,
-         "curr_key": encode(curr_key), "rows": rows,
-         "meta": json.dumps(meta) if meta is not None else None},
-    ).mappings().first()
-    return Checkpointed(**row) if row else None
-
-
-def _checkpoint_update(new_key: str, rows: str, meta: str = "CAST(:meta AS jsonb)",
-                       fence: tuple[str, str, str] = NAMED_FENCE) -> str:
-    """``checkpoint``'s fenced UPDATE, without its RETURNING: ``new_key``
-    (jsonb), ``rows`` and ``meta`` (jsonb, NULL: kept) are SQL, bound
-    parameters or expressions of the statement it is part of. Binds
-    ``fence`` (``id``, ``exec_id``, ``epoch``) and ``meta``."""
-    return f"""
-        UPDATE {{s}}.background_subtask SET
-            curr_key = new.k, row_count = row_count + {rows},
-            meta = coalesce({meta}, meta), updated_at = clock_timestamp(),
-            state = CASE WHEN new.k = end_key THEN 'succeeded' ELSE state END,
-            finished_at = CASE WHEN new.k = end_key THEN clock_timestamp() END,
-            error = CASE WHEN new.k = end_key THEN NULL ELSE error END
-        FROM (SELECT {new_key} AS k) new
-        WHERE {_held(S.SUCCEEDED, fence)} AND {LEASE_LIVE}
-          AND curr_key <= new.k AND new.k <= end_key"""
-
-
-def checkpoint_in_statement(db: Database, claim: Claim, new_key: str,
-                            rows: str) -> tuple[str, dict[str, Any]]:
-    """``checkpoint`` as a data-modifying CTE of the batch's own statement
-    (``new_key``: SQL of the stored key, jsonb; ``rows``: SQL of the rows),
-    and the parameters it binds. The same fenced UPDATE in the same
-    transaction (DESIGN 3), one round trip fewer: it returns the subtask's
-    state, no row when the lease is lost (the caller must then roll the
-    statement's writes back)."""
-    sql = _checkpoint_update(new_key, rows) + " RETURNING state"
-    return sql.replace("{s}", f'"{db.schema}"'), {**claim.fence(), "meta": None}
-
-
-# The SQLSTATE ``fenced_batch`` raises when the batch's checkpoint is refused
-# (migration 0017_fenced_batch).
-LEASE_LOST_SQLSTATE = "RG001"
-
-
-def fenced_batch(db: Database, claim: Claim) -> tuple[str, dict[str, Any]]:
-    """A batch and its checkpoint as one statement, ``{s}.fenced_batch``
-    (migration 0017; the statement for ``db.sql``): in autocommit, one
-    transaction in one round trip. The caller binds ``batch`` (SQL binding ``$1``, ``$2``: the range), ``lo``,
-    ``hi`` and ``new_key`` (the stored key); it returns ``written`` (the
-    batch's row count, which the checkpoint adds) and ``subtask_state``, or
-    raises with ``LEASE_LOST_SQLSTATE`` when the lease is lost, and the
-    batch's rows roll back with it (DESIGN 2, 3)."""
-    call = ("SELECT written, subtask_state FROM {s}.fenced_batch(:batch, :lo, :hi, "
-            ":checkpoint, CAST(:new_key AS jsonb), :id, :exec_id, :epoch)")
-    return call, {**claim.fence(), "checkpoint": _positional_checkpoint(db.schema)}
-
-
-@lru_cache(maxsize=8)
-def _positional_checkpoint(schema: str) -> str:
-    """``fenced_batch``'s checkpoint: ``checkpoint``'s fenced UPDATE binding
-    ``$1`` the rows, ``$2`` the new key, ``$3``-``$5`` the fence, built once
-    per schema (it is sent with every batch)."""
-    return (_checkpoint_update("$2", "$1", meta="NULL", fence=("$3", "$4", "$5"))
-            + " RETURNING state").replace("{s}", f'"{schema}"')
-
-
 @dataclass(frozen=True)
 class BatchDone:
-    """One subtask's batch in a transaction shared by several subtasks: where
-    its checkpoint moves ``curr_key`` to, and the rows the batch wrote."""
+    """One subtask's committed-to-be batch: where its checkpoint moves
+    ``curr_key`` to, the rows the batch scanned, and its new meta (None: kept)."""
 
     claim: Claim
     curr_key: Key
@@ -307,13 +219,16 @@ class BatchDone:
     meta: dict[str, Any] | None = None
 
 
-def checkpoint_many(db: Database, conn: Connection, done: list[BatchDone]) -> dict[int, str]:
-    """``checkpoint`` for the batches of several subtasks written in one
-    transaction (quick subtasks, one batch each): one statement, each row
-    fenced on its own ``(id, exec_id, epoch)`` with its lease unexpired, and
-    finished when it reaches ``end_key``. Returns each checkpointed subtask's
-    state; a subtask missing from it is lost, and the caller must roll the
-    whole transaction back, since that subtask's write is in it (DESIGN 3)."""
+def checkpoint(db: Database, conn: Connection, done: list[BatchDone], *,
+               count_running: bool = False) -> dict[int, Checkpointed]:
+    """Advance ``curr_key`` of each subtask in ``done`` inside the transaction
+    that wrote their batches (DESIGN 3): one statement, each row fenced on its
+    own ``(id, exec_id, epoch)`` with its lease unexpired (DESIGN 2), never
+    backward (DESIGN 6). The checkpoint that reaches ``end_key`` also
+    finishes its subtask, in the same transaction. Returns each checkpointed
+    subtask's state (with ``count_running``, and how many of its job's
+    subtasks run now); a subtask missing from it has lost its lease, and the
+    caller must roll the whole transaction back, since its write is in it."""
     if not done:
         return {}
     rows = conn.execute(
@@ -330,13 +245,22 @@ def checkpoint_many(db: Database, conn: Connection, done: list[BatchDone]) -> di
             WHERE st.id = b.id AND st.exec_id = :exec_id AND st.epoch = b.epoch
               AND st.{guard_into(S.SUCCEEDED)} AND st.{LEASE_LIVE}
               AND st.curr_key <= b.curr_key AND b.curr_key <= st.end_key
-            RETURNING st.id, st.state"""),
+            RETURNING st.id, st.state,
+                      CASE WHEN :count_running THEN {running_of("st.job_id")} END"""),
         {"ids": [d.claim.id for d in done], "epochs": [d.claim.epoch for d in done],
          "keys": [encode(d.curr_key) for d in done], "rows": [d.rows for d in done],
          "metas": [json.dumps(d.meta) if d.meta is not None else None for d in done],
-         "exec_id": done[0].claim.exec_id},
+         "exec_id": done[0].claim.exec_id, "count_running": count_running},
     ).all()
-    return {r[0]: r[1] for r in rows}
+    return {r[0]: Checkpointed(r[1], r[2]) for r in rows}
+
+
+def checkpoint_one(db: Database, conn: Connection, claim: Claim, curr_key: Key, rows: int,
+                   meta: dict[str, Any] | None = None, *,
+                   count_running: bool = True) -> Checkpointed | None:
+    """``checkpoint`` of one subtask's batch; None when its lease is lost."""
+    return checkpoint(db, conn, [BatchDone(claim, curr_key, rows, meta)],
+                      count_running=count_running).get(claim.id)
 
 
 def none_pending(db: Database, conn: Connection, claim: Claim) -> bool:

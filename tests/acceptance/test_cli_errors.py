@@ -21,7 +21,7 @@ from support import execute, make_items
 from framework import migrate
 from framework.config import Settings
 from framework.db import Database
-from framework.migrate import head_revision
+from framework.revisions import head_revision
 
 BAD_INPUT, OPERATIONAL = 2, 5
 UNREACHABLE = "postgresql://x@127.0.0.1:1/x"

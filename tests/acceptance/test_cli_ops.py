@@ -17,7 +17,7 @@ from support import execute, make_items, wait_until
 from support.processes import Workers
 
 from framework.localpg.cluster import free_port
-from framework.migrate import head_revision
+from framework.revisions import head_revision
 
 UNREACHABLE = "postgresql://x@127.0.0.1:1/x"
 # The documented exit codes (README, "Exit codes").

@@ -20,7 +20,7 @@ from cli_support import assert_one_error_line, dump, job_status, reorg, reorg_js
 from support import execute, make_items
 from support.processes import REORG, Workers, clean_env
 
-from framework.migrate import head_revision, known_revisions
+from framework.revisions import head_revision, known_revisions
 
 # The documented exit codes (README, "Exit codes").
 BAD_INPUT, TIMEOUT, PAUSED_ON_FAILURE, OPERATIONAL, INTERRUPTED = 2, 3, 4, 5, 130

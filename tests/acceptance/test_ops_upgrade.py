@@ -14,7 +14,7 @@ from support.processes import REORG, clean_env
 
 from framework.localpg.cluster import LocalPostgres, accepts_tcp
 from framework.localpg.embedded import PORT_FILE
-from framework.migrate import head_revision
+from framework.revisions import head_revision
 
 OPERATIONAL = 5
 FUTURE = "9999_from_a_newer_reorg"

@@ -32,7 +32,9 @@ from sqlalchemy import text
 
 from cli.plugin import Params, TableOpt
 from framework import jobtype
-from framework.jobtype import InvalidParams, Target
+from framework.errors import InvalidParams
+from framework.records import Target
+from framework.subtask import Batch
 
 
 def stamp_options(
@@ -43,7 +45,7 @@ def stamp_options(
     return {"table": table, "value": value}
 
 
-class Stamp:
+class Stamp(jobtype.JobType):
     name = "stamp"
     submit_options = staticmethod(stamp_options)
 
@@ -55,23 +57,18 @@ class Stamp:
     def prepare(self, conn, job):
         pass
 
-    def run_subtask(self, ctx, engine):
-        while ctx.curr_key < ctx.end_key:
-            upper = min(ctx.curr_key + ctx.job.batch_rows, ctx.end_key)
-            with engine.begin() as conn:
-                n = conn.execute(text("UPDATE items SET c = :v WHERE id >= :lo AND id < :hi"),
-                                 {"v": ctx.job.params["value"], "lo": ctx.curr_key,
-                                  "hi": upper}).rowcount
-                ctx.checkpoint(conn, upper, n)
+    def write_batch(self, ctx, conn):
+        upper = min(ctx.curr_key + ctx.job.batch_rows, ctx.end_key)
+        n = conn.execute(text("UPDATE items SET c = :v WHERE id >= :lo AND id < :hi"),
+                         {"v": ctx.job.params["value"], "lo": ctx.curr_key,
+                          "hi": upper}).rowcount
+        return Batch(upper, n)
 
     def advance(self, conn, job):
         pass
 
     def plan_revert(self, conn, job):
         return False
-
-    def revert_subtask(self, ctx, engine):
-        raise AssertionError("stamp restores nothing")
 
     def revert(self, conn, job):
         pass

@@ -18,7 +18,7 @@ from support import job_of, make_items, scalar, subtask_ranges, wait_state
 from support.oracle import report
 
 from framework import owner as owner_module
-from framework.splitting import plan_split
+from framework.keyset_split import plan_split
 from framework.submit import SubmitRequest, submit
 
 pytestmark = pytest.mark.fault

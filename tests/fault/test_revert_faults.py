@@ -15,7 +15,7 @@ from support import job_of, rows, table_rows, wait_state, wait_until
 from test_spark_faults import _java_children
 
 from framework import control
-from framework.jobtype import STEP_REVERT
+from framework.records import STEP_REVERT
 from framework.store import owner_lease
 from framework.submit import SubmitRequest, submit
 

@@ -13,7 +13,7 @@ from support import catalogue, job_of, make_items, rows, scalar, wait_state, wai
 from support.app_model import Application, data, shape
 
 from framework import control, faults
-from framework.jobtype import InvalidParams
+from framework.errors import InvalidParams
 from framework.submit import SubmitRequest, submit
 
 VALUE = "md5(b || '/' || a)"

@@ -13,7 +13,7 @@ from support import catalogue, execute, job_of, make_items, rows, scalar, wait_s
 from support.app_model import Application, data, shape
 
 from framework import control, faults, long_statements
-from framework.jobtype import InvalidParams
+from framework.errors import InvalidParams
 from framework.submit import SubmitRequest, submit
 
 

@@ -18,7 +18,7 @@ import pytest
 from support import scalar, wait_state
 from support.app import App, table_as_oracle
 
-from framework.jobtype import InvalidParams
+from framework.errors import InvalidParams
 from framework.submit import SubmitRequest, submit
 
 ROWS = 2_000

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from support import catalogue, execute, make_items, rows, scalar
 
-from framework.jobtype import InvalidParams
+from framework.errors import InvalidParams
 from framework.submit import SubmitRequest, submit
 
 SCHEMA = """

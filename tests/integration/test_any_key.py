@@ -18,10 +18,11 @@ from support import TERMINAL, wait_state
 
 from backfill.tables import inspect_table
 from framework import faults, jobtype
-from framework.jobtype import InvalidParams, Target
+from framework.errors import InvalidParams
 from framework.keys import END, KeySpec, decode
+from framework.keyset_split import plan_split
 from framework.owner import Owner
-from framework.splitting import plan_split
+from framework.records import Target
 from framework.store import history, subtasks
 from framework.submit import SubmitRequest, submit
 
@@ -232,7 +233,7 @@ def test_a_table_without_a_usable_key_is_refused_in_one_line(db, ddl, message):
     assert run(db, "SELECT count(*) FROM reorg.jobs").scalar_one() == 0
 
 
-class _IntegerKeyedType:
+class _IntegerKeyedType(jobtype.JobType):
     """A job type that names its table's key but never said it takes keys of
     any type (no ``keys_of_any_type``): its SQL may do key arithmetic."""
 
@@ -241,6 +242,8 @@ class _IntegerKeyedType:
     def validate(self, conn, params):
         table = inspect_table(conn, params["table"], any_key=True)
         return Target(table.qualified, table.key_sql, dict(params), key=table.key_spec)
+
+    prepare = advance = plan_revert = revert = None  # never reached: refused at submit
 
 
 def test_a_job_type_that_takes_only_integer_keys_is_refused_by_the_framework(db):
@@ -292,6 +295,6 @@ def test_a_checkpoint_of_a_key_of_any_type_never_moves_backward(db):
     claim, = claims
     assert claim.start_key == ("ap", 0) and claim.end_key is END
     with db.begin() as conn:
-        assert subtasks.checkpoint(db, conn, claim, ("eu", 1), 5).state == "running"
-        assert not subtasks.checkpoint(db, conn, claim, ("ap", 3), 1)  # backward
-        assert subtasks.checkpoint(db, conn, claim, END, 25).state == "succeeded"
+        assert subtasks.checkpoint_one(db, conn, claim, ("eu", 1), 5).state == "running"
+        assert not subtasks.checkpoint_one(db, conn, claim, ("ap", 3), 1)  # backward
+        assert subtasks.checkpoint_one(db, conn, claim, END, 25).state == "succeeded"

@@ -9,9 +9,9 @@ from support import job_of, make_items, scalar, subtask_ranges, wait_until
 
 from framework import control
 from framework import owner as owner_module
+from framework.keyset_split import plan_split
 from framework.node import Node
 from framework.owner import Owner
-from framework.splitting import plan_split
 from framework.store import steps
 from framework.submit import SubmitRequest, submit
 from framework.worker import WorkerPool

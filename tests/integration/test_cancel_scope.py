@@ -10,12 +10,14 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from framework.jobtype import Job, LeaseLost, SubtaskContext
+from framework.errors import LeaseLost
+from framework.records import Job
+from framework.subtask import SubtaskContext
 
 
 def _ctx() -> SubtaskContext:
     job = Job(1, "t", "running", 1, {}, "t", "id", 100, None, None)
-    return SubtaskContext(job, 1, 0, 10, 0, 1, {}, lambda *a: None, threading.Event())
+    return SubtaskContext(job, 1, 0, 10, 0, 1, {}, engine=None, fence=lambda *a: None)  # type: ignore[arg-type]
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ def _ordinals(db, job_id: int) -> list[int]:
 
 def _finish(db, claim) -> None:
     with db.begin() as conn:
-        assert subtasks.checkpoint(db, conn, claim, claim.end_key, 10).state == "succeeded"
+        assert subtasks.checkpoint_one(db, conn, claim, claim.end_key, 10).state == "succeeded"
 
 
 def test_the_mark_follows_the_first_claimable_subtask_and_claims_start_there(db):

@@ -11,8 +11,8 @@ import sqlalchemy as sa
 from support import statements_sent
 
 from backfill.before_images import BeforeImages
-from framework.jobtype import STEP_REVERT
 from framework.keys import KeySpec
+from framework.records import STEP_REVERT
 from framework.store import history, owner_lease, progress, steps, subtasks
 from framework.store.subtasks import Claim
 
@@ -83,8 +83,7 @@ def test_no_hot_statement_scans_the_subtask_tables(big_job):
     def hot(conn):
         subtasks.claim(db, conn, "w9", limit=4)
         subtasks.renew(db, conn, [held])
-        subtasks.checkpoint(db, conn, held, 20015, 5)
-        subtasks.checkpoint_many(db, conn, [subtasks.BatchDone(held, 20020, 5)])
+        subtasks.checkpoint(db, conn, [subtasks.BatchDone(held, 20015, 5)], count_running=True)
         steps.step_snapshot(db, conn, JOB, 1)
         steps.step_snapshot(db, conn, JOB, 1, from_mark=True)
         steps.mark_claim_from(db, conn, term, JOB, 1)

@@ -190,7 +190,7 @@ def test_a_node_restarting_with_the_same_id_releases_what_it_held(db, start_node
     try:
         restarted.start()
         with db.begin() as conn:
-            assert not subtasks.checkpoint(db, conn, held, held.start_key + 1, 1)
+            assert not subtasks.checkpoint_one(db, conn, held, held.start_key + 1, 1)
     finally:
         restarted.drain(10)
 

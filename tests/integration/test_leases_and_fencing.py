@@ -8,7 +8,7 @@ import pytest
 import sqlalchemy as sa
 from support import fill, make_items, started_fill
 
-from framework.jobtype import Job
+from framework.records import Job
 from framework.states import JobState
 from framework.store import history, jobs, owner_lease, steps, subtasks
 from framework.submit import submit
@@ -71,11 +71,11 @@ def test_claims_fence_out_the_previous_holder(db):
     assert second.id == first.id and second.epoch == 2 and second.attempts == 2
     with db.begin() as conn:
         assert subtasks.renew(db, conn, [first]) == {}
-        assert not subtasks.checkpoint(db, conn, first, 5, 4)
+        assert not subtasks.checkpoint_one(db, conn, first, 5, 4)
         assert not subtasks.finish_if_held(db, conn, first)
         assert not subtasks.release_if_held(db, conn, first)
         assert not subtasks.fail_if_held(db, conn, first, "zombie")
-        assert subtasks.checkpoint(db, conn, second, 5, 4)
+        assert subtasks.checkpoint_one(db, conn, second, 5, 4)
 
 
 def test_expired_lease_cannot_checkpoint_even_before_anyone_reclaims(db):
@@ -84,19 +84,19 @@ def test_expired_lease_cannot_checkpoint_even_before_anyone_reclaims(db):
         claim, = subtasks.claim(db, conn, "w1")
     _expire_leases(db)
     with db.begin() as conn:
-        assert not subtasks.checkpoint(db, conn, claim, 5, 4)
+        assert not subtasks.checkpoint_one(db, conn, claim, 5, 4)
 
 
 def test_curr_key_never_moves_backward_and_finish_needs_the_whole_range(db):
     started_fill(db, 1)
     with db.begin() as conn:
         claim, = subtasks.claim(db, conn, "w1")
-        assert subtasks.checkpoint(db, conn, claim, 6, 5) == subtasks.Checkpointed("running", 1)
-        assert not subtasks.checkpoint(db, conn, claim, 4, 1)  # backward
-        assert not subtasks.checkpoint(db, conn, claim, 99, 1)  # past the range
+        assert subtasks.checkpoint_one(db, conn, claim, 6, 5) == subtasks.Checkpointed("running", 1)
+        assert not subtasks.checkpoint_one(db, conn, claim, 4, 1)  # backward
+        assert not subtasks.checkpoint_one(db, conn, claim, 99, 1)  # past the range
         assert not subtasks.finish_if_held(db, conn, claim)  # range not done
         # The checkpoint that reaches the end finishes the subtask with the batch.
-        assert subtasks.checkpoint(db, conn, claim, 11, 5).state == "succeeded"
+        assert subtasks.checkpoint_one(db, conn, claim, 11, 5).state == "succeeded"
         assert not subtasks.finish_if_held(db, conn, claim)
         row = conn.execute(db.sql("SELECT curr_key, row_count, state FROM {s}.background_subtask")).one()
     assert tuple(row) == (11, 10, "succeeded")

@@ -10,17 +10,18 @@ import sqlalchemy as sa
 from alembic.script import ScriptDirectory
 from support import make_items
 
-from framework import migrate
+from framework import migrate, revisions
 from framework.config import Settings
 from framework.db import Database, SchemaBehind
-from framework.splitting import boundaries_of, plan_split, ranges_from_boundaries
+from framework.keyset_split import plan_split
+from framework.splitting import boundaries_of, ranges_from_boundaries
 
 
 def test_migrations_have_a_single_head_and_dated_files():
     script = ScriptDirectory.from_config(migrate.alembic_config("reorg"))
     assert len(script.get_heads()) == 1
     # Commands check against the head read off the files, without alembic.
-    assert migrate.head_revision() == migrate.alembic_head() == script.get_heads()[0]
+    assert revisions.head_revision() == migrate.alembic_head() == script.get_heads()[0]
     for rev in script.walk_revisions():
         assert rev.doc and "Why:" in (rev.module.__doc__ or ""), f"{rev.revision} says no why"
 

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from support import job_of, make_items, table_rows, wait_state, wait_until
 
 from framework import control, faults
-from framework.jobtype import STEP_REVERT
+from framework.records import STEP_REVERT
 from framework.store import owner_lease
 from framework.submit import SubmitRequest, submit
 

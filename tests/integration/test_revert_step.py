@@ -13,7 +13,7 @@ from support import fill, job_of, make_items, rows, scalar, table_rows, wait_sta
 
 from cli.progress import status_table
 from framework import control, faults
-from framework.jobtype import STEP_REVERT
+from framework.records import STEP_REVERT
 from framework.submit import SubmitRequest, submit
 
 

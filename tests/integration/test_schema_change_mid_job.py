@@ -18,7 +18,7 @@ from support import scalar, wait_state
 from support.app import App, column_catalog, table_as_oracle
 
 from framework import faults
-from framework.jobtype import InvalidParams
+from framework.errors import InvalidParams
 from framework.submit import SubmitRequest, submit
 
 ROWS = 1_000

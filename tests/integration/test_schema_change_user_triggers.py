@@ -18,7 +18,7 @@ from support import catalogue, execute, rows, scalar, wait_state
 from support.app_model import shape
 
 from framework import control, faults
-from framework.jobtype import InvalidParams
+from framework.errors import InvalidParams
 from framework.submit import SubmitRequest, submit
 
 ROWS = 2_000

@@ -20,7 +20,7 @@ from support import execute, job_of, scalar, wait_state
 from support.app import App, AppKeys, column_catalog, table_as_oracle
 
 from framework import control, faults
-from framework.jobtype import InvalidParams
+from framework.errors import InvalidParams
 from framework.submit import SubmitRequest, submit
 
 ROWS = 2_000

@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 from support import TERMINAL, table_rows, wait_state
 
-from framework.jobtype import InvalidParams
+from framework.errors import InvalidParams
 from framework.submit import SubmitRequest, submit
 
 DROP = "DROP TABLE g"

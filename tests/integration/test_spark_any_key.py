@@ -19,8 +19,9 @@ from backfill.checksum.report import report
 from backfill.copy.job import register as register_copy
 from backfill.spark_backfill.job import register as register_backfill
 from framework import control, faults
-from framework.jobtype import InvalidParams, Job
+from framework.errors import InvalidParams
 from framework.keys import decode, shown
+from framework.records import Job
 from framework.store import history, jobs
 from framework.submit import SubmitRequest, submit
 

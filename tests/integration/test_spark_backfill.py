@@ -14,7 +14,7 @@ from support.spark import JobKind, check_input, make_context
 
 from backfill.spark_backfill.batches import SubtaskRunner
 from backfill.spark_backfill.job import BackfillJobType, merge_sql, spec_of
-from framework.jobtype import LeaseLost, Stopped
+from framework.errors import LeaseLost, Stopped
 
 pytestmark = pytest.mark.spark
 
@@ -319,7 +319,7 @@ import sqlalchemy as sa
 from backfill.spark_backfill.job import BackfillJobType
 from backfill.spark import session
 from framework.db import sqlalchemy_url
-from framework.jobtype import Job
+from framework.records import Job
 
 engine = sa.create_engine(sqlalchemy_url(sys.argv[1]))
 jt = BackfillJobType()

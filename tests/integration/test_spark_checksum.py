@@ -15,7 +15,7 @@ from backfill.checksum import batches as comparing
 from backfill.checksum.batches import ChecksumPipeline, Findings
 from backfill.checksum.job import ChecksumJobType, spec_of
 from backfill.checksum.report import report
-from framework.jobtype import LeaseLost
+from framework.errors import LeaseLost
 from framework.store import history, jobs
 from framework.submit import SubmitRequest, submit
 

@@ -13,7 +13,7 @@ from support.spark import JobKind, check_input, make_context
 from backfill.copy.batches import CopyConflict, CopyPipeline
 from backfill.copy.job import CopyJobType, spec_of
 from framework import control, faults
-from framework.jobtype import LeaseLost, Stopped
+from framework.errors import LeaseLost, Stopped
 from framework.submit import SubmitRequest, submit
 
 pytestmark = pytest.mark.spark

@@ -24,7 +24,7 @@ from backfill.spark.failures import first_line
 from backfill.spark_backfill.batches import SubtaskRunner
 from backfill.spark_backfill.job import BackfillJobType, spec_of
 from backfill.spark_backfill.transform import udf_module_allowed
-from framework.jobtype import InvalidParams
+from framework.errors import InvalidParams
 from framework.privileges import RUN_AS
 
 pytestmark = pytest.mark.spark

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from support import TERMINAL, table_rows, wait_state, wait_until
 
 from framework import control, faults
-from framework.jobtype import InvalidParams
+from framework.errors import InvalidParams
 from framework.submit import SubmitRequest, submit
 
 

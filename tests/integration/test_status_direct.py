@@ -16,7 +16,7 @@ from support import TERMINAL, fill, make_items, wait_state, wait_until
 from framework import control
 from framework.db import SchemaBehind
 from framework.directdb import DirectDatabase, psycopg_sql
-from framework.jobtype import InvalidParams
+from framework.errors import InvalidParams
 from framework.submit import submit
 
 

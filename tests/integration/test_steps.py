@@ -15,7 +15,7 @@ from support import fill, job_of, make_items, scalar, table_rows, wait_state, wa
 from cli.progress import status_table
 from framework import control, faults
 from framework import owner as owner_module
-from framework.jobtype import STEP_REVERT
+from framework.records import STEP_REVERT
 from framework.submit import submit
 
 SUBTASK_ROWS = """

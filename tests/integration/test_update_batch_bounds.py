@@ -110,59 +110,32 @@ def test_a_rollback_after_both_kinds_of_batch_restores_every_row(db, start_node)
     assert rows(db.engine, "SELECT id, c FROM t ORDER BY id") == [(i, f"old {i}") for i in ids]
 
 
-def test_the_checkpoint_is_part_of_the_batch_statement_and_still_fenced(db, start_node):
-    """A solo overwrite batch writes its rows, their images, its record and
-    its fenced checkpoint in one statement. A worker whose subtask was taken
-    over before that statement ran finds its checkpoint refused by the
-    statement itself: the batch's rows never commit, and the new holder's
-    lease and progress stand."""
+@pytest.mark.parametrize("mode", ["overwrite", "add-column"])
+def test_a_batch_taken_over_before_its_checkpoint_commits_nothing(db, start_node, mode):
+    """A worker whose subtask was taken over while its second batch ran finds
+    that batch's checkpoint refused: the batch's rows (and, overwriting, its
+    images) roll back with it, and the new holder's lease and progress stand
+    (DESIGN 2, 3)."""
     run(db, "CREATE TABLE t (id bigint PRIMARY KEY, b text, c text)")
     run(db, "INSERT INTO t SELECT i, 'v' || i, 'old' FROM generate_series(1, 500) i")
-    statements, taken = _batch_two_fenced_out(db, start_node, {"table": "t", "set": "c=md5(b)"})
-    inline = [s for s in statements if "reorg_checkpoint" in s]
-    assert len(inline) == 2  # both batches' statements carried their checkpoint
-    assert not [s for s in statements if "curr_key = new.k" in s
-                and "reorg_checkpoint" not in s]  # and no checkpoint of its own
-    assert not [s for s in statements if s.lstrip().startswith("INSERT INTO")
-                and "_batches\" (subtask_id" in s]  # nor a record
-    assert rows(db.engine, "SELECT min(id), max(id), count(*) FROM t WHERE c <> 'old'") == [
-        (1, BATCH, BATCH)]  # batch 2 wrote its rows in the refused statement: rolled back
+    params = {"table": "t", "set": "c=md5(b)"}
+    written = "c <> 'old'"
+    if mode == "add-column":
+        params, written = {"table": "t", "set": "d=md5(b)", "add_column": "d:text"}, "d IS NOT NULL"
+    taken = _batch_two_fenced_out(db, start_node, params)
+    assert rows(db.engine, f"SELECT min(id), max(id), count(*) FROM t WHERE {written}") == [
+        (1, BATCH, BATCH)]  # batch 2 wrote its rows, then its checkpoint was refused
     assert rows(db.engine, f"""SELECT CAST(curr_key AS bigint), exec_id, row_count
                                FROM {db.schema}.background_subtask WHERE id = :i""",
-                i=taken[0].id) == [(1 + BATCH, "w2", BATCH)]
-
-
-def test_a_batch_with_nothing_to_keep_is_one_statement_with_its_checkpoint_and_still_fenced(
-        db, start_node):
-    """An add-column batch on dense keys runs its UPDATE and its fenced
-    checkpoint as one statement in autocommit (``fenced_batch``): no BEGIN, no
-    checkpoint of its own, no COMMIT. A worker whose subtask was taken over
-    before that statement ran finds its checkpoint refused by the statement
-    itself: the batch's rows never commit, and the new holder's lease and
-    progress stand."""
-    run(db, "CREATE TABLE t (id bigint PRIMARY KEY, b text)")
-    run(db, "INSERT INTO t SELECT i, 'v' || i FROM generate_series(1, 500) i")
-    statements, taken = _batch_two_fenced_out(
-        db, start_node, {"table": "t", "set": "d=md5(b)", "add_column": "d:text"})
-    fenced = [s for s in statements if ".fenced_batch(" in s]
-    assert len(fenced) == 2  # both batches: one statement each
-    assert not [s for s in statements if "curr_key = new.k" in s]  # no checkpoint of its own
-    assert not [s for s in statements if 'UPDATE "public"."t"' in s]  # nor an UPDATE of its own
-    assert rows(db.engine, "SELECT min(id), max(id), count(*) FROM t WHERE d IS NOT NULL") == [
-        (1, BATCH, BATCH)]  # batch 2 wrote its rows in the refused statement: rolled back
-    assert rows(db.engine, f"""SELECT CAST(curr_key AS bigint), exec_id, row_count
-                               FROM {db.schema}.background_subtask WHERE id = :i""",
-                i=taken[0].id) == [(1 + BATCH, "w2", BATCH)]
+                i=taken.id) == [(1 + BATCH, "w2", BATCH)]
 
 
 def _batch_two_fenced_out(db, start_node, params: dict[str, str]):
     """A one-slot node runs the sql-update job of ``params``; before its
-    second batch's statement its lease runs out and another worker (``w2``)
-    claims the subtask. Returns the statements the node sent and w2's claim,
-    once the node has given the subtask up after one batch."""
-    statements: list[str] = []
-    stop = capture(db, statements)
-    faults.arm("worker.before_checkpoint", "block@2")  # before batch 2's statement
+    second batch's checkpoint its lease runs out and another worker (``w2``)
+    claims the subtask. Returns w2's claim, once the node has given the
+    subtask up after one batch."""
+    faults.arm("worker.before_checkpoint", "block@2")  # batch 2 written, not checkpointed
     try:
         job_id = submit(db, SubmitRequest("sql-update", params, rows_per_subtask=10_000,
                                           batch_rows=BATCH)).job_id
@@ -180,7 +153,6 @@ def _batch_two_fenced_out(db, start_node, params: dict[str, str]):
                    timeout=60, message="the fenced-out batch to end")
     finally:
         faults.disarm_all()
-        stop()
     result = next(r for r in node.pool.results if r.subtask_id == taken[0].id)
     assert (result.outcome, result.batches) == ("lost", 1)
-    return statements, taken
+    return taken[0]

@@ -32,17 +32,19 @@ through ``REORG_JOB_TYPES=support.fill:register`` (support.processes).
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 
 from framework import faults, jobtype
-from framework.jobtype import InvalidParams, Job, Step, SubtaskContext, Target
+from framework.errors import InvalidParams
+from framework.jobtype import JobType
+from framework.records import Job, Step, Target
 from framework.store import jobs, owner_lease, steps
 from framework.store.owner_lease import OwnerTerm
 from framework.submit import SubmitRequest, submit
+from framework.subtask import Batch, SubtaskContext
 from support.db import make_items
 
 NAME = "test-fill"
@@ -86,7 +88,7 @@ def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-class FillJob:
+class FillJob(JobType):
     name = NAME
 
     def validate(self, conn: Connection, params: dict[str, Any]) -> Target:
@@ -108,22 +110,8 @@ class FillJob:
         conn.execute(text(f"ALTER TABLE {job.target_table} "
                           f"ADD COLUMN {_quote(p['column'])} {p['type']}"))
 
-    def run_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
-        while ctx.curr_key < ctx.end_key:
-            ctx.raise_if_stopped()
-            started = time.monotonic()
-            with engine.begin() as conn, ctx.cancel_on_stop(conn):
-                rows = self._batch(ctx, conn)
-            ctx.throttle(rows, time.monotonic() - started)
-
-    def run_batch(self, ctx: SubtaskContext, conn: Connection) -> None:
-        """One batch on the pool's connection (quick subtasks, run together)."""
-        with ctx.cancel_on_stop(conn):
-            self._batch(ctx, conn)
-
-    @staticmethod
-    def _batch(ctx: SubtaskContext, conn: Connection) -> int:
-        """Fill the batch from ``ctx.curr_key``, checkpoint it; its rows."""
+    def write_batch(self, ctx: SubtaskContext, conn: Connection) -> Batch:
+        """Fill the batch from ``ctx.curr_key``."""
         job, p = ctx.job, ctx.job.params
         t, k, curr = job.target_table, job.key_column, ctx.curr_key
         last, count = conn.execute(text(
@@ -133,8 +121,7 @@ class FillJob:
         upper = ctx.end_key if count < job.batch_rows or last is None else last + 1
         conn.execute(text(f"UPDATE {t} SET {_quote(p['column'])} = ({p['expr']}) "
                           f"WHERE {k} >= :lo AND {k} < :hi"), {"lo": curr, "hi": upper})
-        ctx.checkpoint(conn, upper, count)
-        return int(count)
+        return Batch(upper, int(count))
 
     def advance(self, conn: Connection, job: Job) -> None:
         pass
@@ -142,27 +129,24 @@ class FillJob:
     def plan_revert(self, conn: Connection, job: Job) -> bool:
         return bool(job.params.get("revert_ranges"))
 
-    def revert_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
-        """Clear the column in ctx's range, ``batch_rows`` keys a batch, each
-        batch with its fenced checkpoint."""
+    def revert_subtask(self, ctx: SubtaskContext) -> None:
+        """Clear the column in ctx's range, ``batch_rows`` keys a batch."""
         job = ctx.job
         t, k, col = job.target_table, job.key_column, _quote(job.params["column"])
-        curr = ctx.curr_key
-        while curr < ctx.end_key:
-            ctx.raise_if_stopped()
-            with engine.begin() as conn, ctx.cancel_on_stop(conn):
-                last = conn.execute(text(
-                    f"SELECT {k} FROM {t} WHERE {k} >= :lo AND {k} < :end ORDER BY {k} "
-                    "OFFSET :skip LIMIT 1"),
-                    {"lo": curr, "end": ctx.end_key, "skip": job.batch_rows - 1}).scalar()
-                upper = ctx.end_key if last is None else last + 1
-                cleared = conn.execute(text(
-                    f"UPDATE {t} SET {col} = NULL WHERE {k} >= :lo AND {k} < :hi "
-                    f"AND {col} IS NOT NULL"), {"lo": curr, "hi": upper}).rowcount
-                faults.hit("worker.in_restore_batch")
-                ctx.checkpoint(conn, upper, cleared)
-            curr = upper
-            ctx.throttle(cleared, 0.0)
+
+        def clear(conn: Connection) -> Batch:
+            last = conn.execute(text(
+                f"SELECT {k} FROM {t} WHERE {k} >= :lo AND {k} < :end ORDER BY {k} "
+                "OFFSET :skip LIMIT 1"),
+                {"lo": ctx.curr_key, "end": ctx.end_key, "skip": job.batch_rows - 1}).scalar()
+            upper = ctx.end_key if last is None else last + 1
+            cleared = conn.execute(text(
+                f"UPDATE {t} SET {col} = NULL WHERE {k} >= :lo AND {k} < :hi "
+                f"AND {col} IS NOT NULL"), {"lo": ctx.curr_key, "hi": upper}).rowcount
+            faults.hit("worker.in_restore_batch")
+            return Batch(upper, cleared)
+
+        ctx.run_batches(clear)
 
     def revert(self, conn: Connection, job: Job) -> None:
         conn.execute(text("SET LOCAL lock_timeout = '5s'"))
@@ -190,37 +174,33 @@ class FillVerifyJob(FillJob):
     def fixed_subtasks(self, conn: Connection, job: Job, step: int) -> list[dict[str, Any]]:
         return [{"index": index_name(job)}]
 
-    def run_subtask(self, ctx: SubtaskContext, engine: Engine) -> None:
+    def run_subtask(self, ctx: SubtaskContext) -> None:
         if ctx.job.step == FILL:
-            super().run_subtask(ctx, engine)
+            super().run_subtask(ctx)
         elif ctx.job.step == VERIFY:
-            self._verify(ctx, engine)
+            ctx.run_batches(lambda conn: self._verify(ctx, conn))
         elif ctx.job.step == INDEX:
-            self._build_index(ctx, engine)
+            self._build_index(ctx)
         else:
             raise ValueError(f"{STEPS_NAME} has no step {ctx.job.step}")
 
     @staticmethod
-    def _verify(ctx: SubtaskContext, engine: Engine) -> None:
+    def _verify(ctx: SubtaskContext, conn: Connection) -> Batch:
         """Check ``batch_rows`` keys a batch; the checkpoint counts them."""
         job, p = ctx.job, ctx.job.params
         t, k, col = job.target_table, job.key_column, _quote(p["column"])
-        while ctx.curr_key < ctx.end_key:
-            ctx.raise_if_stopped()
-            with engine.begin() as conn, ctx.cancel_on_stop(conn):
-                last, count, wrong = conn.execute(text(
-                    f"SELECT max(k), count(*), min(k) FILTER (WHERE NOT ok) FROM ("
-                    f"SELECT {k} AS k, {col} IS NOT DISTINCT FROM ({p['expr']}) AS ok FROM {t} "
-                    f"WHERE {k} >= :lo AND {k} < :end ORDER BY {k} LIMIT :n) batch"),
-                    {"lo": ctx.curr_key, "end": ctx.end_key, "n": job.batch_rows}).one()
-                if wrong is not None:
-                    raise ValueError(f"verify: key {wrong} does not hold {p['expr']}")
-                upper = ctx.end_key if count < job.batch_rows or last is None else last + 1
-                ctx.checkpoint(conn, upper, count)
-            ctx.throttle(int(count), 0.0)
+        last, count, wrong = conn.execute(text(
+            f"SELECT max(k), count(*), min(k) FILTER (WHERE NOT ok) FROM ("
+            f"SELECT {k} AS k, {col} IS NOT DISTINCT FROM ({p['expr']}) AS ok FROM {t} "
+            f"WHERE {k} >= :lo AND {k} < :end ORDER BY {k} LIMIT :n) batch"),
+            {"lo": ctx.curr_key, "end": ctx.end_key, "n": job.batch_rows}).one()
+        if wrong is not None:
+            raise ValueError(f"verify: key {wrong} does not hold {p['expr']}")
+        upper = ctx.end_key if count < job.batch_rows or last is None else last + 1
+        return Batch(upper, int(count))
 
     @staticmethod
-    def _build_index(ctx: SubtaskContext, engine: Engine) -> None:
+    def _build_index(ctx: SubtaskContext) -> None:
         """CREATE INDEX CONCURRENTLY cannot run in a transaction, so it is not
         exactly-once: a retry drops what an interrupted build left (an
         invalid index) and builds again. The pool renews the lease meanwhile;
@@ -228,7 +208,7 @@ class FillVerifyJob(FillJob):
         job = ctx.job
         name = _quote(ctx.meta["index"])
         schema = job.target_table.split(".")[0]
-        with engine.connect() as raw:
+        with ctx.engine.connect() as raw:
             conn = raw.execution_options(isolation_level="AUTOCOMMIT")
             with ctx.cancel_on_stop(conn):
                 conn.execute(text("SET statement_timeout = 0"))
@@ -241,8 +221,7 @@ class FillVerifyJob(FillJob):
                     f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON {job.target_table} "
                     f"({_quote(job.params['column'])})"))
                 conn.execute(text("RESET statement_timeout"))
-        with engine.begin() as conn:
-            ctx.checkpoint(conn, ctx.end_key, 0)
+        ctx.commit(lambda conn: Batch(ctx.end_key, 0))
 
     def advance(self, conn: Connection, job: Job) -> None:
         """The cut-over: one short DDL under the owner's bounded lock_timeout."""

@@ -20,16 +20,10 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from framework import jobtype
-from framework.jobtype import (
-    LEASE_LOST,
-    STEP_REVERT,
-    InvalidParams,
-    Job,
-    LeaseLost,
-    SubtaskContext,
-    Target,
-)
+from framework.errors import InvalidParams
+from framework.records import STEP_REVERT, Job, Target
+from framework.store.subtasks import Checkpointed
+from framework.subtask import Batch, SubtaskContext
 from support.db import catalogue, wait_until
 
 if TYPE_CHECKING:
@@ -83,24 +77,23 @@ def make_context(engine: Engine, job: Job, subtask_id: int, start_key: int, end_
     lease = FakeLease(engine, subtask_id, epoch)
     lease.create(start_key if curr_key is None else curr_key)
 
-    def checkpoint(conn: Connection, key: int, rows: int, meta: dict | None = None) -> None:
-        lease.attempts.append(key)
+    def fence(conn: Connection, ctx: SubtaskContext, batch: Batch) -> Checkpointed | None:
+        lease.attempts.append(batch.next_key)
         if len(lease.attempts) == revoke_at:
             lease.revoke()
         hit = conn.execute(sa.text(
             f"UPDATE {FAKE_LEASES} SET curr_key = :k, row_count = row_count + :n, "
             "checkpoints = checkpoints + 1, meta = coalesce(CAST(:meta AS jsonb), meta) "
             "WHERE subtask_id = :s AND epoch = :e AND alive AND curr_key <= :k"),
-            {"k": key, "n": rows, "s": subtask_id, "e": epoch,
-             "meta": None if meta is None else json.dumps(meta)}).rowcount
+            {"k": batch.next_key, "n": batch.rows, "s": subtask_id, "e": epoch,
+             "meta": None if batch.meta is None else json.dumps(batch.meta)}).rowcount
         if hit != 1:
-            ctx.stop(LEASE_LOST, hard=True)
-            raise LeaseLost(f"subtask {subtask_id} epoch {epoch}: checkpoint refused")
-        ctx.curr_key = key
+            return None
+        return Checkpointed("succeeded" if batch.next_key == end_key else "running", None)
 
     ctx = SubtaskContext(job=job, subtask_id=subtask_id, start_key=start_key, end_key=end_key,
                          curr_key=start_key if curr_key is None else curr_key, epoch=epoch,
-                         meta={}, checkpoint=checkpoint, stop_event=threading.Event())
+                         meta={}, engine=engine, fence=fence)
     return ctx, lease
 
 
@@ -138,13 +131,13 @@ def check_input(engine: Engine, job_type: Any, params: dict[str, Any]) -> Target
     the analysis completed. Raises InvalidParams as the submit would."""
     with validating(engine) as conn:
         target = job_type.validate(conn, params)
-    if not jobtype.analyses_on_owner(job_type):
+    if not job_type.analyses_on_owner():
         return target
     job = Job(id=0, type=job_type.name, state="queued", step=0, params=target.params,
               target_table=target.table, key_column=target.key_column, batch_rows=1_000,
               max_rows_per_sec=None, row_estimate=None)
     with validating(engine) as conn:
-        analysed = jobtype.analyse(job_type, conn, job)
+        analysed = job_type.analyse(conn, job)
     return replace(target, params=analysed)
 
 
@@ -203,7 +196,7 @@ class JobKind(Generic[P]):
         if ranged:
             reverting = replace(job, state="reverting", step=STEP_REVERT)
             ctx, _ = make_context(engine, reverting, 999_999, lo, hi)
-            self.job_type.revert_subtask(ctx, engine)
+            self.job_type.revert_subtask(ctx)
         with engine.begin() as conn:
             self.job_type.revert(conn, job)
 

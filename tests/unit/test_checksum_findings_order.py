@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from backfill.checksum.batches import META_KEY
 from backfill.checksum.report import report
-from framework.jobtype import Job
+from framework.records import Job
 
 
 def _job() -> Job:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from cli import plugin
-from framework.jobtype import InvalidParams
+from framework.errors import InvalidParams
 
 
 def test_generic_options_read_json_values_and_keep_other_text():

@@ -10,7 +10,7 @@ import pytest
 from pglast import parse_sql
 
 from backfill.expressions import embed, one_expression, optional_expression
-from framework.jobtype import InvalidParams
+from framework.errors import InvalidParams
 
 SMUGGLED = {
     "semicolon": "1; DROP TABLE items",

@@ -11,7 +11,9 @@ import pytest
 from support import wait_until
 
 from framework import faults
-from framework.jobtype import LEASE_LOST, Job, LeaseLost, Stopped, SubtaskContext
+from framework.errors import LeaseLost, Stopped
+from framework.records import Job
+from framework.subtask import LEASE_LOST, SubtaskContext
 
 
 def test_unarmed_fault_is_a_no_op_and_armed_one_fires_on_the_nth_hit():
@@ -100,7 +102,7 @@ def test_block_across_processes_through_gates(tmp_path):
 
 def _ctx() -> SubtaskContext:
     job = Job(1, "t", "running", 1, {}, "t", "id", 100, None, None)
-    return SubtaskContext(job, 1, 0, 10, 0, 1, {}, lambda *a: None, threading.Event())
+    return SubtaskContext(job, 1, 0, 10, 0, 1, {}, engine=None, fence=lambda *a: None)  # type: ignore[arg-type]
 
 
 def test_soft_stop_keeps_the_batch_and_hard_stop_runs_cancellers_once():

@@ -1,4 +1,4 @@
-"""``jobtype.run_step``, what a worker slot calls for every claimed subtask:
+"""``JobType.run_step``, what a worker slot calls for every claimed subtask:
 a forward subtask warms its type up first (Spark starts there), a revert
 subtask restores without it (DESIGN 13: restores are PostgreSQL alone, so a
 worker that only reverts never starts a JVM). The short form of
@@ -7,15 +7,14 @@ tests/fault/test_revert_faults.py::test_kill_9_mid_restore_of_a_spark_backfill_r
 
 from __future__ import annotations
 
-import threading
-from typing import Any
-
 import pytest
 
-from framework.jobtype import STEP_REVERT, Job, SubtaskContext, run_step
+from framework.jobtype import JobType
+from framework.records import STEP_REVERT, Job
+from framework.subtask import SubtaskContext
 
 
-class RecordingType:
+class RecordingType(JobType):
     """A job type whose warm-up, like Spark's, is what a revert must skip."""
 
     name = "recording"
@@ -26,11 +25,13 @@ class RecordingType:
     def warm_up(self, job: Job | None) -> None:
         self.calls.append("warm_up")
 
-    def run_subtask(self, ctx: SubtaskContext, engine: Any) -> None:
+    def run_subtask(self, ctx: SubtaskContext) -> None:
         self.calls.append("run_subtask")
 
-    def revert_subtask(self, ctx: SubtaskContext, engine: Any) -> None:
+    def revert_subtask(self, ctx: SubtaskContext) -> None:
         self.calls.append("revert_subtask")
+
+    validate = prepare = advance = plan_revert = revert = None  # type: ignore[assignment]
 
 
 def _ctx(step: int) -> SubtaskContext:
@@ -38,7 +39,7 @@ def _ctx(step: int) -> SubtaskContext:
               step=step, params={}, target_table="public.items", key_column='"id"',
               batch_rows=100, max_rows_per_sec=None, row_estimate=None)
     return SubtaskContext(job=job, subtask_id=1, start_key=1, end_key=10, curr_key=1, epoch=1,
-                          meta={}, checkpoint=lambda *a, **k: None, stop_event=threading.Event())
+                          meta={}, engine=None, fence=lambda *a: None)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("step", "calls"), [
@@ -48,5 +49,5 @@ def _ctx(step: int) -> SubtaskContext:
 ])
 def test_only_forward_subtasks_warm_their_type_up(step: int, calls: list[str]) -> None:
     kind = RecordingType()
-    run_step(kind, _ctx(step), engine=None)
+    kind.run_step(_ctx(step))
     assert kind.calls == calls

@@ -10,8 +10,9 @@ from dataclasses import replace
 
 import pytest
 
-from framework.jobtype import Job, SubtaskContext
+from framework.records import Job
 from framework.store.health import Reading, Standby
+from framework.subtask import SubtaskContext
 from framework.throttle import WalSamples, hold_reason, standby_lag
 
 
@@ -74,7 +75,7 @@ def test_throttle_books_batches_on_the_jobs_shared_schedule():
     def context(gate):  # type: ignore[no-untyped-def]
         ctx = SubtaskContext(job=job(max_rows_per_sec=1_000, concurrency=2), subtask_id=1,
                              start_key=0, end_key=10, curr_key=0, epoch=1, meta={},
-                             checkpoint=lambda *a: None, stop_event=threading.Event(),
+                             engine=None, fence=lambda *a: None, stop_event=threading.Event(),
                              rate_gate=gate)
         # What the slot waits for its turn (none when it need not wait).
         ctx._pace = lambda s: s > 0 and waited.append(s)  # type: ignore[method-assign]
@@ -101,7 +102,7 @@ def test_a_slot_waiting_its_turn_at_the_old_limit_goes_on_once_it_is_raised_or_l
     (``retune``): what is left of its wait is re-timed at the new limit, not
     slept out at the old one."""
     ctx = SubtaskContext(job=job(max_rows_per_sec=10), subtask_id=1, start_key=0, end_key=10,
-                         curr_key=0, epoch=1, meta={}, checkpoint=lambda *a: None,
+                         curr_key=0, epoch=1, meta={}, engine=None, fence=lambda *a: None,
                          stop_event=threading.Event())
     slot = threading.Thread(target=ctx._pace, args=(30.0,))  # 300 rows booked at 10 rows/s
     slot.start()
@@ -117,7 +118,7 @@ def test_a_slot_waiting_its_turn_at_the_old_limit_goes_on_once_it_is_raised_or_l
 
 def test_a_lowered_limit_lengthens_the_wait_and_a_stop_ends_it():
     ctx = SubtaskContext(job=job(max_rows_per_sec=1_000), subtask_id=1, start_key=0,
-                         end_key=10, curr_key=0, epoch=1, meta={}, checkpoint=lambda *a: None,
+                         end_key=10, curr_key=0, epoch=1, meta={}, engine=None, fence=lambda *a: None,
                          stop_event=threading.Event())
     slot = threading.Thread(target=ctx._pace, args=(0.5,))
     slot.start()
