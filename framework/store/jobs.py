@@ -132,24 +132,32 @@ def active_on_table(db: Database, conn: Connection, table: str) -> int | None:
 def _move(
     db: Database, conn: Connection, job_id: int, sources: Iterable[JobState], dst: JobState,
     *, actor: str, term: OwnerTerm | None, detail: str | None = None,
-    sets: str = "", **params: object,
+    sets: str = "", at_step: int | None = None, event: tuple[str, str] | None = None,
+    **params: object,
 ) -> JobState | None:
     """The one compare-and-set every named transition below goes through:
     move the job from one of ``sources`` to ``dst`` (each edge checked against
     ``JOB_TRANSITIONS``), apply ``sets`` (extra ``col = expr`` assignments,
     ``old.state`` names the state left), and write the audit event, all in one
-    statement. Returns the state it left, or None when the job was in none of
-    ``sources`` (or, for an owner, the term is over)."""
+    statement. ``at_step``: only a job at that step moves. ``event``: what
+    the event names as from and to instead of the states, for a move of the
+    step in which the state stays (``dst`` is the one source). Returns the
+    state it left, or None when the job was in none of ``sources`` (or, for
+    an owner, the term is over)."""
     sources = frozenset(sources)
-    for src in sources:
-        check_job_transition(src, dst)
+    if event is not None:
+        assert sources == {dst}, "a move of the step alone keeps the state"
+    else:
+        for src in sources:
+            check_job_transition(src, dst)
     fence = FENCE if term is not None else "TRUE"
     finished = ", finished_at = clock_timestamp()" if dst in JOB_TERMINAL else ""
     left = conn.execute(
         db.sql(f"""
             WITH old AS (
                 SELECT id, state FROM {{s}}.jobs
-                WHERE id = :job_id AND state = ANY(:sources) FOR UPDATE),
+                WHERE id = :job_id AND state = ANY(:sources)
+                  {"AND step = :at_step" if at_step is not None else ""} FOR UPDATE),
             moved AS (
                 UPDATE {{s}}.jobs j SET state = :dst, updated_at = clock_timestamp()
                     {finished} {", " + sets if sets else ""}
@@ -157,10 +165,13 @@ def _move(
                 RETURNING j.id, old.state AS from_state),
             event AS (
                 INSERT INTO {{s}}.job_events (job_id, actor, from_state, to_state, detail)
-                SELECT id, :actor, from_state, :dst, :detail FROM moved)
+                SELECT id, :actor, coalesce(:from_event, from_state), coalesce(:to_event, :dst),
+                       :detail FROM moved)
             SELECT from_state FROM moved"""),
         {"job_id": job_id, "sources": sorted(str(s) for s in sources), "dst": str(dst),
-         "actor": actor, "detail": detail, **params, **(term.params() if term else {})},
+         "actor": actor, "detail": detail, "at_step": at_step,
+         "from_event": event[0] if event else None, "to_event": event[1] if event else None,
+         **params, **(term.params() if term else {})},
     ).scalar()
     if left is None:
         return None
@@ -217,29 +228,15 @@ def advance_step(
     left (``_KEEP_STEP_ROWS``)."""
     rows = ("step_moved_rows = 0, row_estimate = CAST(:row_estimate AS bigint)"
             if step_ranges else _KEEP_STEP_ROWS)
-    moved = conn.execute(
-        db.sql(f"""
-            WITH moved AS (
-                UPDATE {{s}}.jobs j SET step = :to_step, updated_at = clock_timestamp(),
-                    step_ranges = :step_ranges, step_subtasks_total = :step_subtasks,
-                    step_moved_succeeded = 0, {rows},
-                    schema_state = :schema_state
-                WHERE j.id = :job_id AND j.state = 'running' AND j.step = :from_step
-                  AND {FENCE}
-                RETURNING j.id),
-            event AS (
-                INSERT INTO {{s}}.job_events (job_id, actor, from_state, to_state, detail)
-                SELECT id, :actor, :from_event, :to_event, :detail FROM moved)
-            SELECT count(*) FROM moved"""),
-        {"job_id": job_id, "from_step": from_step, "to_step": to_step,
-         "from_event": step_event(step_names[0]), "to_event": step_event(step_names[1]),
-         "step_ranges": step_ranges, "step_subtasks": step_subtasks,
-         "row_estimate": row_estimate, "schema_state": schema_state, "actor": actor,
-         "detail": detail, **term.params()},
-    ).scalar_one() == 1
-    if moved:
-        notify(db, conn)  # idle workers claim the new step's subtasks at once
-    return moved
+    # Idle workers claim the new step's subtasks at once (the move's NOTIFY).
+    return _move(db, conn, job_id, {J.RUNNING}, J.RUNNING, actor=actor, term=term,
+                 detail=detail, at_step=from_step,
+                 event=(step_event(step_names[0]), step_event(step_names[1])),
+                 sets=f"step = :to_step, step_ranges = :step_ranges, "
+                      f"step_subtasks_total = :step_subtasks, step_moved_succeeded = 0, "
+                      f"{rows}, schema_state = :schema_state",
+                 to_step=to_step, step_ranges=step_ranges, step_subtasks=step_subtasks,
+                 row_estimate=row_estimate, schema_state=schema_state) is not None
 
 
 # A step change keeps the job's state; its event names the steps instead,
@@ -387,25 +384,11 @@ def start_revert_step(
     compare-and-set of the step, not a transition; its audit event, from that
     step to the revert step, is written in the same statement. The job's rows
     stay as they were when it stopped, against the step's estimate."""
-    moved = conn.execute(
-        db.sql(f"""
-            WITH moved AS (
-                UPDATE {{s}}.jobs j SET step = {STEP_REVERT}, updated_at = clock_timestamp(),
-                    step_moved_rows = {ROWS_OF_STEP_NOW}
-                WHERE j.id = :job_id AND j.state = 'reverting' AND j.step = :from_step
-                  AND {FENCE}
-                RETURNING j.id),
-            event AS (
-                INSERT INTO {{s}}.job_events (job_id, actor, from_state, to_state, detail)
-                SELECT id, :actor, :from_event, :to_event, :detail FROM moved)
-            SELECT count(*) FROM moved"""),
-        {"job_id": job_id, "from_step": from_step, "actor": actor, "detail": detail,
-         "from_event": step_event(from_name), "to_event": step_event(REVERT_STEP_NAME),
-         **term.params()},
-    ).scalar_one() == 1
-    if moved:
-        notify(db, conn)  # idle workers claim the revert subtasks at once
-    return moved
+    # Idle workers claim the revert subtasks at once (the move's NOTIFY).
+    return _move(db, conn, job_id, {J.REVERTING}, J.REVERTING, actor=actor, term=term,
+                 detail=detail, at_step=from_step,
+                 event=(step_event(from_name), step_event(REVERT_STEP_NAME)),
+                 sets=f"step = {STEP_REVERT}, step_moved_rows = {ROWS_OF_STEP_NOW}") is not None
 
 
 def paused(db: Database, conn: Connection, term: OwnerTerm, job_id: int, *,
