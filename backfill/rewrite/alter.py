@@ -86,8 +86,9 @@ def parse(text: str, shadow_schema: str, shadow_name: str, table_name: str) -> A
                 f"--alter: {_shown(cmd)} does not change the table's shape; the rewrite "
                 "carries such settings over from the table: run it as ALTER TABLE after")
         if subtype == _T.AT_AlterColumnType and cmd.def_.raw_default is not None:
+            # The copy's value of the column; on the empty shadow it only
+            # checks that the expression gives the new type.
             using[cmd.name] = RawStream()(cmd.def_.raw_default)
-            cmd.def_.raw_default = None  # the shadow is empty: USING is for the copy
         if subtype == _T.AT_DropColumn:
             dropped.append(cmd.name)
         shape.append(cmd)

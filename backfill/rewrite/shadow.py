@@ -268,7 +268,8 @@ def _copy_key(conn: Connection, table: str, columns: dict[str, str], key: KeySpe
         JOIN pg_am am ON am.oid = ic.relam AND am.amname = 'btree'
         WHERE i.indrelid = to_regclass(:t) AND i.indisvalid AND i.indpred IS NULL
           AND (SELECT array_agg(a.attname ORDER BY k.ord) FROM
-               unnest((i.indkey::int2[])[0:cardinality(:c) - 1]) WITH ORDINALITY AS k(attnum, ord)
+               unnest((i.indkey::int2[])[0:cardinality(CAST(:c AS name[])) - 1])
+                 WITH ORDINALITY AS k(attnum, ord)
                JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum)
               = CAST(:c AS name[])"""), {"t": table, "c": list(order_by)}).first()
     if leading is None:
