@@ -75,6 +75,20 @@ def reverse_trigger(job_id: int) -> str:
     return quote(f"{prefix(job_id)}reverse")
 
 
+def reverse_truncate_trigger(job_id: int) -> str:
+    return quote(f"{prefix(job_id)}reverse_truncate")
+
+
+def reverse_truncate_function(work_schema: str, job_id: int) -> str:
+    return f"{quote(work_schema)}.{quote(f'rewrite_{job_id}_reverse_truncate')}"
+
+
+def renamed_table(work_schema: str, job_id: int) -> str:
+    """The swap's record of the old table's indexes renamed away (retired
+    name -> original), for a revert to give them back their names."""
+    return f"{quote(work_schema)}.{quote(f'rewrite_{job_id}_renamed')}"
+
+
 def reverse_broken_table(work_schema: str, job_id: int) -> str:
     """One row once a write to the new table could not be mirrored into the
     old one: the old table is out of step and revert refuses."""

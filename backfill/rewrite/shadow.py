@@ -77,6 +77,8 @@ class Plan:
     builds: tuple[Build, ...]  # the build step's indexes and constraints
     notes: tuple[str, ...]  # T's indexes and constraints that are not built, one line each
     partitioned: bool
+    shape: tuple[tuple[str, str], ...] = ()  # the new shape's columns and types
+    source: tuple[tuple[str, str], ...] = ()  # T's columns and types (generated ones aside)
 
     @property
     def table(self) -> str:
@@ -85,6 +87,10 @@ class Plan:
     @property
     def shadow(self) -> str:
         return f"{quote(self.schema)}.{quote(self.shadow_name)}"
+
+    def index_names(self) -> set[str]:
+        """The new table's index (and index-backed constraint) names after the swap."""
+        return {b.final for b in self.builds if b.kind == "index" or b.temp != b.final}
 
     def select(self, where: str) -> str:
         """The copy's rows of T matching ``where``, as the shadow takes them."""
@@ -112,6 +118,7 @@ class Plan:
             "columns": [[c.name, c.value] for c in self.columns], "overriding": self.overriding,
             "order_by": list(self.order_by), "builds": [b.to_param() for b in self.builds],
             "notes": list(self.notes), "partitioned": self.partitioned,
+            "shape": [list(c) for c in self.shape], "source": [list(c) for c in self.source],
         }
 
     @staticmethod
@@ -120,7 +127,8 @@ class Plan:
                     KeySpec.of(*p["key"]), KeySpec.of(*p["copy_key"]), tuple(p["create"]),
                     tuple(Column(n, v) for n, v in p["columns"]), p["overriding"],
                     tuple(p["order_by"]), tuple(Build.from_param(b) for b in p["builds"]),
-                    tuple(p["notes"]), p["partitioned"])
+                    tuple(p["notes"]), p["partitioned"], tuple(map(tuple, p["shape"])),
+                    tuple(map(tuple, p["source"])))
 
 
 def _key_param(key: KeySpec) -> list[list[str]]:
@@ -176,7 +184,9 @@ def plan(conn: Connection, table_name: str, job_id: int, request: Request) -> Pl
                  else f"the shadow of {draft.table} cannot be created: ")
         shape = _shadow_columns(conn, draft.shadow)
         columns, overriding = _columns(shape, info.columns, info.key_spec, request, alter)
-        draft = replace(draft, columns=tuple(columns), overriding=overriding)
+        draft = replace(draft, columns=tuple(columns), overriding=overriding,
+                        shape=tuple((n, c.type) for n, c in shape.items()),
+                        source=_source_columns(conn, info.qualified))
         made, notes = _builds(conn, draft, set(shape), alter, like)
         draft = replace(draft, builds=tuple(made), notes=tuple(notes))
         _check_copy(conn, draft)
@@ -305,6 +315,13 @@ def _shadow_columns(conn: Connection, shadow: str) -> dict[str, _ShadowColumn]:
         FROM pg_attribute WHERE attrelid = to_regclass(:s) AND attnum > 0 AND NOT attisdropped
         ORDER BY attnum"""), {"s": shadow}).all()
     return {r[0]: _ShadowColumn(r[1], r[2], r[3], r[4], r[5]) for r in rows}
+
+
+def _source_columns(conn: Connection, table: str) -> tuple[tuple[str, str], ...]:
+    return tuple((n, t) for n, t in conn.execute(text("""
+        SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute
+        WHERE attrelid = to_regclass(:t) AND attnum > 0 AND NOT attisdropped
+          AND attgenerated = '' ORDER BY attnum"""), {"t": table}))
 
 
 def _columns(shape: dict[str, _ShadowColumn], source: dict[str, str], key: KeySpec,
