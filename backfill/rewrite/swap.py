@@ -19,6 +19,7 @@ when the reverse capture had to stop (``reverse``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy import text
@@ -66,7 +67,17 @@ def swap(conn: Connection, s: Swap, *, keep_old: bool,
          lock_timeout: str = SWAP_LOCK_TIMEOUT) -> carry.Carry:
     """In the caller's transaction; commit it, then run ``after_commit``."""
     p = s.plan
-    _lock(conn, p.table, [p.table, p.shadow], lock_timeout, "swap")
+    tables, views_on = _related(conn, p.table)
+    return _bounded(conn, [p.table, p.shadow, *tables], views_on, lock_timeout, "swap",
+                    lambda: _swap(conn, s, keep_old))
+
+
+def _swap(conn: Connection, s: Swap, keep_old: bool) -> carry.Carry:
+    p = s.plan
+    changed = _shape_changed(conn, p)
+    if changed:
+        raise SwapRefused(f"table {p.table} changed since the job began ({changed}); the new "
+                          "table would not have it: cancel the job and submit it again")
     s.capture.replay_all(conn)
     finals = p.index_names()
     missing = [b.final for b in p.builds if not _has(conn, p, b.temp, b.kind)]
@@ -105,7 +116,13 @@ def revert(conn: Connection, s: Swap, *, lock_timeout: str = SWAP_LOCK_TIMEOUT) 
     """Swap back after a swap with --keep-old: the old table is T again,
     with every write made since (the reverse capture put it there)."""
     p = s.plan
-    _lock(conn, p.table, [p.table, s.old], lock_timeout, "revert")
+    tables, views_on = _related(conn, p.table)
+    return _bounded(conn, [p.table, s.old, *tables], views_on, lock_timeout, "revert",
+                    lambda: _revert(conn, s))
+
+
+def _revert(conn: Connection, s: Swap) -> carry.Carry:
+    p = s.plan
     broken = names.reverse_broken_table(s.work_schema, p.job_id)
     if conn.execute(text("SELECT to_regclass(:b) IS NULL"), {"b": broken}).scalar():
         raise SwapRefused(f"job {p.job_id} kept no old table of {p.table} in step (no "
@@ -151,38 +168,83 @@ def _apply(conn: Connection, carried: carry.Carry) -> None:
         raise SwapRefused(str(exc)) from None
 
 
-def _lock(conn: Connection, table: str, relations: list[str], lock_timeout: str,
-          what: str) -> None:
+def _bounded(conn: Connection, tables: list[str], views_on: list[str], lock_timeout: str,
+             what: str, body: Callable[[], carry.Carry]) -> carry.Carry:
+    """``body`` under ACCESS EXCLUSIVE locks on ``tables`` (T first), every
+    lock wait in it bounded by ``lock_timeout``; a wait that runs out
+    (there, or on a view the carry replaces) raises SwapBlocked naming who
+    holds what the swap needs, the savepoint rolled back: nothing changed."""
     run(conn, f"SET LOCAL lock_timeout = '{lock_timeout}'")
     try:
         with conn.begin_nested():
-            for relation in relations:
-                run(conn, f"LOCK TABLE {relation} IN ACCESS EXCLUSIVE MODE")
+            for table in tables:
+                run(conn, f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+            return body()
     except Exception as exc:
         if getattr(getattr(exc, "orig", None), "sqlstate", None) != _LOCK_NOT_AVAILABLE:
             raise
-        raise SwapBlocked(blocked(conn, table, lock_timeout, what)) from None
+        raise SwapBlocked(blocked(conn, [*tables, *views_on], lock_timeout, what)) from None
 
 
-def blocked(conn: Connection, table: str, lock_timeout: str, what: str) -> str:
-    """The one line of a swap that gave up waiting for its lock on ``table``."""
+def _related(conn: Connection, table: str) -> tuple[list[str], list[str]]:
+    """What the swap alters besides the two tables: the tables whose foreign
+    keys reference T (locked up front with them), and the views on T (a
+    LOCK of a view would lock T again as the view's owner)."""
+    tables = conn.execute(text("""
+        SELECT DISTINCT c.conrelid::regclass::text FROM pg_constraint c
+        WHERE c.contype = 'f' AND c.confrelid = to_regclass(:t) AND c.conrelid <> c.confrelid
+        ORDER BY 1"""), {"t": table}).scalars()
+    views_on = conn.execute(text("""
+        SELECT DISTINCT r.ev_class::regclass::text FROM pg_depend d
+        JOIN pg_rewrite r ON r.oid = d.objid JOIN pg_class v ON v.oid = r.ev_class
+        WHERE d.classid = 'pg_rewrite'::regclass AND d.refobjid = to_regclass(:t)
+          AND v.relkind = 'v'
+        ORDER BY 1"""), {"t": table}).scalars()
+    return list(tables), list(views_on)
+
+
+def _shape_changed(conn: Connection, p: Plan) -> str | None:
+    """What of T's columns differs from when the job was planned, if anything."""
+    now: dict[str, str] = dict(conn.execute(text("""
+        SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute
+        WHERE attrelid = to_regclass(:t) AND attnum > 0 AND NOT attisdropped
+          AND attgenerated = ''"""), {"t": p.table}).all())
+    planned = dict(p.source)
+    for column in sorted(set(now) | set(planned)):
+        if column not in planned:
+            return f"column {column} was added"
+        if column not in now:
+            return f"column {column} was dropped"
+        if now[column] != planned[column]:
+            return f"column {column} is now {now[column]}"
+    return None
+
+
+def blocked(conn: Connection, relations: list[str], lock_timeout: str, what: str) -> str:
+    """The one line of a swap that gave up waiting for its locks."""
+    table = relations[0]
     holders = conn.execute(text("""
         SELECT a.pid, a.usename, a.application_name, a.state,
+               string_agg(DISTINCT l.relation::regclass::text, ', ') AS rel,
                floor(extract(epoch FROM clock_timestamp() - a.xact_start))::bigint AS open_s,
                floor(extract(epoch FROM clock_timestamp() - a.query_start))::bigint AS query_s,
                left(regexp_replace(a.query, '\\s+', ' ', 'g'), 80) AS query
         FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-        WHERE l.relation = to_regclass(:t) AND l.granted AND l.pid <> pg_backend_pid()
-        ORDER BY a.xact_start NULLS LAST LIMIT 3"""), {"t": table}).mappings().all()
+        WHERE l.relation = ANY(CAST(:r AS regclass[])) AND l.granted
+          AND l.pid <> pg_backend_pid()
+        GROUP BY a.pid, a.usename, a.application_name, a.state, a.xact_start, a.query_start,
+                 a.query
+        ORDER BY a.xact_start NULLS LAST LIMIT 3"""), {"r": relations}).mappings().all()
     head = (f"the {what} of {table} waited {lock_timeout} (lock_timeout) for its lock and gave "
             "up; nothing changed")
     if not holders:
-        return f"{head}; no session holds {table} now: it will be tried again"
+        return f"{head}; no session holds it now: it will be tried again"
     sessions = "; ".join(
-        f"pid {h['pid']} (user {h['usename']}, application {h['application_name'] or '-'}, "
+        f"pid {h['pid']} (on {h['rel']}, user {h['usename']}, "
+        f"application {h['application_name'] or '-'}, "
         f"{h['state'] or 'state hidden'}, transaction open {h['open_s']} s, query started "
         f"{h['query_s']} s ago: {h['query']})" for h in holders)
-    return (f"{head}. Holding {table}, oldest transaction first: {sessions}. It is tried again; "
+    return (f"{head}. Holding what it locks, oldest transaction first: {sessions}. It is tried again; "
             f"end that transaction (or SELECT pg_terminate_backend({holders[0]['pid']}))")
 
 
