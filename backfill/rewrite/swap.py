@@ -63,6 +63,25 @@ class Swap:
         return Capture(self.plan, self.work_schema)
 
 
+def rollback_statements(s: Swap) -> list[str]:
+    """Before the swap: what the job made goes (triggers, shadow, log); T,
+    never written by the job, stays as it was."""
+    p = s.plan
+    return [*s.capture.remove(), f"DROP TABLE IF EXISTS {p.shadow}", s.capture.drop_log()]
+
+
+def cleanup_statements(s: Swap) -> list[str]:
+    """After the swap (and --keep-old), or after a revert: the table swapped
+    out (the old one, or the new one a revert put under the shadow's name),
+    the reverse capture, the log and the job's records go."""
+    p, work = s.plan, s.work_schema
+    return [*reverse.remove(p, work, p.table), f"DROP TABLE IF EXISTS {s.old}",
+            f"DROP TABLE IF EXISTS {p.shadow}", s.capture.drop_log(),
+            *s.capture.remove(p.table),
+            f"DROP TABLE IF EXISTS {names.renamed_table(work, p.job_id)}",
+            f"DROP TABLE IF EXISTS {names.reverse_broken_table(work, p.job_id)}"]
+
+
 def swap(conn: Connection, s: Swap, *, keep_old: bool,
          lock_timeout: str = SWAP_LOCK_TIMEOUT) -> carry.Carry:
     """In the caller's transaction; commit it, then run ``after_commit``."""

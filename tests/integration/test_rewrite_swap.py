@@ -247,3 +247,45 @@ def test_swap_refuses_a_table_changed_since_the_job_began(fresh_db):
     assert str(refused.value) == (
         'table "public"."items" changed since the job began (column z was added); the new '
         "table would not have it: cancel the job and submit it again")
+
+
+def leftovers(url: str) -> list[tuple]:
+    """Anything of job JOB: relations, functions, triggers."""
+    return execute(url, f"""
+        SELECT relname FROM pg_class WHERE relname ~ '^(reorg|rewrite)_{JOB}_'
+        UNION ALL SELECT proname FROM pg_proc WHERE proname ~ '^rewrite_{JOB}_'
+        UNION ALL SELECT tgname FROM pg_trigger WHERE tgname ~ '^reorg_{JOB}_'""")
+
+
+def test_rollback_before_the_swap_leaves_the_table_as_it_was(fresh_db):
+    make_table(fresh_db, BIGINT, 100)
+    eng = engine(fresh_db)
+    with eng.begin() as conn:
+        before, rows_before = snapshot(conn), run(conn, "SELECT * FROM items ORDER BY id")
+    s = prepared(eng)
+    caught_up(eng, s)
+    with eng.begin() as conn:
+        for statement in swap.rollback_statements(s):
+            run(conn, statement)
+        assert snapshot(conn) == before
+        assert run(conn, "SELECT * FROM items ORDER BY id") == rows_before
+    assert leftovers(fresh_db) == []
+
+
+@pytest.mark.parametrize("reverted", [False, True], ids=["after-swap", "after-revert"])
+def test_cleanup_leaves_nothing_of_the_job(fresh_db, reverted):
+    make_table(fresh_db, BIGINT, 100)
+    eng = engine(fresh_db)
+    s = prepared(eng)
+    caught_up(eng, s)
+    with eng.begin() as conn:
+        swap.swap(conn, s, keep_old=True)
+    if reverted:
+        with eng.begin() as conn:
+            swap.revert(conn, s)
+    execute(fresh_db, "INSERT INTO items (id, a, b) VALUES (5000, 1, 'after')")
+    with eng.begin() as conn:
+        for statement in swap.cleanup_statements(s):
+            run(conn, statement)
+    assert leftovers(fresh_db) == []
+    assert execute(fresh_db, "SELECT count(*), max(id) FROM items") == [(101, 5000)]
