@@ -4,18 +4,20 @@ in step by a change log, and swapped in one short transaction.
 
 Foundations, each usable on a connection alone (no worker, no owner):
 
-- ``names``    what a job creates, named from its id
-- ``shadow``   the shadow table in the new shape (repack, --order-by,
-               --alter, --like, --set), the copy's column mapping and batch
-               statement, the indexes and constraints to build later, and
-               what is refused at submit
-- ``capture``  the change log: its table, the AFTER ROW trigger on T, the
-               replay of logged keys into the shadow, the backlog
-- ``carry``    what the swap carries from T to the new table (grants,
-               triggers, policies, publications, views, foreign keys, ...),
-               read from the catalogue, and what it cannot carry
-- ``swap``     the swap transaction, the reverse capture of --keep-old, and
-               the revert
+- ``names``      what a job creates, named from its id (63 bytes at most)
+- ``shadow``     the plan: the shadow table in the new shape (repack,
+                 --order-by, --alter, --like, --set), the copy's column
+                 mapping and batch statement, checked at submit by doing it
+                 in a savepoint; with ``alter`` and ``like`` (the two forms'
+                 parsers) and ``builds`` (indexes and constraints made after
+                 the copy)
+- ``capture``    the change log: its table, the AFTER ROW trigger on T, the
+                 replay of logged keys into the shadow, the backlog
+- ``carry``      what the swap makes again on the new table (with ``views``
+                 and ``grants``); ``uncarried``: what it cannot, one line each
+- ``swap``       the swap and revert transactions, rollback and cleanup
+                 statements; ``reverse``: the --keep-old reverse capture
+- ``qualified``  catalogue definitions read with schema-qualified names
 
 Imports nothing of another job type and nothing of Spark.
 """
