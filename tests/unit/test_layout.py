@@ -42,6 +42,8 @@ RULES = [
     ("backfill", ("cli",), "backfill.demo", "cli.plugin"),
     ("backfill.schema", JOB_TYPES, None, None),
     ("backfill.spark", JOB_TYPES, None, None),
+    # The rewrite engine (issue 24), a job type's foundations: PostgreSQL alone.
+    ("backfill.rewrite", (*JOB_TYPES, "backfill.spark", "pyspark"), None, None),
     ("backfill.sql_update", ("backfill.spark", "pyspark"), None, None),
     ("backfill.add_index", ("backfill.spark", "pyspark"), None, None),
     ("backfill.add_column", ("backfill.spark", "pyspark"), None, None),

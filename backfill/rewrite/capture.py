@@ -1,0 +1,163 @@
+"""The change log of a rewrite: which keys of T changed since the copy
+began, so the shadow can be brought to T's current rows (DESIGN 14).
+
+- The log: ``<work schema>.rewrite_<job>_log (seq bigserial, k0, k1, ...)``,
+  one row per changed key (the key's columns, of its types).
+- The capture: an AFTER ROW INSERT / UPDATE / DELETE trigger on T logging
+  the row's key, the old and the new one when an UPDATE changes the key.
+  AFTER, so a write is logged as the user's own triggers left it (and not
+  at all when one of them cancelled it); ``ENABLE ALWAYS``, so it also logs
+  what a logical replication apply (``session_replication_role = replica``)
+  writes. It logs keys, never values: a replay reads T's row itself. A
+  TRUNCATE of T (no row triggers fire) truncates the shadow too, from an
+  AFTER TRUNCATE trigger: the rows written after it are logged as usual.
+  The functions run as their owner (SECURITY DEFINER, a fixed search_path):
+  the application's roles need no privilege on reorg's schema.
+- The replay: log rows are taken (deleted) in seq order, and for each
+  distinct key the shadow's row is deleted and T's current row, if there
+  is one, inserted through the copy's column mapping, all in the caller's
+  transaction: a replay that fails leaves its log rows for the next one,
+  and one that commits can never apply a change twice. Delete-then-insert
+  works with and without the shadow's indexes. Replays may run
+  concurrently: each takes other log rows (SKIP LOCKED), and a transaction
+  lock per key (``pg_advisory_xact_lock(job, hashtext(key))``) orders two
+  replays of the same key, the second reading T after the first committed.
+  A replay must not overlap the copy of its keys' range: the copy step ends
+  before catch-up begins (a key replayed before its range is copied would be
+  copied again).
+- A row whose transaction commits after a replay took later seqs is taken
+  by the next replay: the log is consumed, not walked by a cursor. The last
+  replay runs under the swap's lock, when no write is in flight."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
+
+from backfill.rewrite import names
+from backfill.rewrite.shadow import Plan
+from backfill.schema.sql import literal, run
+from framework.keys import KeySpec
+
+
+@dataclass(frozen=True)
+class Capture:
+    plan: Plan
+    work_schema: str
+
+    @property
+    def log(self) -> str:
+        return names.log_table(self.work_schema, self.plan.job_id)
+
+    @property
+    def log_key(self) -> KeySpec:
+        """The key as the log holds it: columns k0, k1, ... of the key's types."""
+        key = self.plan.key
+        return KeySpec.of([f"k{i}" for i in range(len(key.columns))], key.types)
+
+    def install(self) -> list[str]:
+        """The log, the capture and the truncate triggers: in the prepare
+        transaction that also creates the shadow, so no write falls between."""
+        p, key, log_key = self.plan, self.plan.key, self.log_key
+        function = names.capture_function(self.work_schema, p.job_id)
+        truncate = names.truncate_function(self.work_schema, p.job_id)
+        log_columns = ", ".join(f"{c} {t}" for c, t in zip(log_key.names(), key.types,
+                                                           strict=True))
+        into = f"INSERT INTO {self.log} ({log_key.order_by()})"
+        old, new = key.order_by("OLD"), key.order_by("NEW")
+        changed = (f"({new}) IS DISTINCT FROM ({old})" if len(key.columns) > 1
+                   else f"{new} IS DISTINCT FROM {old}")
+        return [
+            f"CREATE TABLE {self.log} (seq bigserial PRIMARY KEY, {log_columns})",
+            f"""CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $reorg$
+BEGIN
+  IF TG_OP <> 'INSERT' THEN
+    {into} VALUES ({old});
+  END IF;
+  IF TG_OP = 'INSERT' OR (TG_OP = 'UPDATE' AND {changed}) THEN
+    {into} VALUES ({new});
+  END IF;
+  RETURN NULL;
+END $reorg$""",
+            f"CREATE TRIGGER {names.capture_trigger(p.job_id)} AFTER INSERT OR UPDATE OR "
+            f"DELETE ON {p.table} FOR EACH ROW EXECUTE FUNCTION {function}()",
+            f"ALTER TABLE {p.table} ENABLE ALWAYS TRIGGER {names.capture_trigger(p.job_id)}",
+            f"""CREATE FUNCTION {truncate}() RETURNS trigger LANGUAGE plpgsql
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $reorg$
+BEGIN
+  TRUNCATE {p.shadow};
+  RETURN NULL;
+END $reorg$""",
+            f"CREATE TRIGGER {names.truncate_trigger(p.job_id)} AFTER TRUNCATE ON {p.table} "
+            f"FOR EACH STATEMENT EXECUTE FUNCTION {truncate}()",
+            f"ALTER TABLE {p.table} ENABLE ALWAYS TRIGGER {names.truncate_trigger(p.job_id)}",
+        ]
+
+    def remove(self, table: str | None = None) -> list[str]:
+        """The triggers and functions (on ``table``, by default T; the swap
+        drops them from T renamed away); the log stays for cleanup."""
+        t, job = table or self.plan.table, self.plan.job_id
+        return [
+            f"DROP TRIGGER IF EXISTS {names.capture_trigger(job)} ON {t}",
+            f"DROP TRIGGER IF EXISTS {names.truncate_trigger(job)} ON {t}",
+            f"DROP FUNCTION IF EXISTS {names.capture_function(self.work_schema, job)}()",
+            f"DROP FUNCTION IF EXISTS {names.truncate_function(self.work_schema, job)}()",
+        ]
+
+    def drop_log(self) -> str:
+        return f"DROP TABLE IF EXISTS {self.log}"
+
+    # -- replay -------------------------------------------------------------------
+
+    def replay(self, conn: Connection, limit: int, lo: int | None = None,
+               hi: int | None = None) -> int:
+        """Take up to ``limit`` log rows (seq in ``[lo, hi)`` when given),
+        oldest first, and bring the shadow's rows of their keys to T's; in
+        the caller's transaction. Returns the log rows taken."""
+        bounds = " AND ".join(filter(None, ["seq >= :lo" if lo is not None else "",
+                                            "seq < :hi" if hi is not None else ""])) or "true"
+        taken = conn.execute(text(f"""
+            WITH taken AS (
+                DELETE FROM {self.log} WHERE seq IN (
+                    SELECT seq FROM {self.log} WHERE {bounds} ORDER BY seq LIMIT :n
+                    FOR UPDATE SKIP LOCKED)
+                RETURNING {self.log_key.order_by()})
+            SELECT count(*) OVER (), {self.log_key.read()} FROM taken"""),
+            {"lo": lo, "hi": hi, "n": limit}).all()
+        if not taken:
+            return 0
+        keys = sorted({row[1] for row in taken})
+        conn.execute(text("""
+            SELECT pg_advisory_xact_lock(:job, h) FROM (
+                SELECT DISTINCT hashtext(k) AS h FROM unnest(CAST(:keys AS text[])) k
+                ORDER BY 1) ordered"""), {"job": self.plan.job_id, "keys": keys})
+        self._rewrite(conn, keys)
+        return int(taken[0][0])
+
+    def replay_all(self, conn: Connection, limit: int = 10_000) -> int:
+        """Replay until the log is empty (under the swap's lock: nothing is
+        written meanwhile). Returns the log rows taken."""
+        total = 0
+        while done := self.replay(conn, limit):
+            total += done
+        return total
+
+    def _rewrite(self, conn: Connection, stored: list[str]) -> None:
+        """The shadow's rows of these keys (stored jsonb texts) made T's."""
+        p = self.plan
+        columns = (["CAST(k AS bigint)"] if p.key.integer
+                   else [f"CAST(k ->> {i} AS {t})" for i, t in enumerate(p.key.types)])
+        keys = literal("[" + ", ".join(stored) + "]")
+        match = (f"{p.key.expr()} IN (SELECT {', '.join(columns)} "
+                 f"FROM jsonb_array_elements(CAST({keys} AS jsonb)) k)")
+        run(conn, f"DELETE FROM {p.shadow} WHERE {match}")
+        run(conn, p.insert_into(p.shadow, p.select(match)))
+
+    def backlog(self, conn: Connection) -> tuple[int, int | None]:
+        """(log rows, oldest seq): what catch-up has left to replay."""
+        rows, oldest = conn.execute(text(f"SELECT count(*), min(seq) FROM {self.log}")).one()
+        return int(rows), oldest
+

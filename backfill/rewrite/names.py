@@ -1,0 +1,95 @@
+"""Names of what a rewrite job creates, derived from its id and the table,
+so the owner, every worker and an heir after a crash find the same objects
+without storing them anywhere else. PostgreSQL truncates an identifier to
+63 bytes; the names are cut here, on a character boundary, so the name the
+job asks for is the name it gets."""
+
+from __future__ import annotations
+
+import hashlib
+
+from framework.keys import quote
+
+MAX_IDENTIFIER = 63  # bytes: NAMEDATALEN - 1
+
+
+def _cut(name: str) -> str:
+    data = name.encode()
+    if len(data) <= MAX_IDENTIFIER:
+        return name
+    return data[:MAX_IDENTIFIER].decode(errors="ignore")
+
+
+def prefix(job_id: int) -> str:
+    return f"reorg_{job_id}_"
+
+
+def shadow_table(job_id: int, table: str) -> str:
+    """The shadow's bare name (unquoted), in T's schema."""
+    return _cut(f"{prefix(job_id)}{table}")
+
+
+def old_table(job_id: int, table: str) -> str:
+    """T's bare name once the swap renamed it away (kept for --keep-old)."""
+    return _cut(f"{prefix(job_id)}old_{table}")
+
+
+def build_name(job_id: int, final: str) -> str:
+    """An index or constraint of the shadow while T still holds ``final``
+    (index names are unique per schema): renamed to ``final`` by the swap."""
+    return f"{prefix(job_id)}b_{hashlib.md5(final.encode()).hexdigest()[:16]}"
+
+
+def retired_name(job_id: int, name: str) -> str:
+    """An index, constraint or statistics object of the old table, renamed
+    away by the swap so the new table's can take ``name``."""
+    return f"{prefix(job_id)}o_{hashlib.md5(name.encode()).hexdigest()[:16]}"
+
+
+def log_table(work_schema: str, job_id: int) -> str:
+    """The change log, in reorg's work schema (qualified, quoted)."""
+    return f"{quote(work_schema)}.{quote(f'rewrite_{job_id}_log')}"
+
+
+def capture_function(work_schema: str, job_id: int) -> str:
+    return f"{quote(work_schema)}.{quote(f'rewrite_{job_id}_capture')}"
+
+
+def capture_trigger(job_id: int) -> str:
+    return quote(f"{prefix(job_id)}capture")
+
+
+def truncate_trigger(job_id: int) -> str:
+    return quote(f"{prefix(job_id)}truncate")
+
+
+def truncate_function(work_schema: str, job_id: int) -> str:
+    return f"{quote(work_schema)}.{quote(f'rewrite_{job_id}_truncate')}"
+
+
+def reverse_function(work_schema: str, job_id: int) -> str:
+    return f"{quote(work_schema)}.{quote(f'rewrite_{job_id}_reverse')}"
+
+
+def reverse_trigger(job_id: int) -> str:
+    return quote(f"{prefix(job_id)}reverse")
+
+
+def reverse_truncate_trigger(job_id: int) -> str:
+    return quote(f"{prefix(job_id)}reverse_truncate")
+
+
+def reverse_truncate_function(work_schema: str, job_id: int) -> str:
+    return f"{quote(work_schema)}.{quote(f'rewrite_{job_id}_reverse_truncate')}"
+
+
+def renamed_table(work_schema: str, job_id: int) -> str:
+    """The swap's record of the old table's indexes renamed away (retired
+    name -> original), for a revert to give them back their names."""
+    return f"{quote(work_schema)}.{quote(f'rewrite_{job_id}_renamed')}"
+
+
+def reverse_broken_table(work_schema: str, job_id: int) -> str:
+    """One row once a write to the new table could not be mirrored into the
+    old one: the old table is out of step and revert refuses."""
+    return f"{quote(work_schema)}.{quote(f'rewrite_{job_id}_reverse_broken')}"
