@@ -17,7 +17,7 @@ from pglast import ast, enums, parse_sql
 from pglast.parser import ParseError
 from pglast.stream import RawStream
 
-from framework.jobtype import InvalidParams
+from framework.errors import InvalidParams
 
 _T = enums.AlterTableType
 SHAPE_ACTIONS = frozenset({

@@ -15,7 +15,7 @@ from pglast.parser import ParseError
 from pglast.stream import RawStream
 
 from backfill.rewrite.alter import AddedConstraint
-from framework.jobtype import InvalidParams
+from framework.errors import InvalidParams
 
 FIX = ("give one CREATE TABLE of the new shape, its partitions (CREATE TABLE ... PARTITION "
        "OF) and its indexes (CREATE INDEX name ON ...)")

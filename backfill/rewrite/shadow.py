@@ -38,8 +38,7 @@ from backfill.rewrite.builds import Build
 from backfill.rewrite.qualified import qualified_names
 from backfill.schema.sql import literal, run
 from backfill.tables import KEY_TYPES, inspect_table
-from framework.errors import one_line
-from framework.jobtype import InvalidParams
+from framework.errors import InvalidParams, one_line
 from framework.keys import END, Key, KeySpec, encode, quote
 
 LIKE_OPTIONS = ("INCLUDING DEFAULTS INCLUDING IDENTITY INCLUDING GENERATED INCLUDING STORAGE "

@@ -29,8 +29,7 @@ from backfill.rewrite import carry, names, reverse, uncarried, views
 from backfill.rewrite.capture import Capture
 from backfill.rewrite.shadow import Plan
 from backfill.schema.sql import run
-from framework.errors import one_line
-from framework.jobtype import RetryableError
+from framework.errors import RetryableError, one_line
 from framework.keys import quote
 
 # Long enough to get in between application transactions, short enough

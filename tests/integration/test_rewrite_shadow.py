@@ -13,7 +13,7 @@ from support.rewrite import build_all, copy_all, differences, engine
 
 from backfill.rewrite import names, shadow
 from backfill.schema.sql import run
-from framework.jobtype import InvalidParams
+from framework.errors import InvalidParams
 
 JOB = 7
 
