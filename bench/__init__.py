@@ -1,6 +1,9 @@
 """Benchmarks of reorg, run by hand (``bench/README.md``), never imported by
 ``framework``, ``backfill``, ``cli`` or ``migrations``.
 
-They read reorg's system tables only through ``framework.control`` and
-``framework.store`` functions; figures go to ``docs/benchmarks.md``.
+They drive reorg as a user does (its commands, ``framework.control``), and
+read its system tables through ``framework.store`` where a function says
+what they need; a few measurements of the system tables' own behaviour
+(``soak``, ``dataplane.batch_profile``) query them directly. Figures go to
+``docs/benchmarks.md``.
 """

@@ -46,13 +46,10 @@ JOB_BACKOFF_CAP_SECONDS = 60.0
 # tick: their horizons are days and a minute, and a tick's every round trip
 # waits its turn among busy slots of the same process.
 HOUSEKEEPING_SECONDS = 5.0
-# Ranges inserted per tick: a split of 100,000 ranges in one statement took
-# ~1.3 s of one tick; the rest follow a chunk a tick
+# Ranges inserted per tick: a big split goes in a chunk a tick
 # (``steps.insert_split_chunk``) while workers already claim the first ones,
-# and the owner ticks again at once while a chunk remains (``TickResult.again``).
-# 10,000 a tick made each of those ticks 1-2 s while 16 slots churned (six
-# index entries a range, and their commit); 2,000 keep a tick near a tenth of
-# that and, ticking back to back, go in faster than workers claim them. The
+# and the owner ticks again at once while a chunk remains (``TickResult.again``),
+# so no tick grows with the job (docs/benchmarks.md has the figures). The
 # revert step's ranges likewise.
 SPLIT_CHUNK = 2_000
 

@@ -14,6 +14,6 @@ without the long lock, in TiDB's schema states::
 Modules: ``checks`` (what submit refuses), ``plan`` (each state's DDL, the
 dry run), ``batches`` (the workers' side), ``cutover``, ``names``, ``job``
 (the planner and executor, registered through the ``reorg.job_types``
-entry point), ``submit`` (the ``reorg submit alter-type`` options).
+entry point), ``options`` (the ``reorg submit alter-type`` options).
 Shared helpers live in ``backfill.schema``.
 """

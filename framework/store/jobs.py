@@ -15,7 +15,6 @@ from framework.db import Database, ReadConnection, ReadDatabase
 from framework.keys import KeySpec
 from framework.records import STEP_REVERT, Job
 from framework.states import (
-    JOB_ACTIVE,
     JOB_TERMINAL,
     JOB_TRANSITIONS,
     JobState,
@@ -642,4 +641,3 @@ def verdict_channel(db: Database) -> str:
     return f"reorg_{db.schema}_verdict"
 
 
-__all__ = ["JOB_ACTIVE", "ActiveJobExists", "insert", "get", "live", "events"]

@@ -14,6 +14,7 @@ from sqlalchemy.engine import make_url
 
 from framework import control
 from framework.states import JOB_TERMINAL
+from framework.store import jobs
 
 T = TypeVar("T")
 
@@ -130,9 +131,20 @@ def job_of(db: Any, job_id: int) -> dict[str, Any]:
 
 def wait_state(db: Any, job_id: int, states: Collection[str] = TERMINAL,
                timeout: float = 90) -> dict[str, Any]:
-    """The job's status once its state is one of ``states``."""
-    return wait_until(lambda: (job := job_of(db, job_id))["state"] in states and job,
-                      timeout, f"job {job_id} to reach {sorted(states)}")
+    """The job's status once its state is one of ``states``, looked at again
+    on each NOTIFY the job's moves send (``framework.store.jobs.notify``),
+    and at least once a second besides."""
+    with psycopg.connect(db.settings.database_url, autocommit=True) as listener:
+        listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(jobs.channel(db))))
+        deadline = time.monotonic() + timeout
+        while (job := job_of(db, job_id))["state"] not in states:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"timed out after {timeout:g}s waiting for: job {job_id} "
+                                     f"to reach {sorted(states)}; it is {job['state']}")
+            for _ in listener.notifies(timeout=min(left, 1.0), stop_after=1):
+                pass
+        return job
 
 
 def held_by(db: Any, node_id: str, *, live: bool = True) -> list[Any]:
