@@ -22,7 +22,7 @@ from framework.db import Database
 from framework.errors import InvalidParams, is_retryable, one_line
 from framework.keyset_split import plan_split
 from framework.records import STEP_PREPARED, STEP_REVERT, Job, Step
-from framework.splitting import SplitPlan
+from framework.splitting import DEFAULT_ROWS_PER_RANGE, SplitPlan
 from framework.states import JobState
 from framework.store import history, jobs, nodes, owner_lease, progress, steps
 from framework.store.owner_lease import OwnerTerm
@@ -507,10 +507,14 @@ class Owner:
             else:
                 faults.hit("owner.before_revert_plan")
                 restore = kind.steps_to_restore(job, kind.plan_revert(conn, job))
-                progressed = steps.progressed_ranges(self.db, conn, job.id, restore)
+                # Ranges by the rows to restore, not the forward step's
+                # granularity (a job of 100,000 tiny subtasks restores in a few).
+                progressed = steps.revert_ranges(
+                    steps.progressed_ranges(self.db, conn, job.id, restore),
+                    DEFAULT_ROWS_PER_RANGE)
                 count = len(progressed)
-                # Up to one a forward range: a chunk now, the rest a chunk a
-                # tick (``_check_reverting``), as a big split goes in.
+                # A chunk now, the rest a chunk a tick (``_check_reverting``),
+                # as a big split goes in.
                 steps.begin_split(self.db, conn, term, job.id, STEP_REVERT,
                                   [(lo, hi) for _, lo, hi in progressed], SPLIT_CHUNK,
                                   metas=[{"revert_of_step": st} for st, _, _ in progressed],

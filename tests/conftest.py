@@ -105,3 +105,15 @@ def fresh_db(pg_server: str, request: pytest.FixtureRequest) -> Iterator[str]:
         yield url
     finally:
         drop_database(pg_server, name)
+
+
+# Tests that build hosts out of network namespaces run one at a time when the
+# suite runs in parallel (pytest-xdist, ``--dist loadgroup``): their
+# namespaces and subnets are the machine's, not the test process's.
+_ONE_AT_A_TIME = ("test_multihost", "test_partition", "test_postgres_crash_", "test_soak_smoke")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name.startswith(_ONE_AT_A_TIME):
+            item.add_marker(pytest.mark.xdist_group("hosts"))

@@ -123,7 +123,10 @@ def test_cancel_of_a_job_of_20000_subtasks_completes_and_restores(db, start_node
     assert done["state"] == "cancelled"
     assert table_rows(db) == before
     total = done["revert_total"]
-    assert total >= 1_000 and done["revert_done"] == total
+    # Revert ranges by rows to restore, not one per forward subtask: the
+    # done subtasks' touching ranges restore together, a gap (a subtask
+    # claimed but not begun) starting another.
+    assert 1 <= total <= 50 and done["revert_done"] == total
     assert done["succeeded"] + done["cancelled"] == 20_000
     print(f"\ncancel of 20,000 subtasks ({done['succeeded']} done, {total} ranges to "
           f"restore): {took:.1f}s")

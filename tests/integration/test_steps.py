@@ -170,6 +170,9 @@ def test_the_owner_never_advances_a_step_while_one_of_its_subtasks_is_unfinished
 def test_cancel_in_a_later_step_restores_the_ranges_of_the_step_that_wrote(
         db, start_node, monkeypatch, chunk):
     monkeypatch.setattr(owner_module, "SPLIT_CHUNK", chunk)
+    # Revert ranges of at most 100 rows: one per range of the fill here, so
+    # the revert step's ranges go in chunks (chunk 3) as a big one's do.
+    monkeypatch.setattr(owner_module, "DEFAULT_ROWS_PER_RANGE", 100)
     make_items(db, 1_000)
     before = table_rows(db)
     job_id = submit(db, fill("md5(b)", steps=True, revert_ranges=True, rows_per_subtask=100,
@@ -185,8 +188,8 @@ def test_cancel_in_a_later_step_restores_the_ranges_of_the_step_that_wrote(
     assert table_rows(db) == before
     assert _index_valid(db, _index(job_id)) is None
     reverts = [r for r in _subtasks(db, job_id) if r["step"] == STEP_REVERT]
-    # One revert subtask per range of the fill (every one made progress); none
-    # of verify, which wrote nothing (restore=False).
+    # One revert subtask per 100 rows the fill wrote (every range made
+    # progress); none of verify, which wrote nothing (restore=False).
     assert len(reverts) == 10 and all(r["state"] == "succeeded" for r in reverts)
     assert {r["meta"]["revert_of_step"] for r in reverts} == {1}
     # Its rows stay those of the step it stopped in, against that step's
