@@ -165,12 +165,13 @@ class Rewrite(JobType):
     # --- executor ------------------------------------------------------------
 
     def write_batch(self, ctx: SubtaskContext, conn: Connection) -> Batch:
-        return work.copy_batch(ctx, conn, _plan_of(ctx, conn))  # batch_steps: the copy's
+        # batch_steps: the copy's
+        return work.copy_batch(ctx, conn, planning.capture_of(ctx.job, _plan_of(ctx, conn)))
 
     def run_subtask(self, ctx: SubtaskContext) -> None:
         step = ctx.job.step
         if step == COPY:
-            ctx.run_batches(lambda conn: work.copy_batch(ctx, conn, _plan_of(ctx, conn)))
+            ctx.run_batches(lambda conn: self.write_batch(ctx, conn))
         elif step == BUILD:
             plan = _plan_of(ctx)
             if "build" in ctx.meta:

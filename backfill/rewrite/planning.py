@@ -121,7 +121,11 @@ def prepare_statements(job: Job, plan: Plan) -> list[str]:
     role = run_as(job)
     grants = ([f"GRANT SELECT, INSERT, DELETE ON {plan.shadow} TO {privileges.quote_role(role)}"]
               if role else [])
-    return [*plan.create, *grants, *s.capture.install()]
+    # An --order-by copy leaves out the keys in the log (``work.copy_statement``):
+    # looked up by key, batch after batch.
+    keyed = ([f"CREATE INDEX ON {s.capture.log} ({', '.join(s.capture.log_key.names())})"]
+             if plan.order_by else [])
+    return [*plan.create, *grants, *s.capture.install(), *keyed]
 
 
 def describe(conn: Connection, job: Job, plan: Plan) -> list[str]:

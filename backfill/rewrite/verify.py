@@ -32,6 +32,7 @@ from backfill.batch_bounds import next_bound
 from backfill.rewrite import names
 from backfill.rewrite.capture import Capture
 from backfill.rewrite.shadow import Plan, key_range
+from backfill.rewrite.work import logged
 from backfill.schema.sql import run
 from framework import faults
 from framework.keys import Key, quote, shown
@@ -53,7 +54,7 @@ def verify_batch(ctx: SubtaskContext, conn: Connection, plan: Plan, capture: Cap
     ledger = dict(ctx.meta)
     found = compare(conn, plan, capture, lo, hi)
     if found.differs:
-        recopy(ctx, conn, plan, lo, hi)
+        recopy(ctx, conn, capture, lo, hi)
         again = compare(conn, plan, capture, lo, hi)
         if again.differs:
             raise VerifyFailed(
@@ -130,11 +131,17 @@ def compared_columns(plan: Plan) -> list[Any]:
     return [c for c in plan.columns if c.value == quote(c.name)]
 
 
-def recopy(ctx: SubtaskContext, conn: Connection, plan: Plan, lo: Key, hi: Key) -> None:
+def recopy(ctx: SubtaskContext, conn: Connection, capture: Capture, lo: Key, hi: Key) -> None:
+    """The shadow's rows of ``[lo, hi)`` made T's again, but for keys in the
+    log: the replay writes those (a key of the range may have a row of its
+    own elsewhere in the shadow still, under other --order-by values)."""
+    plan = capture.plan
     conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": names.replay_lock(plan.job_id)})
     with as_role(conn, run_as(ctx.job)):  # as the copy: the submitter's --set
-        run(conn, f"DELETE FROM {plan.shadow} x WHERE {key_range(plan.copy_key, lo, hi, 'x')}")
-        run(conn, plan.insert(lo, hi))
+        run(conn, f"DELETE FROM {plan.shadow} x WHERE {key_range(plan.copy_key, lo, hi, 'x')} "
+                  f"AND NOT {logged(capture, 'x')}")
+        where = f"{key_range(plan.copy_key, lo, hi)} AND NOT {logged(capture, plan.table)}"
+        run(conn, plan.insert_into(plan.shadow, plan.select(where)))
 
 
 def _text(value: str) -> str:

@@ -37,11 +37,11 @@ from sqlalchemy.engine import Connection
 from backfill.batch_bounds import next_bound
 from backfill.rewrite.builds import Build
 from backfill.rewrite.capture import Capture
-from backfill.rewrite.shadow import Plan
+from backfill.rewrite.shadow import Plan, key_range
 from backfill.schema.sql import run
 from backfill.tables import set_ddl_lock_timeout
 from framework import faults, long_statements
-from framework.keys import END, quote
+from framework.keys import END, Key, quote
 from framework.privileges import as_role, run_as
 from framework.records import FIXED_SUBTASK_UNITS
 from framework.subtask import Batch, SubtaskContext
@@ -63,19 +63,40 @@ WAIT_CHECKPOINT_SECONDS = 5.0
 # --- copy ------------------------------------------------------------------------
 
 
-def copy_batch(ctx: SubtaskContext, conn: Connection, plan: Plan) -> Batch:
+def copy_batch(ctx: SubtaskContext, conn: Connection, capture: Capture) -> Batch:
     """Copy the batch from ``ctx.curr_key`` into the shadow."""
+    plan = capture.plan
     key, curr, end, n = plan.copy_key, ctx.curr_key, ctx.end_key, ctx.job.batch_rows
     if key.integer and end is not END and not ctx.batch_state.get(_SPARSE):
         upper = min(curr + n, end)
-        rows = _copy(ctx, conn, plan.insert(curr, upper))
+        rows = _copy(ctx, conn, copy_statement(capture, curr, upper))
         ctx.batch_state[_SPARSE] = rows < DENSE_SHARE * (upper - curr)
         return Batch(upper, rows)
     upper, rows = next_bound(conn, plan.table, key, curr, end, n)
-    _copy(ctx, conn, plan.insert(curr, upper))
+    _copy(ctx, conn, copy_statement(capture, curr, upper))
     if key.integer and upper is not END:
         ctx.batch_state[_SPARSE] = rows < DENSE_SHARE * (upper - curr)
     return Batch(upper, rows)
+
+
+def copy_statement(capture: Capture, lo: Key, hi: Key) -> str:
+    """The copy of ``[lo, hi)``. Ranged over --order-by columns, which an
+    application may change, a row can move from a range copied already into
+    one not copied yet; an update logs its key, so the copy leaves out the
+    keys in the log (the catch-up replays them): each key is copied once."""
+    plan = capture.plan
+    if not plan.order_by:
+        return plan.insert(lo, hi)
+    return plan.insert_into(plan.shadow, plan.select(
+        f"{key_range(plan.copy_key, lo, hi)} AND NOT {logged(capture, plan.table)}")
+        + f" ORDER BY {plan.copy_key.order_by()}")
+
+
+def logged(capture: Capture, row: str) -> str:
+    """SQL: the key of ``row`` (T's or the shadow's, or an alias) is in the log."""
+    match = " AND ".join(f"l.{k} = {row}.{quote(c)}" for k, c in
+                         zip(capture.log_key.names(), capture.plan.key.columns, strict=True))
+    return f"EXISTS (SELECT 1 FROM {capture.log} l WHERE {match})"
 
 
 def _copy(ctx: SubtaskContext, conn: Connection, statement: str) -> int:
