@@ -116,9 +116,8 @@ def build(ctx: SubtaskContext, plan: Plan, made: Build) -> None:
         if made.validate is None:
             ctx.commit(lambda c: _make(c, plan, made), on=conn)
             return
-        if not _built(conn, plan, made):
-            with conn.begin():
-                _make(conn, plan, made)
+        with conn.begin():
+            _make(conn, plan, made)
 
         def validate(c: Connection) -> Batch:
             assert made.validate is not None
