@@ -158,11 +158,12 @@ END $reorg$""",
     def _rewrite(self, conn: Connection, stored: list[str]) -> None:
         """The shadow's rows of these keys (stored jsonb texts) made T's."""
         p = self.plan
-        columns = (["CAST(k AS bigint)"] if p.key.integer
-                   else [f"CAST(k ->> {i} AS {t})" for i, t in enumerate(p.key.types)])
+        # Qualified: a bare name would be T's column of that name, if it has one.
+        columns = (["CAST(reorg_key.v AS bigint)"] if p.key.integer
+                   else [f"CAST(reorg_key.v ->> {i} AS {t})" for i, t in enumerate(p.key.types)])
         keys = literal("[" + ", ".join(stored) + "]")
         match = (f"{p.key.expr()} IN (SELECT {', '.join(columns)} "
-                 f"FROM jsonb_array_elements(CAST({keys} AS jsonb)) k)")
+                 f"FROM jsonb_array_elements(CAST({keys} AS jsonb)) AS reorg_key(v))")
         with as_role(conn, self.user_role):
             run(conn, f"DELETE FROM {p.shadow} WHERE {match}")
             run(conn, p.insert_into(p.shadow, p.select(match)))
