@@ -34,7 +34,7 @@ from backfill.rewrite.shadow import Plan
 from backfill.rewrite.verify import verify_batch
 from backfill.schema.sql import run
 from backfill.tables import set_ddl_lock_timeout
-from framework import faults, jobtype
+from framework import faults, jobtype, privileges
 from framework.errors import InvalidParams
 from framework.jobtype import JobType
 from framework.records import Job, Step, Target
@@ -93,6 +93,7 @@ class Rewrite(JobType):
                                 f"{plan.copy_key.described()}); submit the job again")
         for statement in planning.prepare_statements(job, plan):
             run(conn, statement)
+        privileges.grant_to_submitter(conn, job, planning.SHADOW_GRANT, plan.shadow)
         stored.save(conn, job.params["work_schema"], plan)
 
     def fixed_subtasks(self, conn: Connection, job: Job, step: int) -> list[dict[str, Any]]:

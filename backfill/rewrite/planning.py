@@ -113,19 +113,21 @@ def capture_of(job: Job, plan: Plan) -> Capture:
     return swap_of(job, plan).capture
 
 
+# The submitter's privileges on the shadow: the copy and the replays write
+# it as them (``framework.privileges``); the swap's carry replaces them by T's.
+SHADOW_GRANT = "SELECT, INSERT, DELETE"
+
+
 def prepare_statements(job: Job, plan: Plan) -> list[str]:
-    """The shadow in the new shape, the submitter's grants on it (the copy
-    and the replays write it as them), the log and the capture trigger,
-    and the plan kept: one transaction, so no write of T falls between."""
+    """The shadow in the new shape, the log and the capture trigger (then
+    the submitter's grant on the shadow, and the plan kept): one
+    transaction, so no write of T falls between."""
     s = swap_of(job, plan)
-    role = run_as(job)
-    grants = ([f"GRANT SELECT, INSERT, DELETE ON {plan.shadow} TO {privileges.quote_role(role)}"]
-              if role else [])
     # An --order-by copy leaves out the keys in the log (``work.copy_statement``):
     # looked up by key, batch after batch.
     keyed = ([f"CREATE INDEX ON {s.capture.log} ({', '.join(s.capture.log_key.names())})"]
              if plan.order_by else [])
-    return [*plan.create, *grants, *s.capture.install(), *keyed]
+    return [*plan.create, *s.capture.install(), *keyed]
 
 
 def describe(conn: Connection, job: Job, plan: Plan) -> list[str]:
@@ -134,6 +136,10 @@ def describe(conn: Connection, job: Job, plan: Plan) -> list[str]:
     keep = job.params.get("keep_old_seconds") or 0
     lines = ["prepare (write-only: one transaction):"]
     lines += [f"  {st}" for st in prepare_statements(job, plan)]
+    role = run_as(job)
+    if role:
+        lines.append(f"  GRANT {SHADOW_GRANT} ON {plan.shadow} TO {privileges.quote_role(role)} "
+                     "(unless the submitter is the workers' role)")
     lines += [f"  {st}" for st in stored.save_statements(job.params["work_schema"], plan)[:1]]
     lines.append("copy (write-reorg, by range, as the submitter; T's triggers do not fire):")
     k = plan.copy_key.expr()

@@ -368,3 +368,41 @@ def test_everything_the_table_has_is_carried_through_a_job(db, settings, start_n
     assert oid(url) != table
     assert catalogue(url) == before
     assert leftovers(url) == []
+
+
+def test_a_job_submitted_by_the_tables_owner_runs_its_sql_as_them(db, settings, start_node):
+    """The workers connect as a superuser; the copy and the replays (they
+    carry --set) run as the submitter, who owns T and holds nothing else:
+    granted on the shadow by prepare, and those grants gone with the swap."""
+    from sqlalchemy.engine import make_url
+
+    from framework.config import Settings
+    from framework.db import Database
+    from framework.grants import GrantPlan, grant_script, statements
+
+    url = settings.database_url
+    make_table(url, BIGINT, 400)
+    execute(url, "DO $$ BEGIN CREATE ROLE rw_owner LOGIN; EXCEPTION WHEN duplicate_object "
+                 "THEN NULL; END $$; ALTER TABLE items OWNER TO rw_owner; "
+                 # submit checks the plan by making it, in a transaction rolled back
+                 "GRANT CREATE ON SCHEMA public TO rw_owner")
+    for statement in statements(grant_script(GrantPlan("reorg", "postgres", "postgres",
+                                                        ("rw_owner",)))):
+        execute(url, statement)
+    before = catalogue(url)
+    app = started_app(url, BIGINT)
+    as_owner = Database(Settings(make_url(url).set(username="rw_owner").render_as_string(
+        hide_password=False)))
+    try:
+        job_id = submit(as_owner, rewrite(alter="ADD COLUMN d text",
+                                          sets=["d=md5(b)"])).job_id
+    finally:
+        as_owner.dispose()
+    start_node("n1", slots=2)
+    done = wait_state(db, job_id, timeout=60)
+    app.stop(at_least_ops=50)
+    assert done["state"] == "succeeded", done["error"]
+    assert table_as_oracle(url, BIGINT[0]) == app.oracle
+    after = catalogue(url)
+    assert after["table"] == before["table"]  # owner rw_owner, no grant left on it
+    assert leftovers(url) == []
