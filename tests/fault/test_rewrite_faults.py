@@ -124,3 +124,55 @@ def test_kill_9_of_a_worker_in_a_fixed_step_is_retried_by_another(db, settings, 
     assert job_of(db, job_id)["step"] == (2 if "build" in point else 3)
     workers.start("heir", slots=2, REORG_JOB_TYPES=JOB_TYPES)
     _finished(db, settings, app, job_id, COMPOSITE)
+
+
+# --- PostgreSQL crashed (pg_ctl -m immediate) and restarted -------------------------------
+# The worker on a host of its own (support.host_fixtures), the application
+# told to survive the crash (support.app_model: a write the crash cut is read
+# back, so its oracle stays exact).
+
+
+def _crash_and_restart(cluster) -> None:
+    cluster.net.crash_postgres()
+    cluster.net.start_postgres()
+    cluster.db.engine.dispose()  # the test's pool holds connections of the dead server
+
+
+def _crash_leftovers(db) -> list:
+    return rows(db, r"""SELECT relname FROM pg_class WHERE relname ~ '^(reorg_\d+_|rewrite_\d+_)'
+                        UNION ALL SELECT tgname FROM pg_trigger WHERE tgname ~ '^reorg_\d+_'""")
+
+
+@pytest.mark.parametrize("point", [
+    "rewrite.in_swap",  # inside the swap's transaction: T renamed away, the shadow is T
+    pytest.param("worker.after_batch", marks=pytest.mark.matrix),  # mid-copy
+], ids=["mid-swap", "mid-copy"])
+def test_postgres_crash_and_restart(cluster, point):
+    from support import make_items
+    from support.app_model import Application, data
+
+    db = cluster.db
+    make_items(db, ROWS)
+    table = scalar(db, "SELECT 'items'::regclass::oid")
+    with Application(db.engine, survives_crashes=True) as app:
+        job_id = submit(db, _rewrite()).job_id
+        worker = cluster.start("a", faults=f"{point}=block", REORG_JOB_TYPES=JOB_TYPES)
+        cluster.workers.gates.wait_blocked(point, 180)
+        held = job_of(db, job_id)
+        _crash_and_restart(cluster)
+        # Recovered without the open transaction: the job where it was, T itself.
+        after = job_of(db, job_id)
+        assert (after["state"], after["step"]) == ("running", held["step"]), after
+        assert scalar(db, "SELECT 'items'::regclass::oid") == table
+        cluster.workers.gates.release(point)  # on, on a dead connection
+        done = wait_state(db, job_id, timeout=180)
+        app.wait_writes(20, timeout=60)
+    assert done["state"] == "succeeded", job_of(db, job_id)
+    assert not app.errors, app.errors
+    assert scalar(db, "SELECT count(*) FROM {s}.job_events WHERE job_id = :j "
+                      "AND to_state = 'succeeded'", j=job_id) == 1
+    assert scalar(db, "SELECT 'items'::regclass::oid") != table
+    assert data(db.engine) == app.expected()
+    assert _crash_leftovers(db) == []
+    assert worker.alive()
+    worker.signal(signal.SIGTERM)
