@@ -86,6 +86,7 @@ def test_kill_9_of_a_worker_mid_copy_resumes_its_range_from_curr_key(db, setting
     assert attempts == 2 and exec_id == "heir" and curr_key == end_key
 
 
+@pytest.mark.matrix  # in CI: test_postgres_crash_and_restart[mid-swap], the same transaction lost
 def test_an_owner_killed_inside_the_swap_leaves_t_as_it_was_and_its_heir_swaps(
         db, settings, workers):
     url = settings.database_url
