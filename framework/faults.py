@@ -77,6 +77,10 @@ POINTS: tuple[str, ...] = (
     "alter_type.before_verify",   # alter-type: a verify subtask about to check its first batch
     "alter_type.before_build",    # alter-type: a build-indexes subtask about to build or validate
     "alter_type.in_cutover",      # alter-type: columns swapped, the cut-over's transaction open
+    "rewrite.before_build",       # rewrite: a build subtask about to make its index or constraint
+    "rewrite.before_replay",      # rewrite: a catch-up subtask about to replay a round of the log
+    "rewrite.before_verify",      # rewrite: a verify subtask about to check its first batch
+    "rewrite.in_swap",            # rewrite: T swapped, the owner's transaction still open
     "throttle.held",              # health gate: a slot holds a job's next batch (unhealthy)
     "spark.before_apply",         # Spark pipeline: batch read and computed, not yet applied
     "spark.after_stage",          # Spark backfill: batch staged in PostgreSQL, merge not run

@@ -22,6 +22,12 @@ began, so the shadow can be brought to T's current rows (DESIGN 14).
   concurrently: each takes other log rows (SKIP LOCKED), and a transaction
   lock per key (``pg_advisory_xact_lock(job, hashtext(key))``) orders two
   replays of the same key, the second reading T after the first committed.
+  Each replay also holds the job's replay lock shared (``names.replay_lock``):
+  a verify that copies a range again holds it exclusive, so no replay
+  interleaves with that copy.
+- The rows a replay writes into the shadow are computed by the copy's
+  column mapping, which may hold the user's SQL (``--set``): that statement
+  runs as ``user_role`` (the job's submitter, ``framework.privileges``).
   A replay must not overlap the copy of its keys' range: the copy step ends
   before catch-up begins (a key replayed before its range is copied would be
   copied again).
@@ -40,12 +46,14 @@ from backfill.rewrite import names
 from backfill.rewrite.shadow import Plan
 from backfill.schema.sql import literal, run
 from framework.keys import KeySpec
+from framework.privileges import as_role
 
 
 @dataclass(frozen=True)
 class Capture:
     plan: Plan
     work_schema: str
+    user_role: str | None = None  # who the replay's copy of a row runs as; None: the session
 
     @property
     def log(self) -> str:
@@ -130,6 +138,8 @@ END $reorg$""",
         if not taken:
             return 0
         keys = sorted({row[1] for row in taken})
+        conn.execute(text("SELECT pg_advisory_xact_lock_shared(:k)"),
+                     {"k": names.replay_lock(self.plan.job_id)})
         conn.execute(text("""
             SELECT pg_advisory_xact_lock(:job, h) FROM (
                 SELECT DISTINCT hashtext(k) AS h FROM unnest(CAST(:keys AS text[])) k
@@ -148,13 +158,15 @@ END $reorg$""",
     def _rewrite(self, conn: Connection, stored: list[str]) -> None:
         """The shadow's rows of these keys (stored jsonb texts) made T's."""
         p = self.plan
-        columns = (["CAST(k AS bigint)"] if p.key.integer
-                   else [f"CAST(k ->> {i} AS {t})" for i, t in enumerate(p.key.types)])
+        # Qualified: a bare name would be T's column of that name, if it has one.
+        columns = (["CAST(reorg_key.v AS bigint)"] if p.key.integer
+                   else [f"CAST(reorg_key.v ->> {i} AS {t})" for i, t in enumerate(p.key.types)])
         keys = literal("[" + ", ".join(stored) + "]")
         match = (f"{p.key.expr()} IN (SELECT {', '.join(columns)} "
-                 f"FROM jsonb_array_elements(CAST({keys} AS jsonb)) k)")
-        run(conn, f"DELETE FROM {p.shadow} WHERE {match}")
-        run(conn, p.insert_into(p.shadow, p.select(match)))
+                 f"FROM jsonb_array_elements(CAST({keys} AS jsonb)) AS reorg_key(v))")
+        with as_role(conn, self.user_role):
+            run(conn, f"DELETE FROM {p.shadow} WHERE {match}")
+            run(conn, p.insert_into(p.shadow, p.select(match)))
 
     def backlog(self, conn: Connection) -> tuple[int, int | None]:
         """(log rows, oldest seq): what catch-up has left to replay."""

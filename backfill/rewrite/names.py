@@ -89,6 +89,20 @@ def renamed_table(work_schema: str, job_id: int) -> str:
     return f"{quote(work_schema)}.{quote(f'rewrite_{job_id}_renamed')}"
 
 
+def plan_table(work_schema: str, job_id: int) -> str:
+    """The job's plan (``shadow.Plan.to_params``), stored by prepare for every
+    worker and the owner: made with the job's id, which submit does not know."""
+    return f"{quote(work_schema)}.{quote(f'rewrite_{job_id}_plan')}"
+
+
+def replay_lock(job_id: int) -> int:
+    """The advisory lock (one bigint) every replay of the job holds shared,
+    and a verify's copy of a range again holds exclusive: a replay never
+    interleaves with it."""
+    digest = hashlib.md5(f"reorg rewrite replay {job_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
 def reverse_broken_table(work_schema: str, job_id: int) -> str:
     """One row once a write to the new table could not be mirrored into the
     old one: the old table is out of step and revert refuses."""

@@ -50,6 +50,7 @@ class SwapRefused(RuntimeError):
 class Swap:
     plan: Plan
     work_schema: str
+    user_role: str | None = None  # who the last replay's copy of a row runs as (``Capture``)
 
     @property
     def old(self) -> str:
@@ -59,7 +60,7 @@ class Swap:
 
     @property
     def capture(self) -> Capture:
-        return Capture(self.plan, self.work_schema)
+        return Capture(self.plan, self.work_schema, self.user_role)
 
 
 def rollback_statements(s: Swap) -> list[str]:

@@ -1,0 +1,161 @@
+"""The verify step of ``rewrite``: each batch of a range compares the rows
+of T with the shadow's, by a checksum (a sum of 64-bit hashes of each row's
+text) and a count, and copies the batch again where they
+differ; the subtask's meta keeps the ledger (rows compared, keys left to
+the replay, batches copied again, a running checksum).
+
+Why a comparison holds while applications write: after the copy, every
+key's shadow row is T's (through the copy's column mapping) unless the key
+is in the change log; a write to T and its log row commit together, and a
+replay deletes its log rows and writes the shadow in one transaction. So
+one statement (one snapshot) that leaves out the keys in the log compares
+like with like, without a lock.
+
+Compared: each column copied as it is (in the shadow's type). Not
+compared: a column computed by ``--set`` or an --alter's ``USING`` (the
+copy computed it once; an expression such as now() gives another value
+each time).
+
+A batch that differs is copied again (the shadow's rows of the range
+deleted, T's copied) under the job's replay lock held exclusive, so no
+replay interleaves; compared again, a difference left fails the subtask,
+naming the range. Each batch then replays up to a batch of the log: the
+catch-up goes on while the verify runs, so the swap finds the log small."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
+
+from backfill.batch_bounds import next_bound
+from backfill.rewrite import names
+from backfill.rewrite.capture import Capture
+from backfill.rewrite.shadow import Plan, key_range
+from backfill.rewrite.work import DENSE_SHARE, logged
+from backfill.schema.sql import run
+from framework import faults
+from framework.keys import END, Key, quote, shown
+from framework.privileges import as_role, run_as
+from framework.subtask import Batch, SubtaskContext
+
+SHOWN_RECOPIED = 5  # ranges copied again, named in the ledger
+_SPARSE = "rewrite.verify_sparse"  # ctx.batch_state: the last batch's keys were sparse
+
+
+class VerifyFailed(RuntimeError):
+    """A range of the shadow still differs from T after it was copied again."""
+
+
+def verify_batch(ctx: SubtaskContext, conn: Connection, plan: Plan, capture: Capture) -> Batch:
+    if ctx.curr_key == ctx.start_key:
+        faults.hit("rewrite.before_verify")
+    lo, end, n = ctx.curr_key, ctx.end_key, ctx.job.batch_rows
+    fixed = plan.copy_key.integer and end is not END and not ctx.batch_state.get(_SPARSE)
+    # On dense integer keys [lo, lo + n) with no key scan, as the copy's batches.
+    hi = min(lo + n, end) if fixed else next_bound(conn, plan.table, plan.copy_key, lo, end, n)[0]
+    ledger = dict(ctx.meta)
+    found = compare(conn, plan, capture, lo, hi)
+    if plan.copy_key.integer and hi is not END:
+        ctx.batch_state[_SPARSE] = found.scanned < DENSE_SHARE * (hi - lo)
+    if found.differs:
+        recopy(ctx, conn, capture, lo, hi)
+        again = compare(conn, plan, capture, lo, hi)
+        if again.differs:
+            raise VerifyFailed(
+                f"verify: the shadow's rows of keys [{shown(lo)}, {shown(hi)}) differ from "
+                f"{plan.table}'s after a copy again ({again.described()}); the job fails, "
+                "and its rollback leaves T as it was")
+        ledger["recopied"] = ledger.get("recopied", 0) + 1
+        shown_ranges = ledger.setdefault("recopied_ranges", [])
+        if len(shown_ranges) < SHOWN_RECOPIED:
+            shown_ranges.append(f"[{shown(lo)}, {shown(hi)}): {found.described()}")
+        found = again
+    ledger["compared"] = ledger.get("compared", 0) + found.rows
+    ledger["logged"] = ledger.get("logged", 0) + found.logged
+    ledger["checksum"] = run(conn, f"SELECT md5({_text(ledger.get('checksum', ''))} || "
+                                   f"{_text(found.checksum)})")[0][0]
+    capture.replay(conn, ctx.job.batch_rows)
+    return Batch(hi, found.scanned, ledger)
+
+
+class Found:
+    """One batch compared: T's checksum and rows (of keys not in the log),
+    its rows of keys in the log and all its rows; the shadow's checksum and rows."""
+
+    def __init__(self, t_sum: str, t_rows: int, logged: int, scanned: int, s_sum: str,
+                 s_rows: int) -> None:
+        self.t_sum, self.t_rows, self.logged, self.scanned = t_sum, t_rows, logged, scanned
+        self.s_sum, self.s_rows = s_sum, s_rows
+
+    @property
+    def differs(self) -> bool:
+        return (self.t_sum, self.t_rows) != (self.s_sum, self.s_rows)
+
+    @property
+    def rows(self) -> int:
+        return int(self.t_rows)
+
+    @property
+    def checksum(self) -> str:
+        return str(self.t_sum or "")
+
+    def described(self) -> str:
+        return (f"{self.t_rows} rows in T, {self.s_rows} in the shadow"
+                + ("" if self.t_rows != self.s_rows else ", their contents differ"))
+
+
+def compare(conn: Connection, plan: Plan, capture: Capture, lo: Key, hi: Key) -> Found:
+    """A checksum and count of the rows of ``[lo, hi)`` in T and in the
+    shadow, the keys in the log left out, in one statement (see the module).
+    The checksum is a sum of 64-bit hashes of each row's text: no order
+    needed, so no sort."""
+    compared = compared_columns(plan)
+    shape = dict(plan.shape)
+    key = plan.key
+    log_keys = capture.log_key.names()
+    on = " AND ".join(f"l.{k} = x.{quote(c)}" for k, c in zip(log_keys, key.columns, strict=True))
+    in_range = key_range(plan.copy_key, lo, hi, "x")
+
+    def side(relation: str, row: str) -> str:
+        # y: each row of the range, as text, unless its key is in the log (a hash join).
+        return f"""(SELECT sum(hashtextextended(y.reorg_row, 0)) FILTER (WHERE NOT y.logged),
+                           count(*) FILTER (WHERE NOT y.logged), count(*) FILTER (WHERE y.logged),
+                           count(*)
+                    FROM (SELECT CASE WHEN l.{log_keys[0]} IS NOT NULL THEN NULL
+                                      ELSE CAST(ROW({row}) AS text) END AS reorg_row,
+                                 l.{log_keys[0]} IS NOT NULL AS logged
+                          FROM {relation} x
+                          LEFT JOIN (SELECT DISTINCT {', '.join(log_keys)} FROM {capture.log}) l
+                            ON {on}
+                          WHERE {in_range}) y)"""
+
+    t_side = side(plan.table, ", ".join(f"CAST(x.{quote(c.name)} AS {shape[c.name]})"
+                                        for c in compared))
+    s_side = side(plan.shadow, ", ".join(f"x.{quote(c.name)}" for c in compared))
+    t_sum, t_rows, logged, scanned, s_sum, s_rows, _, _ = run(
+        conn, f"SELECT t.*, s.* FROM {t_side} t, {s_side} s")[0]
+    return Found(str(t_sum or ""), t_rows, logged, scanned, str(s_sum or ""), s_rows)
+
+
+def compared_columns(plan: Plan) -> list[Any]:
+    """The copy's columns taken as they are (see the module)."""
+    return [c for c in plan.columns if c.value == quote(c.name)]
+
+
+def recopy(ctx: SubtaskContext, conn: Connection, capture: Capture, lo: Key, hi: Key) -> None:
+    """The shadow's rows of ``[lo, hi)`` made T's again, but for keys in the
+    log: the replay writes those (a key of the range may have a row of its
+    own elsewhere in the shadow still, under other --order-by values)."""
+    plan = capture.plan
+    conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": names.replay_lock(plan.job_id)})
+    with as_role(conn, run_as(ctx.job)):  # as the copy: the submitter's --set
+        run(conn, f"DELETE FROM {plan.shadow} x WHERE {key_range(plan.copy_key, lo, hi, 'x')} "
+                  f"AND NOT {logged(capture, 'x')}")
+        where = f"{key_range(plan.copy_key, lo, hi)} AND NOT {logged(capture, plan.table)}"
+        run(conn, plan.insert_into(plan.shadow, plan.select(where)))
+
+
+def _text(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
