@@ -16,7 +16,7 @@ def next_bound(conn: Connection, relation: str, key: KeySpec, curr: Key, end: Ke
     """``(upper, rows)``: the batch is ``[curr, upper)``, the next ``n`` keys
     of ``relation`` (``upper`` is ``end`` when fewer are left); ``rows``: how
     many keys it holds now."""
-    if key.integer:
+    if key.arithmetic:  # the bound is the last key + 1: one read of the n keys
         k = key.expr()
         last, count = conn.execute(
             text(f"""
@@ -32,11 +32,8 @@ def next_bound(conn: Connection, relation: str, key: KeySpec, curr: Key, end: Ke
     # exactly n keys. Only the last batch of a range needs counting.
     where = key.in_range(None, bounded=end is not END, lo="curr", hi="end")
     bounds = {"curr": key.bind(curr), "end": key.bind(end)}
-    after = conn.execute(
-        text(f"SELECT {key.read()} FROM {relation} WHERE {where} "
-             f"ORDER BY {key.order_by()} OFFSET :n LIMIT 1"),
-        {**bounds, "n": n},
-    ).scalar()
+    after = conn.execute(text(f"SELECT {key.read_nth(relation, where, ':n')}"),
+                         {**bounds, "n": n}).scalar()
     if after is not None:
         return decode(after), n
     rows = conn.execute(text(f"SELECT count(*) FROM {relation} WHERE {where}"), bounds).scalar_one()

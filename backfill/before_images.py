@@ -41,25 +41,30 @@ class BeforeImages:
 
     @property
     def key_columns(self) -> list[str]:
-        """The images' key columns: ``k`` for one integer key (the layout of
-        jobs before keys of any type), else ``k0``, ``k1``, ... of the key's
-        own types. ``keep``'s input names them the same."""
-        return ["k"] if self.key.integer else [f"k{i}" for i in range(len(self.key.columns))]
+        """The images' key columns (``KeySpec.work_key``); ``keep``'s input
+        names them the same."""
+        return list(self._image_key.columns)
 
     @property
     def _image_key(self) -> KeySpec:
         """The images' key columns as a key, for range predicates on them."""
-        return KeySpec.of(self.key_columns, self.key.types)
+        return self.key.work_key()
+
+    @property
+    def _by_range(self) -> bool:
+        """A batch's record is found by its key range (``int8range`` overlap,
+        a gist index) where keys have arithmetic; other keys have no range
+        type, and their batch records are found by transaction id."""
+        return self.key.arithmetic
 
     def create(self, column_type: str, *, temporary: bool = False) -> list[str]:
         # No indexes: one append per row on the hot path; a rollback's
         # revert subtasks index them once (``index_for_restore``).
         create = "CREATE TEMP TABLE" if temporary else "CREATE TABLE IF NOT EXISTS"
         tail = " ON COMMIT DROP" if temporary else ""
-        keys = ", ".join(f"{c} {t} NOT NULL"
-                         for c, t in zip(self.key_columns, self.key.types, strict=True))
-        # A batch's bounds as stored keys (jsonb) for a key of any type.
-        bound = "bigint" if self.key.integer else "jsonb"
+        kept = self._image_key
+        keys = ", ".join(f"{c} {t} NOT NULL" for c, t in zip(kept.columns, kept.types, strict=True))
+        bound = self.key.bound_type
         return [f"{create} {self.images} ({keys}, old {column_type}, xid xid8 NOT NULL){tail}",
                 f"{create} {self.batches} (subtask_id bigint NOT NULL, lo {bound} NOT NULL, "
                 f"hi {bound} NOT NULL, xid xid8 NOT NULL){tail}"]
@@ -80,10 +85,9 @@ class BeforeImages:
     def record_batch(self) -> str:
         """The batch's range and transaction id. Binds ``subtask``, ``lo``,
         ``hi`` (as ``KeySpec.bind`` gives them)."""
-        lo, upper = (":lo", ":hi") if self.key.integer else ("CAST(:lo AS jsonb)",
-                                                             "CAST(:hi AS jsonb)")
+        lo, hi = self.key.bound_param("lo"), self.key.bound_param("hi")
         return (f"INSERT INTO {self.batches} (subtask_id, lo, hi, xid) "
-                f"VALUES (:subtask, {lo}, {upper}, pg_current_xact_id())")
+                f"VALUES (:subtask, {lo}, {hi}, pg_current_xact_id())")
 
     def index_for_restore(self) -> list[str]:
         """Indexes a range's restore batches look up by key: the images by
@@ -93,12 +97,12 @@ class BeforeImages:
         return [f"CREATE INDEX IF NOT EXISTS {_index_name(self.images, 'k')} "
                 f"ON {self.images} ({', '.join(self.key_columns)})",
                 f"CREATE INDEX IF NOT EXISTS {_index_name(self.batches, self._batches_index)} "
-                + (f"ON {self.batches} USING gist (int8range(lo, hi))" if self.key.integer
+                + (f"ON {self.batches} USING gist (int8range(lo, hi))" if self._by_range
                    else f"ON {self.batches} USING hash ((CAST(xid AS xid)))")]
 
     @property
     def _batches_index(self) -> str:
-        return "range" if self.key.integer else "xid"
+        return "range" if self._by_range else "xid"
 
     def indexed_for_restore(self) -> str:
         """One boolean: both ``index_for_restore`` indexes exist (committed)."""
@@ -123,7 +127,7 @@ class BeforeImages:
                    f"WHERE {key.expr(ref)} = {kept.expr('reorg_i')} "
                    f"AND {ref}.xmin = CAST(reorg_i.xid AS xid) "
                    f"AND {kept.in_range('reorg_i', bounded=bounded)} AND {rows_in}")
-        if not key.integer:
+        if not self._by_range:
             return [restore, f"UPDATE {target} SET {col} = NULL FROM {self.batches} reorg_b "
                              f"WHERE {rows_in} AND {ref}.xmin = CAST(reorg_b.xid AS xid)"]
         k = key.expr(ref)

@@ -108,7 +108,7 @@ class UpdateSql:
         same versions (DESIGN 9). Rare: only rows an application changed
         while the batch ran. Binds ``lo`` and ``hi``."""
         t, a, col = self.table, self.alias, quote(self.column)
-        read = KeySpec.of([f"reorg_k{i}" for i in range(len(self.key.columns))], self.key.types)
+        read = self.key.renamed("reorg_k")
         # The range on the update's side too: without it PostgreSQL merge-joins
         # from the index's first key, so a batch's cost grows with its key.
         return f"""
@@ -135,7 +135,7 @@ class UpdateSql:
         """``reorg_bound``: one row, the batch's upper bound ``hi`` (``:end``
         when fewer than ``:n`` keys are left) and the keys below it
         (``scanned``), read in the statement's snapshot from the key index."""
-        assert self.key.integer, "scanning bounds are for a single integer key"
+        assert self.key.arithmetic, "the bound found in the statement is the last key + 1"
         k = self.key.expr(self.alias)
         t, a = self.table, self.alias
         return f"""reorg_keys AS (

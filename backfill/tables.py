@@ -69,7 +69,7 @@ def inspect_table(conn: Connection, name: str, *, any_key: bool = False) -> Tabl
     ).all())
     display = f"{row.nspname}.{row.relname}"
     key = _key_of(conn, row.oid, display)
-    if not key.integer and not any_key:
+    if not key.arithmetic and not any_key:
         raise InvalidParams(
             f"table {display} is keyed by {key.described()}; this job type needs a "
             "single-column integer key (smallint, integer or bigint)")

@@ -44,7 +44,7 @@ def write_update_batch(ctx: SubtaskContext, conn: Connection,
     over. ``after_write(conn, lo, hi)``: the job type's own statements after
     the write, on the batch's range, in its transaction."""
     job, curr, end, n = ctx.job, ctx.curr_key, ctx.end_key, ctx.job.batch_rows
-    if not (job.key.integer and end is not END):
+    if not (job.key.arithmetic and end is not END):
         upper, scanned = next_bound(conn, job.target_table, job.key, curr, end, n)
         sql = sql_for(upper is not END)
         bounds = {"lo": job.key.bind(curr), "hi": job.key.bind(upper)}
@@ -73,7 +73,7 @@ def write_update_batch(ctx: SubtaskContext, conn: Connection,
 def _on_fixed_bounds(ctx: SubtaskContext, filtered: bool) -> bool:
     """Whether the batch is ``[curr, curr + n)`` with no key scan: a single
     integer key, a bounded range, no predicate, and the last range dense."""
-    return (ctx.job.key.integer and ctx.end_key is not END and not filtered
+    return (ctx.job.key.arithmetic and ctx.end_key is not END and not filtered
             and not ctx.batch_state.get(_SPARSE))
 
 

@@ -37,7 +37,7 @@ class Tail:
 
 
 def cover_tail(db: Database, conn: Connection, term: OwnerTerm, job: Job) -> Tail:
-    if not job.key.integer:
+    if not job.key.has_tail:
         return Tail(False, "")  # its last range has no upper bound (framework.keys)
     last = steps.last_range(db, conn, job.id, job.step)
     newest = max_key(conn, job.target_table, job.key_column)

@@ -52,7 +52,7 @@ def plan_split(conn: Connection, table: str, key: KeySpec | str, rows_per_range:
     is split by ``splitting`` (``from_key``: only the tail from that key on);
     any other key by keyset (``plan``). Call inside a REPEATABLE READ
     transaction so every read comes from one snapshot (DESIGN 5)."""
-    if isinstance(key, KeySpec) and not key.integer:
+    if isinstance(key, KeySpec) and not key.arithmetic:  # no equal key widths to cut
         assert from_key is None, "a key of any type has no tail: its last range is open"
         return plan(conn, table, key, rows_per_range, exact_max_rows)
     column = key.expr() if isinstance(key, KeySpec) else key
@@ -160,8 +160,8 @@ def reach_back(conn: Connection, table: str, key: KeySpec, plan: SplitPlan) -> S
     of every type: an integer key's ranges start at the smallest key too,
     and its catch-up (``framework.catch_up``) looks only past the last range
     (and covers a table that was empty, having no range to look past)."""
-    if key.integer and not plan.ranges:
-        return plan
+    if key.has_tail and not plan.ranges:
+        return plan  # catch-up gives an empty table its first range
     where, bounds = "", {}
     if plan.ranges:
         where = f"WHERE {key.expr()} < {key.param('first')}"

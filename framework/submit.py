@@ -167,7 +167,7 @@ def _owner_live(db: Database) -> bool:
 
 def _check_key_kind(kind: JobType, name: str, target: Target) -> None:
     """A job type runs on keys of any type only when it says so."""
-    if target.key is None or target.key.integer or kind.keys_of_any_type:
+    if target.key is None or target.key.arithmetic or kind.keys_of_any_type:
         return
     table = target.table.replace('"', "")
     raise InvalidParams(

@@ -43,12 +43,12 @@ class OwnedKeys:
 
     @property
     def columns(self) -> list[str]:
-        """The table's key columns, named as ``backfill.before_images`` names them."""
-        return ["k"] if self.key.integer else [f"k{i}" for i in range(len(self.key.columns))]
+        """The table's key columns (``KeySpec.work_key``)."""
+        return list(self.own_key.columns)
 
     @property
     def own_key(self) -> KeySpec:
-        return KeySpec.of(self.columns, self.key.types)
+        return self.key.work_key()
 
     def create(self) -> list[str]:
         keys = ", ".join(f"{c} {t} NOT NULL"

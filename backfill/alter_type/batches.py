@@ -7,7 +7,11 @@ any type (``backfill.batch_bounds``: the next ``batch_rows`` keys from
 evaluates the expression on the row version it locks, and the trigger sets
 the shadow column on every application write, so a concurrent write is
 never overwritten from an older read (DESIGN 9). A value that does not convert raises in the UPDATE: the
-subtask fails and so does the job, whose rollback drops what it added."""
+subtask fails and so does the job, whose rollback drops what it added.
+
+The batch's statements carry the user's ``--using``, so they go to the
+driver as they are, without bind parameters (``backfill.schema.sql``): the
+batch's bounds are written into them (``KeySpec.between``)."""
 
 from __future__ import annotations
 
@@ -17,29 +21,12 @@ from sqlalchemy.engine import Connection
 
 from backfill.alter_type.plan import expression
 from backfill.batch_bounds import next_bound
-from backfill.schema.sql import literal, run
+from backfill.schema.sql import run
 from backfill.tables import quote
 from framework import faults, long_statements
-from framework.keys import END, Key, KeySpec, decode, encode, shown
+from framework.keys import Key, decode, shown
 from framework.privileges import as_role, run_as
 from framework.subtask import Batch, SubtaskContext
-
-
-def _key_value(key: KeySpec, value: Key) -> str:
-    """A stored key as an SQL value comparable with ``key.expr()``, written
-    into the statement: the batch's statements carry the user's ``--using``,
-    so they go to the driver as they are, without bind parameters
-    (``backfill.schema.sql``)."""
-    if key.integer:
-        return str(int(value))  # type: ignore[arg-type]
-    return key.from_stored(f"CAST({literal(encode(value))} AS jsonb)")
-
-
-def _in_batch(key: KeySpec, lo: Key, hi: Key) -> str:
-    """``key >= lo AND key < hi``; no upper bound for a range ending at END."""
-    k = key.expr()
-    lower = f"{k} >= {_key_value(key, lo)}"
-    return lower if hi is END else f"{lower} AND {k} < {_key_value(key, hi)}"
 
 
 def backfill_batch(ctx: SubtaskContext, conn: Connection) -> Batch:
@@ -53,7 +40,7 @@ def backfill_batch(ctx: SubtaskContext, conn: Connection) -> Batch:
                    else f"{shadow} IS DISTINCT FROM {value}")
         with as_role(conn, run_as(job)):  # the user's --using, as the submitter
             run(conn, f"UPDATE {t} SET {shadow} = {value} "
-                      f"WHERE {_in_batch(job.key, ctx.curr_key, upper)} AND {changed}")
+                      f"WHERE {job.key.between(ctx.curr_key, upper)} AND {changed}")
     # IntegrityError: e.g. NULL from the USING of a NOT NULL column.
     except (sa.exc.DataError, sa.exc.IntegrityError) as exc:
         raise ValueError(_does_not_convert(ctx, upper, exc)) from None
@@ -77,7 +64,7 @@ def verify_batch(ctx: SubtaskContext, conn: Connection) -> Batch:
     upper, count = next_bound(conn, t, key, ctx.curr_key, ctx.end_key, job.batch_rows)
     wrong = run(conn, (
         f"SELECT {key.read()} FROM {t} "
-        f"WHERE {_in_batch(key, ctx.curr_key, upper)} "
+        f"WHERE {key.between(ctx.curr_key, upper)} "
         f"AND NOT ({stored} IS NOT DISTINCT FROM {wanted}) "
         f"ORDER BY {key.order_by()} LIMIT 1"))
     if wrong:

@@ -57,7 +57,7 @@ from backfill.spark import keyset_read
 from backfill.spark.pipeline import Batch, RangePipeline, key_between
 from backfill.spark.sizing import READ_ONLY_RANGE_ABOVE
 from backfill.tables import quote
-from framework.keys import END, Key, KeySpec, stored_json
+from framework.keys import END, Key, KeySpec, decode, stored_json
 from framework.subtask import SubtaskContext
 
 if TYPE_CHECKING:
@@ -87,65 +87,45 @@ class CompareColumn:
 class ChecksumSpec:
     source: str  # quoted, schema-qualified: the table whose keys are split
     target: str  # quoted, schema-qualified
-    key: str  # quoted key column, in both tables
+    key: str  # quoted first key column, in both tables
     key_name: str
     columns: tuple[CompareColumn, ...]
+    keys: KeySpec  # every key column with its type, in both tables
     compare_in: str = "postgres"  # or "spark"
     target_seconds: float = 1.0
-    # Every key column with its type, in both tables; None: the single integer ``key``.
-    key_spec: KeySpec | None = None
-
-    @property
-    def keys(self) -> KeySpec:
-        return self.key_spec or KeySpec.integer_column(self.key)
 
     def side_query(self, table: str) -> str:
-        """One side as Spark reads it: the key as ``k`` and each column's text as
-        c0, c1, ... A key of any type: its columns under their own names (for
-        the batch's predicates), ``k`` the text of its stored form (jsonb), and
-        the columns' text as ``__reorg_c0``, ... (``spark_side`` names them)."""
-        if not self.keys.integer:
-            key = self.keys
-            cols = "".join(f", {c.as_text()} AS {quote(f'__reorg_c{i}')}"
-                           for i, c in enumerate(self.columns))
-            return (f"(SELECT {key.order_by()}, CAST({key.as_stored()} AS text) AS "
-                    f"{quote('__reorg_k')}{cols} FROM {table}) reorg_cmp")
+        """One side as Spark reads it on the integer fast path: the key as
+        ``k`` (a number Spark filters on) and each column's text as c0, c1, ..."""
         cols = "".join(f", {c.as_text()} AS c{i}" for i, c in enumerate(self.columns))
         return f"(SELECT {self.key} AS k{cols} FROM {table}) reorg_cmp"
 
+    def keyset_side_query(self, table: str) -> str:
+        """One side as Spark reads it in keyset predicates (``keyset_read``):
+        the key's columns under their own names (for the predicates), the text
+        of its stored form as ``__reorg_k`` and the columns' text as
+        ``__reorg_c0``, ... (``spark_side`` names them)."""
+        key = self.keys
+        cols = "".join(f", {c.as_text()} AS {quote(f'__reorg_c{i}')}"
+                       for i, c in enumerate(self.columns))
+        return (f"(SELECT {key.order_by()}, {key.read()} AS "
+                f"{quote('__reorg_k')}{cols} FROM {table}) reorg_cmp")
+
     def compare_sql(self, cond: str) -> str:
         """The mismatching keys among rows matching ``cond`` (over the key
-        column), in one statement: one snapshot of both tables."""
-        if not self.keys.integer:
-            return self._keyset_compare_sql(cond)
-        k = self.key
-        # Composite values compare NULL fields as equal: a null-safe row compare.
-        row_a = ", ".join(c.as_text("a") for c in self.columns) or "0"
-        row_b = ", ".join(c.as_text("b") for c in self.columns) or "0"
-        return f"""
-            SELECT coalesce(x.k, y.k) AS k,
-                   CASE WHEN y.k IS NULL THEN 'missing_in_target'
-                        WHEN x.k IS NULL THEN 'missing_in_source' ELSE 'different' END AS kind
-            FROM (SELECT a.{k} AS k, ROW({row_a}) AS r FROM {self.source} a
-                  WHERE {cond.format(t='a')}) x
-            FULL JOIN (SELECT b.{k} AS k, ROW({row_b}) AS r FROM {self.target} b
-                       WHERE {cond.format(t='b')}) y ON x.k = y.k
-            WHERE x.k IS NULL OR y.k IS NULL OR x.r IS DISTINCT FROM y.r
-            ORDER BY 1"""
-
-    def _keyset_compare_sql(self, cond: str) -> str:
-        """``compare_sql`` for a key of any type: joined on every key column,
-        each mismatching key as its stored form (jsonb)."""
+        columns), in one statement: one snapshot of both tables; joined on
+        every key column, each mismatching key as its stored form (jsonb)."""
         key = self.keys
         n = len(key.columns)
+        # Composite values compare NULL fields as equal: a null-safe row compare.
         row_a = ", ".join(c.as_text("a") for c in self.columns) or "0"
         row_b = ", ".join(c.as_text("b") for c in self.columns) or "0"
         read_a = ", ".join(f"{name} AS k{i}" for i, name in enumerate(key.names("a")))
         read_b = ", ".join(f"{name} AS k{i}" for i, name in enumerate(key.names("b")))
         joined = " AND ".join(f"x.k{i} = y.k{i}" for i in range(n))
-        found = ", ".join(f"coalesce(x.k{i}, y.k{i})" for i in range(n))
+        found = [f"coalesce(x.k{i}, y.k{i})" for i in range(n)]
         return f"""
-            SELECT jsonb_build_array({found}) AS k,
+            SELECT {key.stored_of(found)} AS k,
                    CASE WHEN y.k0 IS NULL THEN 'missing_in_target'
                         WHEN x.k0 IS NULL THEN 'missing_in_source' ELSE 'different' END AS kind
             FROM (SELECT {read_a}, ROW({row_a}) AS r FROM {self.source} a
@@ -153,44 +133,27 @@ class ChecksumSpec:
             FULL JOIN (SELECT {read_b}, ROW({row_b}) AS r FROM {self.target} b
                        WHERE {cond.format(t='b')}) y ON {joined}
             WHERE x.k0 IS NULL OR y.k0 IS NULL OR x.r IS DISTINCT FROM y.r
-            ORDER BY {found}"""
+            ORDER BY {', '.join(found)}"""
 
     def range_cond(self, lo: Key | None, hi: Key | None) -> tuple[str, dict[str, Any]]:
-        if not self.keys.integer:
-            key = self.keys
-            conds, bound = ["TRUE"], {}
-            if lo is not None:
-                conds.append(f"{key.expr('{t}')} >= {key.param('lo')}")
-                bound["lo"] = key.bind(lo)
-            if hi is not None and hi is not END:
-                conds.append(f"{key.expr('{t}')} < {key.param('hi')}")
-                bound["hi"] = key.bind(hi)
-            return " AND ".join(conds), bound
-        conds, params = ["TRUE"], {}
+        """``lo <= key < hi`` over ``{t}``; None or END: no bound on that side."""
+        key = self.keys
+        conds, bound = ["TRUE"], {}
         if lo is not None:
-            conds.append(f"{{t}}.{self.key} >= :lo")
-            params["lo"] = lo
-        if hi is not None:
-            conds.append(f"{{t}}.{self.key} < :hi")
-            params["hi"] = hi
-        return " AND ".join(conds), params
+            conds.append(f"{key.expr('{t}')} >= {key.param('lo')}")
+            bound["lo"] = key.bind(lo)
+        if hi is not None and hi is not END:
+            conds.append(f"{key.expr('{t}')} < {key.param('hi')}")
+            bound["hi"] = key.bind(hi)
+        return " AND ".join(conds), bound
 
     def keys_cond(self) -> str:
-        """The listed keys: ints, or for a key of any type one jsonb array of them."""
-        if not self.keys.integer:
-            key = self.keys
-            values = ", ".join(f"CAST(e ->> {i} AS {t})" for i, t in enumerate(key.types))
-            return (f"{key.expr('{t}')} IN (SELECT {values} FROM "
-                    "jsonb_array_elements(CAST(:keys AS jsonb)) e)")
-        return f"{{t}}.{self.key} = ANY(CAST(:keys AS bigint[]))"
+        """The listed keys (bound by ``bind_keys``)."""
+        return self.keys.among("keys", "{t}")
 
     def bind_keys(self, keys: list[Any]) -> Any:
-        return keys if self.keys.integer else json.dumps(keys)
-
-    def found_key(self, value: Any) -> Any:
-        """A key as the comparison returns it, as findings keep it: an int, or
-        a key of any type's stored form (a JSON array)."""
-        return int(value) if self.keys.integer else list(value)
+        """``keys`` as findings keep them (stored JSON values), for ``keys_cond``."""
+        return self.keys.bind_all([decode(k) for k in keys])
 
 
 def spark_diff(a: DataFrame, b: DataFrame, ncols: int) -> DataFrame:
@@ -303,9 +266,8 @@ class ChecksumPipeline(RangePipeline):
             with self.engine.begin() as conn, ctx.cancel_on_stop(conn):
                 conn.exec_driver_sql("SET LOCAL jit = off")
                 rows = conn.execute(text(spec.compare_sql(cond)), params).all()
-            return self._compared(read_lo, read_hi, [(spec.found_key(r.k), r.kind)
-                                                     for r in rows])
-        if not key.integer:
+            return self._compared(read_lo, read_hi, [(r.k, r.kind) for r in rows])
+        if not key.arithmetic:  # keyset predicates; Spark cannot filter the key
             return self._keyset_spark_compare(read_lo, read_hi)
         if self._sides is None:
             props = self.jdbc.read_props()
@@ -318,13 +280,11 @@ class ChecksumPipeline(RangePipeline):
         table = diff.toArrow()
         keys = table.column("k").to_pylist()
         kinds = table.column("kind").to_pylist()
-        return Compared(read_lo, read_hi, sorted(zip(keys, kinds, strict=True)))
+        return self._compared(read_lo, read_hi, sorted(zip(keys, kinds, strict=True)))
 
-    def _compared(self, lo: Key | None, hi: Key | None, found: list[tuple[Any, str]]
-                  ) -> Compared:
-        """Findings keep a key of any type in its stored form (JSON)."""
-        if self.keys.integer:
-            return Compared(lo, hi, found)
+    @staticmethod
+    def _compared(lo: Key | None, hi: Key | None, found: list[tuple[Any, str]]) -> Compared:
+        """Findings keep keys in their stored form (JSON: a number, or an array)."""
         return Compared(None if lo is None else stored_json(lo),
                         None if hi is None else stored_json(hi), found)
 
@@ -336,7 +296,7 @@ class ChecksumPipeline(RangePipeline):
         spec = self.spec
 
         def side(table: str) -> DataFrame:
-            df = keyset_read.read_batch(self.spark, self.jdbc, spec.side_query(table),
+            df = keyset_read.read_batch(self.spark, self.jdbc, spec.keyset_side_query(table),
                                         self.keys, lo, hi, [])
             return df.select(F.col("__reorg_k").alias("k"), *[
                 F.col(f"__reorg_c{i}").alias(f"c{i}") for i in range(len(spec.columns))])
@@ -354,7 +314,7 @@ class ChecksumPipeline(RangePipeline):
             # Confirm in one snapshot: the two Spark reads were two.
             rows = conn.execute(text(self.spec.compare_sql(self.spec.keys_cond())),
                                 {"keys": self.spec.bind_keys([k for k, _ in found])}).all()
-            found = [(self.spec.found_key(r.k), r.kind) for r in rows]
+            found = [(r.k, r.kind) for r in rows]
         self._pending = self.findings.copy()
         self._pending.add(compared.lo, compared.hi, found)
         return found

@@ -45,9 +45,8 @@ def spec_of(job: Job) -> ChecksumSpec:
     return ChecksumSpec(
         source=job.target_table, target=p["target_table"], key=job.key_column, key_name=p["key"],
         columns=tuple(CompareColumn(c["name"], c.get("common")) for c in p["columns"]),
-        compare_in=p.get("compare_in", "postgres"),
+        keys=job.key, compare_in=p.get("compare_in", "postgres"),
         target_seconds=float(p.get("target_batch_seconds", 1.0)),
-        key_spec=None if job.key.integer else job.key,
     )
 
 
@@ -87,11 +86,9 @@ class ChecksumJobType(JobType):
                 + (f"; every one of the {others} rows of {b.display} is missing from it"
                    if others else "; so is " + b.display))
         spec = ChecksumSpec(a.qualified, b.qualified, a.key_sql, a.key, tuple(columns),
-                            key_spec=None if a.key_spec.integer else a.key_spec)
+                            a.key_spec)
         # Plans (and type-checks) the comparison on both tables without running it.
-        cond = (spec.range_cond(0, 1)[0].replace(":lo", "0").replace(":hi", "1")
-                if a.key_spec.integer else "TRUE")
-        explain_select_or_fail(conn, spec.compare_sql(cond), "--columns",
+        explain_select_or_fail(conn, spec.compare_sql("TRUE"), "--columns",
                                f"{a.display} and {b.display}")
         normalised = {k: v for k, v in params.items() if v is not None}
         normalised |= {"key": a.key, "target": b.display, "target_table": b.qualified,
@@ -116,7 +113,7 @@ class ChecksumJobType(JobType):
         if b.qualified == a.qualified:
             raise InvalidParams(f"--target {b.display} is the same table as --table; compare "
                                 "two different tables")
-        if not (a.key_spec.integer and b.key_spec.integer) and b.key_spec != a.key_spec:
+        if not b.key_spec.matches(a.key_spec):
             raise InvalidParams(
                 f"target {b.display} is keyed by {b.key_spec.described()} but {a.display} by "
                 f"{a.key_spec.described()}; checksum matches rows on the key, so both need the "

@@ -28,7 +28,7 @@ column, and the keys table has the key's own columns (``k0, k1, ...``).
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import text
@@ -82,22 +82,14 @@ class CopySpec:
     created: bool  # the job created the target (rollback drops it)
     work_schema: str
     target_seconds: float = 1.0
-    # Every key column with its type (same names in source and target);
-    # None: the single integer ``key``.
-    key_spec: KeySpec | None = None
-
-    @property
-    def source_key(self) -> KeySpec:
-        return self.key_spec or KeySpec.integer_column(self.key)
+    # Every key column with its type (same names in source and target).
+    source_key: KeySpec = field(kw_only=True)
 
     @property
     def copied_key(self) -> KeySpec:
-        """The key as the table of copied keys (``keys``) holds it: one
-        ``k bigint``, or ``k0, k1, ...`` in the key's own types."""
-        if self.source_key.integer:
-            return KeySpec(("k",), ("bigint",))
-        types = self.source_key.types
-        return KeySpec.of([f"k{i}" for i in range(len(types))], types)
+        """The key as the table of copied keys (``keys``) holds it
+        (``KeySpec.work_key``)."""
+        return self.source_key.work_key()
 
     # --- Spark -----------------------------------------------------------------
 
@@ -147,26 +139,8 @@ class CopySpec:
         return f"CREATE TEMP TABLE IF NOT EXISTS {self.stage} ({cols}) ON COMMIT DELETE ROWS"
 
     def upsert(self) -> str:
-        """Stage -> target. Returns the number of rows written in a row."""
-        if not self.source_key.integer:
-            return self._keyset_upsert()
-        cols, k = self.column_list(), self.key
-        others = [quote(c.name) for c in self.columns if c.name != self.key_name] or [k]
-        sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in others)
-        insert = (f"INSERT INTO {self.target} AS t ({cols}) SELECT {cols} FROM {self.stage} "
-                  f"ON CONFLICT ({k}) DO UPDATE SET {sets}")
-        if self.created:
-            return f"WITH up AS ({insert} RETURNING 1) SELECT count(*) FROM up"
-        # Only rows this job wrote before may be updated (a retried range);
-        # every written key is recorded for rollback in the same statement.
-        return (f"WITH up AS ({insert} WHERE EXISTS (SELECT 1 FROM {self.keys} w "
-                f"WHERE w.k = t.{k}) RETURNING t.{k} AS k), "
-                f"rec AS (INSERT INTO {self.keys} (k) SELECT k FROM up ON CONFLICT DO NOTHING) "
-                "SELECT count(*) FROM up")
-
-    def _keyset_upsert(self) -> str:
-        """``upsert`` for a key of any type: the conflict, the check and the
-        record on every key column."""
+        """Stage -> target, the conflict, the check and the record on every
+        key column. Returns the number of rows written in a row."""
         cols, key, copied = self.column_list(), self.source_key, self.copied_key
         names = set(key.columns)
         others = [quote(c.name) for c in self.columns if c.name not in names] or key.names()
@@ -175,6 +149,8 @@ class CopySpec:
                   f"ON CONFLICT ({key.order_by()}) DO UPDATE SET {sets}")
         if self.created:
             return f"WITH up AS ({insert} RETURNING 1) SELECT count(*) FROM up"
+        # Only rows this job wrote before may be updated (a retried range);
+        # every written key is recorded for rollback in the same statement.
         returned = ", ".join(f"{name} AS {c}" for name, c in
                              zip(key.names("t"), copied.columns, strict=True))
         return (f"WITH up AS ({insert} WHERE EXISTS (SELECT 1 FROM {self.keys} w "
@@ -184,15 +160,12 @@ class CopySpec:
                 "SELECT count(*) FROM up")
 
     def foreign_key(self) -> str:
-        """A staged key the upsert skipped: it is in the target but not the job's
-        (a key of any type as its stored form, jsonb)."""
+        """A staged key the upsert skipped: it is in the target but not the
+        job's (as its stored form, jsonb)."""
         key, copied = self.source_key, self.copied_key
-        if not key.integer:
-            return (f"SELECT {key.as_stored('s')} FROM {self.stage} s WHERE NOT EXISTS "
-                    f"(SELECT 1 FROM {self.keys} w WHERE {copied.expr('w')} = {key.expr('s')}) "
-                    f"ORDER BY {key.order_by('s')} LIMIT 1")
-        return (f"SELECT s.{self.key} FROM {self.stage} s WHERE NOT EXISTS "
-                f"(SELECT 1 FROM {self.keys} w WHERE w.k = s.{self.key}) ORDER BY 1 LIMIT 1")
+        return (f"SELECT {key.as_stored('s')} FROM {self.stage} s WHERE NOT EXISTS "
+                f"(SELECT 1 FROM {self.keys} w WHERE {copied.expr('w')} = {key.expr('s')}) "
+                f"ORDER BY {key.order_by('s')} LIMIT 1")
 
     def marker(self) -> str:
         return f"reorg copy job {self.job_id}: created by the job, dropped if it rolls back"
@@ -203,8 +176,6 @@ class CopySpec:
                 f"COMMENT ON TABLE {self.target} IS '{self.marker()}'"]
 
     def create_keys(self) -> str:
-        if self.source_key.integer:
-            return f"CREATE TABLE IF NOT EXISTS {self.keys} (k bigint PRIMARY KEY)"
         copied = self.copied_key
         cols = ", ".join(f"{c} {t} NOT NULL" for c, t in zip(copied.columns, copied.types,
                                                                strict=True))
@@ -218,14 +189,10 @@ class CopySpec:
         """Delete the rows the job copied with keys in ``[:lo, :hi)``: one
         batch of a revert subtask (``bounded`` False: no upper bound)."""
         key, copied = self.source_key, self.copied_key
-        if not key.integer:
-            return (f"DELETE FROM {self.target} t USING {self.keys} w "
-                    f"WHERE {key.expr('t')} = {copied.expr('w')} "
-                    f"AND {copied.in_range('w', bounded=bounded)} "
-                    f"AND {key.in_range('t', bounded=bounded)}")
         return (f"DELETE FROM {self.target} t USING {self.keys} w "
-                f"WHERE t.{self.key} = w.k AND w.k >= :lo AND w.k < :hi "
-                f"AND t.{self.key} >= :lo AND t.{self.key} < :hi")
+                f"WHERE {key.expr('t')} = {copied.expr('w')} "
+                f"AND {copied.in_range('w', bounded=bounded)} "
+                f"AND {key.in_range('t', bounded=bounded)}")
 
 
 @dataclass(frozen=True)
@@ -260,7 +227,7 @@ class CopyPipeline(RangePipeline):
         return self._types
 
     def compute(self, lo: Any, hi: Any, scanned: int) -> Staged:
-        if not self.keys.integer:
+        if not self.keys.arithmetic:  # keyset predicates; Spark cannot filter the key
             df = self.keyset_frame(self.spec.base_query(), lo, hi, scanned)
             table = self.spec.output(df, self._target_types()).toArrow()
             return Staged(landing.to_csv(table), table.num_rows)
@@ -285,9 +252,8 @@ class CopyPipeline(RangePipeline):
         written = conn.execute(text(spec.upsert())).scalar_one()
         if written != staged.rows:
             found = conn.execute(text(spec.foreign_key())).scalar()
-            key = found if spec.source_key.integer else shown(decode(found))
             raise CopyConflict(
-                f"key {key} already exists in {spec.target} and was not written by this job "
+                f"key {shown(decode(found))} already exists in {spec.target} and was not written by this job "
                 "(another writer inserted it during the copy); the copy stops rather than "
                 "overwrite it")
         return int(written)

@@ -60,7 +60,7 @@ def spec_of(job: Job) -> CopySpec:
         where=p.get("where"), created=bool(p["create_target"]),
         work_schema=p.get("work_schema", "reorg"),
         target_seconds=float(p.get("target_batch_seconds", 1.0)),
-        key_spec=None if job.key.integer else job.key,
+        source_key=job.key,
     )
 
 

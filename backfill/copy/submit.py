@@ -111,7 +111,7 @@ def _existing_target(conn: Connection, src: TableInfo, name: str) -> TableInfo:
         raise InvalidParams(
             f"target {dst.display} has primary key ({dst.key}) but the key of "
             f"{src.display} is {src.key}; the target needs the same key column")
-    if not (src.key_spec.integer and dst.key_spec.integer) and dst.key_spec != src.key_spec:
+    if not dst.key_spec.matches(src.key_spec):
         # The key's values are copied as PostgreSQL's text of them: the same
         # columns of the same types, or a row could land under another key.
         raise InvalidParams(
@@ -153,7 +153,7 @@ def _check_with_spark(conn: Connection, src: TableInfo, dst: TableInfo | None,
                                 f"add --select {key_column}")
     spec = CopySpec(job_id=0, source=src.qualified, key=src.key_sql, key_name=src.key,
                     target="", columns=tuple(columns), where=where, created=dst is None,
-                    work_schema="", key_spec=None if src.key_spec.integer else src.key_spec)
+                    work_schema="", source_key=src.key_spec)
     with dry_run("--select", src.display, where):
         sample = spark.read.jdbc(jdbc.url, spec.base_query(limit=DRY_RUN_ROWS),
                                  properties=jdbc.read_props())
@@ -303,33 +303,8 @@ def _check_target_columns(conn: Connection, dst: TableInfo, columns: list[Output
 def _check_no_overlap(conn: Connection, src: TableInfo, dst: TableInfo, where: str | None) -> None:
     """Refuse a target that already holds keys the copy would write: its rows
     must keep their values, and rollback removes only what the job wrote.
-    Two index probes when the key spans do not meet; a semi-join otherwise."""
-    if not src.key_spec.integer:
-        _check_no_overlap_any_key(conn, src, dst, where)
-        return
-    k = src.key_sql
-    lo, hi = conn.execute(text(f"SELECT min({k}), max({k}) FROM {src.qualified}")).one()
-    if lo is None:
-        return
-    near = conn.execute(text(f"SELECT EXISTS (SELECT 1 FROM {dst.qualified} "
-                             f"WHERE {k} >= :lo AND {k} <= :hi)"), {"lo": lo, "hi": hi}).scalar()
-    if not near:
-        return
-    clash = conn.execute(text(
-        f"SELECT d.{k} FROM {dst.qualified} d WHERE d.{k} >= :lo AND d.{k} <= :hi AND EXISTS "
-        f"(SELECT 1 FROM {src.qualified} s WHERE s.{k} = d.{k} AND {embed(where or 'TRUE')}) "
-        "ORDER BY 1 LIMIT 1"), {"lo": lo, "hi": hi}).scalar()
-    if clash is not None:
-        raise InvalidParams(
-            f"target {dst.display} already has rows with keys the copy would write "
-            f"(e.g. {src.key} = {clash}); copy only fills keys the target does not have: "
-            "delete those rows or exclude them with --where")
-
-
-def _check_no_overlap_any_key(conn: Connection, src: TableInfo, dst: TableInfo,
-                              where: str | None) -> None:
-    """``_check_no_overlap`` for a key of any type: the source's smallest and
-    largest keys by index (no min() of a row), then the same two steps."""
+    The source's smallest and largest keys by index (no min() of a row), then
+    two index probes when the key spans do not meet; a semi-join otherwise."""
     key = src.key_spec
     first, last = (conn.execute(text(
         f"SELECT {key.read()} FROM {src.qualified} ORDER BY {order} LIMIT 1")).scalar()

@@ -116,14 +116,6 @@ def read_base(spark: SparkSession, target: JdbcTarget, table: str,
     return spark.read.jdbc(target.url, read_query(table, where), properties=target.read_props())
 
 
-def read_keys(spark: SparkSession, target: JdbcTarget, table: str, key: str, keys: list[int],
-              *, where: str | None = None) -> DataFrame:
-    """The listed rows (those that changed under a batch), with their versions."""
-    array = "{" + ",".join(str(int(k)) for k in keys) + "}"
-    return spark.read.jdbc(target.url, read_query(table, where, f"{key} = ANY('{array}'::bigint[])"),
-                           properties=target.read_props())
-
-
 def schema_probe(spark: SparkSession, target: JdbcTarget, select_sql: str) -> DataFrame:
     """An empty DataFrame with the Spark types of ``select_sql``'s columns (one
     catalogue round trip, no rows read)."""

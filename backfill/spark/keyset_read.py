@@ -7,14 +7,15 @@ understands the value: neither holds for a text key in PostgreSQL's collation,
 a uuid, a timestamp or a row of columns. So the batch ``[lo, hi)`` is read
 with explicit ``predicates``, PostgreSQL SQL that Spark appends as the
 ``WHERE`` of one JDBC partition each, every bound a literal of the key's own
-types (``literal``): the rows, their order and their partitions are exactly
-PostgreSQL's. Partitions are cut at keys of the batch, every
+types (``KeySpec.between``): the rows, their order and their partitions are
+exactly PostgreSQL's. Partitions are cut at keys of the batch, every
 (rows / parts)-th one (``partition_cuts``).
 
-Key values that travel through Spark and back (a backfill's or a copy's
-staged rows) go as PostgreSQL's text of each key column (``text_columns``):
-COPY parses it back into the key's type exactly, where Spark's types would
-round unconstrained numerics or shift timestamps.
+Key values that travel through Spark and back (a backfill's staged rows) go
+as PostgreSQL's text of each key column (``text_columns``): COPY parses it
+back into the key's type exactly, where Spark's types would round
+unconstrained numerics or shift timestamps. A single integer key travels as
+Spark's own number, exact (``KeySpec.arithmetic``).
 """
 
 from __future__ import annotations
@@ -25,47 +26,21 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from backfill.spark.jdbc import JdbcTarget, read_query
-from framework.keys import END, Key, KeySpec, decode, encode, quote
+from framework.keys import END, Key, KeySpec, decode, quote
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-# The text of key column i in a read, and its staged name.
+# The text of key column i in a read.
 TEXT_KEY_PREFIX = "__reorg_key_"
 
 
-def stage_column(i: int) -> str:
-    return f"k{i}"
-
-
-def literal(key: KeySpec, value: Key) -> str:
-    """SQL for ``value`` as the key's typed value, comparable with
-    ``key.expr()``: its stored JSON as a quoted literal, cast back."""
-    stored = "'" + encode(value).replace("'", "''") + "'"
-    return key.from_stored(f"CAST({stored} AS jsonb)")
-
-
-def range_sql(key: KeySpec, lo: Key | None, hi: Key | None, alias: str | None = None) -> str:
-    """``lo <= key < hi`` with literal bounds; None or END: no bound on that side."""
-    k = key.expr(alias)
-    conds = []
-    if lo is not None:
-        conds.append(f"{k} >= {literal(key, lo)}")
-    if hi is not None and hi is not END:
-        conds.append(f"{k} < {literal(key, hi)}")
-    return " AND ".join(conds) or "TRUE"
-
-
-def in_list_sql(key: KeySpec, keys: list[Key], alias: str | None = None) -> str:
-    """``key IN (the listed keys)``, the list one jsonb literal."""
-    array = "'[" + ",".join(encode(k) for k in keys).replace("'", "''") + "]'"
-    values = ", ".join(f"CAST(reorg_e ->> {i} AS {t})" for i, t in enumerate(key.types))
-    return (f"{key.expr(alias)} IN (SELECT {values} FROM "
-            f"jsonb_array_elements(CAST({array} AS jsonb)) AS reorg_e)")
-
-
 def text_columns(key: KeySpec) -> str:
-    """``, CAST("a" AS text) AS "__reorg_key_0", ...``: to add to a read's select list."""
+    """``, CAST("a" AS text) AS "__reorg_key_0", ...``: to add to a read's
+    select list. None for a single integer key, which Spark reads, and a
+    batch stages, as its own number (``KeySpec.arithmetic``)."""
+    if key.arithmetic:
+        return ""
     return "".join(f", CAST({name} AS text) AS {quote(TEXT_KEY_PREFIX + str(i))}"
                    for i, name in enumerate(key.names()))
 
@@ -91,7 +66,7 @@ def predicates(key: KeySpec, lo: Key | None, hi: Key | None, cuts: list[Key]) ->
     """One predicate per partition: ``[lo, c1), [c1, c2), ..., [cn, hi)``
     (None: no bound on that side)."""
     edges: list[Key | None] = [lo, *cuts, hi]
-    return [range_sql(key, a, b) for a, b in zip(edges, edges[1:], strict=False)]
+    return [key.between(a, b) for a, b in zip(edges, edges[1:], strict=False)]
 
 
 def read_batch(spark: SparkSession, target: JdbcTarget, query: str, key: KeySpec,
@@ -104,7 +79,8 @@ def read_batch(spark: SparkSession, target: JdbcTarget, query: str, key: KeySpec
 
 def read_listed_keys(spark: SparkSession, target: JdbcTarget, table: str, key: KeySpec,
                      keys: list[Key], *, where: str | None = None) -> DataFrame:
-    """``read_keys`` for a key of any type, with the key columns' text."""
-    return spark.read.jdbc(target.url, read_query(table, where, in_list_sql(key, keys),
+    """The listed rows (those that changed under a batch), with their
+    versions and the key columns' text (``text_columns``)."""
+    return spark.read.jdbc(target.url, read_query(table, where, key.among_literal(keys),
                                                   columns=text_columns(key)),
                            properties=target.read_props())

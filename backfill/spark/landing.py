@@ -23,32 +23,24 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 
-def staging_name(column_type: str, key: KeySpec | None = None) -> str:
+def staging_name(column_type: str, key: KeySpec) -> str:
     """One temporary table per session, column type and key shape: jobs
     writing the same type share it (it is empty outside a merge), so a
-    long-lived pooled session does not collect one table per job. A single
-    integer key (``key`` None or integer) stages as ``k bigint``."""
-    shape = column_type
-    if key is not None and not key.integer:
-        shape += "|" + ",".join(key.types)
+    long-lived pooled session does not collect one table per job."""
+    shape = column_type + "|" + ",".join(key.types)
     return "reorg_stage_" + hashlib.md5(shape.encode()).hexdigest()[:12]
 
 
-def stage_key_columns(key: KeySpec | None) -> list[str]:
-    """The staged key's columns: ``k``, or ``k0, k1, ...`` of a key of any type."""
-    if key is None or key.integer:
-        return ["k"]
-    return [f"k{i}" for i in range(len(key.columns))]
+def stage_key_columns(key: KeySpec) -> list[str]:
+    """The staged key's columns (``KeySpec.work_key``)."""
+    return list(key.work_key().columns)
 
 
-def create_staging_sql(column_type: str, key: KeySpec | None = None) -> str:
-    # ver is xid so the merge compares xmin = ver without a cast per row. A key
-    # of any type is staged in its own types, parsed by COPY from its text.
-    if key is None or key.integer:
-        keys = "k bigint"
-    else:
-        keys = ", ".join(f"{c} {t}" for c, t in zip(stage_key_columns(key), key.types,
-                                                    strict=True))
+def create_staging_sql(column_type: str, key: KeySpec) -> str:
+    # ver is xid so the merge compares xmin = ver without a cast per row. The
+    # key is staged in its own types, parsed by COPY from its text.
+    staged = key.work_key()
+    keys = ", ".join(f"{c} {t}" for c, t in zip(staged.columns, staged.types, strict=True))
     return (f"CREATE TEMP TABLE IF NOT EXISTS {quote(staging_name(column_type, key))} "
             f"({keys}, ver xid, new {column_type}) ON COMMIT DELETE ROWS")
 
@@ -63,7 +55,7 @@ def to_csv(table: pa.Table) -> bytes:
 
 
 def copy_in(raw_conn: Any, column_type: str, columns: list[str], data: bytes,
-            key: KeySpec | None = None) -> None:
+            key: KeySpec) -> None:
     """COPY ``data`` into the staging table on psycopg connection ``raw_conn``
     (the merge transaction's own connection)."""
     cols = ", ".join(columns)

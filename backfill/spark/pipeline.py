@@ -107,7 +107,8 @@ class RangePipeline(ABC):
     uses_spark = True  # False: compute() runs no Spark job (no session is started)
     range_above = sizing.RANGE_ABOVE  # batches up to batch_rows times this (sizing)
     # Batches one Spark job reads (``split`` cuts its payload into them); only
-    # for a single integer key, whose batch edges the driver can compare.
+    # for a key with arithmetic, read and staged as Spark's number, whose
+    # batch edges the driver can compare.
     batches_per_read = 1
 
     def __init__(self, ctx: SubtaskContext, engine: Engine, *, table: str, key: str,
@@ -284,7 +285,7 @@ class RangePipeline(ABC):
         self.ctx.raise_if_stopped()
         started = time.monotonic()
         edges: list[tuple[Key, int]]
-        if self.batches_per_read > 1 and self.keys.integer:
+        if self.batches_per_read > 1 and self.keys.arithmetic:
             assert isinstance(lo, int)  # a single integer key's keys are ints
             edges = list(self.batch_edges(lo, rows, self.batches_per_read))
         else:
@@ -315,27 +316,24 @@ class RangePipeline(ABC):
         spare = self.spark.sparkContext.defaultParallelism // max(_active.count, 1)
         return max(1, min(spare, rows // ROWS_PER_PARTITION))
 
-    def bounds(self, lo: Any, rows: int) -> tuple[Any, int]:
+    def bounds(self, lo: Key, rows: int) -> tuple[Key, int]:
         """The batch's exclusive upper key and its row count: ``rows`` keys of
         ``table`` in key order, so gappy keys still make even batches,
         deterministic in the table's keys. A remainder under half a batch joins
         this one: a tiny last batch would cost a whole batch's fixed Spark and
-        commit overhead."""
-        if not self.keys.integer:
-            return self._keyset_bounds(lo, rows)
-        t, k, end = self.table, self.key, self.ctx.end_key
-
-        def nth(param: str) -> str:
-            return (f"(SELECT {k} FROM {t} WHERE {k} >= :lo AND {k} < :end "
-                    f"ORDER BY {k} OFFSET :{param} LIMIT 1)")
-
+        commit overhead. Two probes as keyset pages in the key's own order
+        (row comparisons on its index)."""
+        key, end = self.keys, self.ctx.end_key
+        where = key.in_range(None, bounded=end is not END, lo="lo", hi="end")
+        bind = {"lo": key.bind(lo), "end": key.bind(end)}
+        cut_sql, far_sql = (key.read_nth(self.table, where, n) for n in (":n", ":n2"))
         with self.engine.connect() as conn:
-            cut, far = conn.execute(text(f"SELECT {nth('n')}, {nth('n2')}"),
-                                    {"lo": lo, "end": end, "n": rows, "n2": rows + rows // 2}).one()
+            cut, far = conn.execute(text(f"SELECT {cut_sql}, {far_sql}"),
+                                    {**bind, "n": rows, "n2": rows + rows // 2}).one()
             if cut is not None and far is not None:
-                return int(cut), rows
-            left = conn.execute(text(f"SELECT count(*) FROM {t} WHERE {k} >= :lo AND {k} < :end"),
-                                {"lo": lo, "end": end}).scalar()
+                return decode(cut), rows
+            left = conn.execute(text(f"SELECT count(*) FROM {self.table} WHERE {where}"),
+                                bind).scalar()
             return end, int(left or 0)
 
     def batch_edges(self, lo: int, rows: int, count: int) -> list[tuple[int, int]]:
@@ -364,26 +362,6 @@ class RangePipeline(ABC):
                 edges.append((end, n - (j - 1) * rows))
                 break
         return edges
-
-    def _keyset_bounds(self, lo: Key, rows: int) -> tuple[Key, int]:
-        """``bounds`` for a key of any type: the same two probes as keyset
-        pages in the key's own order (row comparisons on its index)."""
-        key, end = self.keys, self.ctx.end_key
-        where = key.in_range(None, bounded=end is not END, lo="lo", hi="end")
-        bind = {"lo": key.bind(lo), "end": key.bind(end)}
-
-        def nth(param: str) -> str:
-            return (f"(SELECT {key.read()} FROM {self.table} WHERE {where} "
-                    f"ORDER BY {key.order_by()} OFFSET :{param} LIMIT 1)")
-
-        with self.engine.connect() as conn:
-            cut, far = conn.execute(text(f"SELECT {nth('n')}, {nth('n2')}"),
-                                    {**bind, "n": rows, "n2": rows + rows // 2}).one()
-            if cut is not None and far is not None:
-                return decode(cut), rows
-            left = conn.execute(text(f"SELECT count(*) FROM {self.table} WHERE {where}"),
-                                bind).scalar()
-            return end, int(left or 0)
 
     def keyset_frame(self, query: str, lo: Key, hi: Key, scanned: int) -> DataFrame:
         """Rows of ``query`` (a JDBC ``dbtable`` with the key's columns under

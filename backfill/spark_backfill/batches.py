@@ -24,7 +24,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
 from backfill.spark import landing
-from backfill.spark.jdbc import jdbc_target, read_base, read_keys, read_query
+from backfill.spark.jdbc import jdbc_target, read_base, read_query
 from backfill.spark.keyset_read import read_listed_keys, text_columns
 from backfill.spark.pipeline import Batch, BatchStat, RangePipeline, key_between
 from backfill.spark.session import on_session_stop
@@ -171,7 +171,7 @@ class SubtaskRunner(RangePipeline):
     # --- read: Spark, Arrow (read thread) ---------------------------------------
 
     def compute(self, lo: Any, hi: Any, scanned: int) -> pa.Table:
-        if not self.keys.integer:
+        if not self.keys.arithmetic:  # keyset predicates; Spark cannot filter the key
             query = read_query(self.spec.table, self.spec.where,
                                columns=text_columns(self.keys))
             return self._computed(self.keyset_frame(query, lo, hi, scanned))
@@ -204,8 +204,7 @@ class SubtaskRunner(RangePipeline):
             return target_type
 
         target_type = self.cache.get(self.spark, "target_type", register)
-        return self.spec.transform.output(df, self.key_name, target_type,
-                                          self.spec.keys).toArrow()
+        return self.spec.transform.output(df, self.spec.keys, target_type).toArrow()
 
     def _stage(self, df: DataFrame) -> Staged:
         return _staged(self._computed(df))
@@ -249,25 +248,18 @@ class SubtaskRunner(RangePipeline):
         compute again. From round OPTIMISTIC_ROUNDS + 1 on, lock them first, so
         the version Spark reads is the one the merge finds."""
         m = self.spec.merge
-        keys = list(conn.execute(text(m.changed())).scalars())
+        keys = [decode(k) for k in conn.execute(text(m.changed())).scalars()]
         conn.exec_driver_sql(m.clear_stage())
         if not keys:
             return Staged(b"", 0)
         if round_no > MAX_ROUNDS:
             raise RetryableError(f"{len(keys)} rows kept changing under batch; retrying the subtask")
         if round_no > OPTIMISTIC_ROUNDS:
-            # A key of any type: each one jsonb text (``KeySpec.read``), kept exact.
-            bound = keys if self.spec.keys.integer else "[" + ", ".join(keys) + "]"
-            conn.execute(text(m.lock()), {"keys": bound})
+            conn.execute(text(m.lock()), {"keys": self.spec.keys.bind_all(keys)})
         self.ctx.raise_if_stopped()
         self.tag_spark_jobs()  # on the main thread: a hard stop cancels this read too
-        if self.spec.keys.integer:
-            df = read_keys(self.spark, self.jdbc, self.spec.table, self.spec.key, keys,
-                           where=self.spec.where)
-        else:
-            listed = [decode(k) for k in keys]  # a key of any type: stored keys (jsonb)
-            df = read_listed_keys(self.spark, self.jdbc, self.spec.table, self.spec.keys,
-                                  listed, where=self.spec.where)
+        df = read_listed_keys(self.spark, self.jdbc, self.spec.table, self.spec.keys, keys,
+                              where=self.spec.where)
         return self._stage(df)
 
     def stat(self, batch: Batch, result: Merged, seconds: float) -> BatchStats:

@@ -51,9 +51,8 @@ from framework.subtask import SubtaskContext
 
 def merge_sql(job: Job) -> MergeSql:
     p = job.params
-    return MergeSql(job.id, job.target_table, job.key_column, p["column"], p["column_type"],
-                    p.get("work_schema", "reorg"), bool(p["overwrite"]),
-                    None if job.key.integer else job.key)
+    return MergeSql(job.id, job.target_table, job.key, p["column"], p["column_type"],
+                    p.get("work_schema", "reorg"), bool(p["overwrite"]))
 
 
 def spec_of(job: Job) -> Any:
@@ -142,10 +141,9 @@ class BackfillJobType(JobType):
 
         spark = get_validation_spark()
         jdbc = jdbc_target(conn.engine.url, role)  # the sample is read as the submitter
-        keys = None if table.key_spec.integer else table.key_spec
-        key_text = "" if keys is None else text_columns(keys)
+        keys = table.key_spec
         sample = spark.read.jdbc(jdbc.url, read_query(table.qualified, where, limit=DRY_RUN_ROWS,
-                                                      columns=key_text),
+                                                      columns=text_columns(keys)),
                                  properties=jdbc.read_props())
         # The expression is analysed on the sample's schema (the table's
         # columns as the subtasks read them): no JDBC schema query of its own
@@ -178,7 +176,7 @@ class BackfillJobType(JobType):
                 f"{shown} yields {result.simpleString()} but {column} is {column_type}; "
                 f"wrap it in CAST(... AS {target.simpleString()})")
         with dry_run(shown, table.display, where):
-            rows = transform.output(sample, table.key, target, keys).toArrow()
+            rows = transform.output(sample, keys, target).toArrow()
             with conn.begin_nested() as savepoint:
                 raw = conn.connection.driver_connection
                 conn.exec_driver_sql(landing.create_staging_sql(column_type, keys))

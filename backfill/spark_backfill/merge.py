@@ -30,17 +30,11 @@ XID = "CAST(pg_current_xact_id() AS xid)"
 class MergeSql:
     job_id: int
     table: str  # quoted, schema-qualified
-    key: str  # quoted
+    keys: KeySpec  # the table's key: every column with its type
     column: str  # unquoted target column
     column_type: str  # its PostgreSQL type
     work_schema: str
     overwrite: bool  # True: keep before-images; False: the job added the column
-    # Every key column with its type; None: the single integer ``key``.
-    key_spec: KeySpec | None = None
-
-    @property
-    def keys(self) -> KeySpec:
-        return self.key_spec or KeySpec.integer_column(self.key)
 
     @property
     def stage_columns(self) -> list[str]:
@@ -50,7 +44,7 @@ class MergeSql:
 
     @property
     def _staged_key(self) -> KeySpec:
-        return KeySpec.of(stage_key_columns(self.keys), self.keys.types)
+        return self.keys.work_key()
 
     @property
     def stage(self) -> str:
@@ -69,11 +63,11 @@ class MergeSql:
         also keeps their before-images and returns the count applied in a row;
         otherwise the statement's rowcount is it. The key range (on ``o`` too:
         PostgreSQL does not carry ranges across the join's equality) lets the
-        planner scan only the batch's slice of the index."""
-        if not self.keys.integer:
-            return self._keyset_merge(bounded)
-        t, k, col = self.table, self.key, quote(self.column)
-        where = f"t.{k} >= :lo AND t.{k} < :hi AND t.{k} = s.k AND t.xmin = s.ver"
+        planner scan only the batch's slice of the index (``bounded`` False:
+        the batch ends at END, no upper bound)."""
+        t, col, key, staged = self.table, quote(self.column), self.keys, self._staged_key
+        where = (f"{key.in_range('t', bounded=bounded)} AND {key.expr('t')} = {staged.expr('s')} "
+                 "AND t.xmin = s.ver")
         if not self.overwrite:
             return f"UPDATE {t} t SET {col} = s.new FROM {self.stage} s WHERE {where}"
         # RETURNING shows only the new value, so ``o`` joins the target again
@@ -88,20 +82,6 @@ class MergeSql:
         # is taken from a version this statement did not overwrite. (PostgreSQL
         # 18's self-join elimination never removes the result relation, so
         # ``o`` stays a read of the old version.)
-        return (f"WITH applied AS (UPDATE {t} t SET {col} = s.new FROM {self.stage} s, {t} o "
-                f"WHERE {where} AND o.{k} = t.{k} AND o.{k} >= :lo AND o.{k} < :hi "
-                f"RETURNING t.{k} AS k, o.{col} AS old), "
-                f"img AS ({self.kept.keep('applied')}) "
-                f"SELECT count(*) FROM applied")
-
-    def _keyset_merge(self, bounded: bool) -> str:
-        """``merge`` for a key of any type: the same statement, joined on every
-        key column (``bounded`` False: the batch ends at END, no upper bound)."""
-        t, col, key, staged = self.table, quote(self.column), self.keys, self._staged_key
-        where = (f"{key.in_range('t', bounded=bounded)} AND {key.expr('t')} = {staged.expr('s')} "
-                 "AND t.xmin = s.ver")
-        if not self.overwrite:
-            return f"UPDATE {t} t SET {col} = s.new FROM {self.stage} s WHERE {where}"
         returned = ", ".join(f"{name} AS {kept}" for name, kept in
                              zip(key.names("t"), self.kept.key_columns, strict=True))
         return (f"WITH applied AS (UPDATE {t} t SET {col} = s.new FROM {self.stage} s, {t} o "
@@ -113,14 +93,11 @@ class MergeSql:
 
     def changed(self) -> str:
         """Staged keys this transaction did not write: changed or deleted since
-        the read (a key of any type: as stored keys, jsonb)."""
-        if not self.keys.integer:
-            key, staged = self.keys, self._staged_key
-            return (f"SELECT {staged.read('s')} FROM {self.stage} s "
-                    f"LEFT JOIN {self.table} t ON {key.expr('t')} = {staged.expr('s')} "
-                    f"WHERE t.xmin IS DISTINCT FROM {XID} ORDER BY {staged.order_by('s')}")
-        return (f"SELECT s.k FROM {self.stage} s LEFT JOIN {self.table} t ON t.{self.key} = s.k "
-                f"WHERE t.xmin IS DISTINCT FROM {XID} ORDER BY s.k")
+        the read, as stored keys (``KeySpec.read``)."""
+        key, staged = self.keys, self._staged_key
+        return (f"SELECT {staged.read('s')} FROM {self.stage} s "
+                f"LEFT JOIN {self.table} t ON {key.expr('t')} = {staged.expr('s')} "
+                f"WHERE t.xmin IS DISTINCT FROM {XID} ORDER BY {staged.order_by('s')}")
 
     def clear_stage(self) -> str:
         return f"DELETE FROM {self.stage}"
@@ -128,15 +105,10 @@ class MergeSql:
     def lock(self) -> str:
         """Lock the rows still changing under us, in key order (no deadlock among
         reorg workers); a concurrent writer now waits for this batch to commit.
-        Binds ``keys``: ints, or for a key of any type one jsonb array of them."""
-        if not self.keys.integer:
-            key = self.keys
-            values = ", ".join(f"CAST(e ->> {i} AS {t})" for i, t in enumerate(key.types))
-            return (f"SELECT 1 FROM {self.table} WHERE {key.expr()} IN (SELECT {values} "
-                    f"FROM jsonb_array_elements(CAST(:keys AS jsonb)) e) "
-                    f"ORDER BY {key.order_by()} FOR UPDATE")
-        return (f"SELECT {self.key} FROM {self.table} WHERE {self.key} = ANY(:keys) "
-                f"ORDER BY {self.key} FOR UPDATE")
+        Binds ``keys`` (``KeySpec.bind_all``)."""
+        key = self.keys
+        return (f"SELECT 1 FROM {self.table} WHERE {key.among('keys')} "
+                f"ORDER BY {key.order_by()} FOR UPDATE")
 
     @property
     def kept(self) -> BeforeImages:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from backfill.spark.expression_guard import check_spark_expression
 from backfill.spark.jdbc import VERSION_COLUMN
-from backfill.spark.keyset_read import TEXT_KEY_PREFIX, stage_column
+from backfill.spark.keyset_read import TEXT_KEY_PREFIX
 from backfill.spark.pipeline import spark_column
 from backfill.spark.session import on_session_stop
 from framework.keys import KeySpec
@@ -129,19 +129,18 @@ class Transform:
             spark.udf.register(name, func, return_type)
             _registered.add(token)
 
-    def output(self, df: DataFrame, key: str, target_type: DataType,
-               keys: KeySpec | None = None) -> DataFrame:
-        """The batch rows as (k, ver, new); ``new`` cast to the target's Spark
-        type. A key of any type (``keys``) is (k0, k1, ..., ver, new), each key
-        column as PostgreSQL's text of it, read alongside (``keyset_read``)."""
+    def output(self, df: DataFrame, key: KeySpec, target_type: DataType) -> DataFrame:
+        """The batch rows as the stage's key columns (``KeySpec.work_key``),
+        ver, new; ``new`` cast to the target's Spark type. A single integer
+        key is Spark's number; any other key each column's PostgreSQL text,
+        read alongside (``keyset_read.text_columns``)."""
         from pyspark.sql import functions as F
 
         # Again on the worker: a job row need not come from submit.
         check_spark_expression(df.sparkSession, self.expr, "--set")
-        if keys is None or keys.integer:
-            key_columns = [spark_column(key).alias("k")]
-        else:
-            key_columns = [spark_column(f"{TEXT_KEY_PREFIX}{i}").alias(stage_column(i))
-                           for i in range(len(keys.columns))]
+        staged = key.work_key().columns
+        read = ([key.columns[0]] if key.arithmetic
+                else [f"{TEXT_KEY_PREFIX}{i}" for i in range(len(key.columns))])
+        key_columns = [spark_column(r).alias(s) for r, s in zip(read, staged, strict=True)]
         return df.select(*key_columns, F.col(VERSION_COLUMN).alias("ver"),
                          F.expr(self.expr).cast(target_type).alias("new"))

@@ -12,6 +12,7 @@ from support import make_items
 from backfill.copy.batches import CopySpec
 from backfill.expressions import one_expression
 from backfill.spark.jdbc import read_query
+from framework.keys import KeySpec
 
 WHERES = ["a = 1 -- only ones", "a = 1 /* only ones */", "(a = 1)", "a = 1\n-- only ones"]
 
@@ -34,5 +35,6 @@ def test_backfill_read_keeps_the_predicate_and_the_key_condition(db, where):
 def test_copy_read_keeps_the_predicate(db, where):
     make_items(db, 1_000)
     spec = CopySpec(1, '"public"."items"', '"id"', "id", '"public"."t"', (),
-                    one_expression(where, "--where"), True, "reorg")
+                    one_expression(where, "--where"), True, "reorg",
+                    source_key=KeySpec.of(["id"], ["bigint"]))
     assert ids(db, spec.base_query(limit=3)) == [1, 98, 195]
