@@ -167,12 +167,6 @@ class KeySpec:
         return self.arithmetic
 
     @property
-    def integer(self) -> bool:
-        """``arithmetic``, under its old name (``backfill.rewrite`` asks it);
-        new code asks ``arithmetic`` or ``has_tail``, whichever it means."""
-        return self.arithmetic
-
-    @property
     def _number(self) -> bool:
         """Stored as a JSON number, compared and bound as a bigint (the form a
         single integer key had before keys of any type, which jobs in flight

@@ -44,8 +44,8 @@ from sqlalchemy.engine import Connection
 
 from backfill.rewrite import names
 from backfill.rewrite.shadow import Plan
-from backfill.schema.sql import literal, run
-from framework.keys import KeySpec
+from backfill.schema.sql import run
+from framework.keys import KeySpec, decode
 from framework.privileges import as_role
 
 
@@ -158,12 +158,7 @@ END $reorg$""",
     def _rewrite(self, conn: Connection, stored: list[str]) -> None:
         """The shadow's rows of these keys (stored jsonb texts) made T's."""
         p = self.plan
-        # Qualified: a bare name would be T's column of that name, if it has one.
-        columns = (["CAST(reorg_key.v AS bigint)"] if p.key.integer
-                   else [f"CAST(reorg_key.v ->> {i} AS {t})" for i, t in enumerate(p.key.types)])
-        keys = literal("[" + ", ".join(stored) + "]")
-        match = (f"{p.key.expr()} IN (SELECT {', '.join(columns)} "
-                 f"FROM jsonb_array_elements(CAST({keys} AS jsonb)) AS reorg_key(v))")
+        match = p.key.among_literal([decode(k) for k in stored])
         with as_role(conn, self.user_role):
             run(conn, f"DELETE FROM {p.shadow} WHERE {match}")
             run(conn, p.insert_into(p.shadow, p.select(match)))

@@ -36,10 +36,10 @@ from backfill.rewrite import like as like_file
 from backfill.rewrite import names
 from backfill.rewrite.builds import Build
 from backfill.rewrite.qualified import qualified_names
-from backfill.schema.sql import literal, run
+from backfill.schema.sql import run
 from backfill.tables import KEY_TYPES, inspect_table
 from framework.errors import InvalidParams, one_line
-from framework.keys import END, Key, KeySpec, encode, quote
+from framework.keys import END, Key, KeySpec, quote
 
 LIKE_OPTIONS = ("INCLUDING DEFAULTS INCLUDING IDENTITY INCLUDING GENERATED INCLUDING STORAGE "
                 "INCLUDING COMPRESSION")
@@ -104,7 +104,7 @@ class Plan:
     def insert(self, lo: Key, hi: Key) -> str:
         """One batch of the copy: the rows of T in ``[lo, hi)`` of ``copy_key``
         (``hi`` may be END), in --order-by order when one was asked for."""
-        select = self.select(key_range(self.copy_key, lo, hi))
+        select = self.select(self.copy_key.between(lo, hi))
         if self.order_by:
             select += f" ORDER BY {self.copy_key.order_by()}"
         return self.insert_into(self.shadow, select)
@@ -132,22 +132,6 @@ class Plan:
 
 def _key_param(key: KeySpec) -> list[list[str]]:
     return [list(key.columns), list(key.types)]
-
-
-def key_value(key: KeySpec, value: Key) -> str:
-    """A stored key as an SQL value comparable with ``key.expr()``, written
-    into the statement (which carries user SQL and so goes to the driver
-    without bind parameters, ``backfill.schema.sql``)."""
-    if key.integer:
-        return str(int(value))  # type: ignore[arg-type]
-    return key.from_stored(f"CAST({literal(encode(value))} AS jsonb)")
-
-
-def key_range(key: KeySpec, lo: Key, hi: Key, alias: str | None = None) -> str:
-    """``key >= lo AND key < hi``; no upper bound for a range ending at END."""
-    k = key.expr(alias)
-    lower = f"{k} >= {key_value(key, lo)}"
-    return lower if hi is END else f"{lower} AND {k} < {key_value(key, hi)}"
 
 
 # -- the plan, checked -------------------------------------------------------------
@@ -407,7 +391,7 @@ def _check_copy(conn: Connection, plan: Plan) -> None:
 
 
 def _sample_range(key: KeySpec) -> tuple[Key, Key]:
-    return (0, 1) if key.integer else (tuple(None for _ in key.types), END)
+    return (0, 1) if key.arithmetic else (tuple(None for _ in key.types), END)
 
 
 def _explain(conn: Connection, statement: str, fails: str) -> None:

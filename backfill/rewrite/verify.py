@@ -32,7 +32,7 @@ from sqlalchemy.engine import Connection
 from backfill.batch_bounds import next_bound
 from backfill.rewrite import names
 from backfill.rewrite.capture import Capture
-from backfill.rewrite.shadow import Plan, key_range
+from backfill.rewrite.shadow import Plan
 from backfill.rewrite.work import DENSE_SHARE, logged
 from backfill.schema.sql import run
 from framework import faults
@@ -52,12 +52,12 @@ def verify_batch(ctx: SubtaskContext, conn: Connection, plan: Plan, capture: Cap
     if ctx.curr_key == ctx.start_key:
         faults.hit("rewrite.before_verify")
     lo, end, n = ctx.curr_key, ctx.end_key, ctx.job.batch_rows
-    fixed = plan.copy_key.integer and end is not END and not ctx.batch_state.get(_SPARSE)
+    fixed = plan.copy_key.arithmetic and end is not END and not ctx.batch_state.get(_SPARSE)
     # On dense integer keys [lo, lo + n) with no key scan, as the copy's batches.
     hi = min(lo + n, end) if fixed else next_bound(conn, plan.table, plan.copy_key, lo, end, n)[0]
     ledger = dict(ctx.meta)
     found = compare(conn, plan, capture, lo, hi)
-    if plan.copy_key.integer and hi is not END:
+    if plan.copy_key.arithmetic and hi is not END:
         ctx.batch_state[_SPARSE] = found.scanned < DENSE_SHARE * (hi - lo)
     if found.differs:
         recopy(ctx, conn, capture, lo, hi)
@@ -116,7 +116,7 @@ def compare(conn: Connection, plan: Plan, capture: Capture, lo: Key, hi: Key) ->
     key = plan.key
     log_keys = capture.log_key.names()
     on = " AND ".join(f"l.{k} = x.{quote(c)}" for k, c in zip(log_keys, key.columns, strict=True))
-    in_range = key_range(plan.copy_key, lo, hi, "x")
+    in_range = plan.copy_key.between(lo, hi, "x")
 
     def side(relation: str, row: str) -> str:
         # y: each row of the range, as text, unless its key is in the log (a hash join).
@@ -151,9 +151,9 @@ def recopy(ctx: SubtaskContext, conn: Connection, capture: Capture, lo: Key, hi:
     plan = capture.plan
     conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": names.replay_lock(plan.job_id)})
     with as_role(conn, run_as(ctx.job)):  # as the copy: the submitter's --set
-        run(conn, f"DELETE FROM {plan.shadow} x WHERE {key_range(plan.copy_key, lo, hi, 'x')} "
+        run(conn, f"DELETE FROM {plan.shadow} x WHERE {plan.copy_key.between(lo, hi, 'x')} "
                   f"AND NOT {logged(capture, 'x')}")
-        where = f"{key_range(plan.copy_key, lo, hi)} AND NOT {logged(capture, plan.table)}"
+        where = f"{plan.copy_key.between(lo, hi)} AND NOT {logged(capture, plan.table)}"
         run(conn, plan.insert_into(plan.shadow, plan.select(where)))
 
 

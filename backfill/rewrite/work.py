@@ -37,7 +37,7 @@ from sqlalchemy.engine import Connection
 from backfill.batch_bounds import next_bound
 from backfill.rewrite.builds import Build
 from backfill.rewrite.capture import Capture
-from backfill.rewrite.shadow import Plan, key_range
+from backfill.rewrite.shadow import Plan
 from backfill.schema.sql import run
 from backfill.tables import set_ddl_lock_timeout
 from framework import faults, long_statements
@@ -67,14 +67,14 @@ def copy_batch(ctx: SubtaskContext, conn: Connection, capture: Capture) -> Batch
     """Copy the batch from ``ctx.curr_key`` into the shadow."""
     plan = capture.plan
     key, curr, end, n = plan.copy_key, ctx.curr_key, ctx.end_key, ctx.job.batch_rows
-    if key.integer and end is not END and not ctx.batch_state.get(_SPARSE):
+    if key.arithmetic and end is not END and not ctx.batch_state.get(_SPARSE):
         upper = min(curr + n, end)
         rows = _copy(ctx, conn, copy_statement(capture, curr, upper))
         ctx.batch_state[_SPARSE] = rows < DENSE_SHARE * (upper - curr)
         return Batch(upper, rows)
     upper, rows = next_bound(conn, plan.table, key, curr, end, n)
     _copy(ctx, conn, copy_statement(capture, curr, upper))
-    if key.integer and upper is not END:
+    if key.arithmetic and upper is not END:
         ctx.batch_state[_SPARSE] = rows < DENSE_SHARE * (upper - curr)
     return Batch(upper, rows)
 
@@ -88,7 +88,7 @@ def copy_statement(capture: Capture, lo: Key, hi: Key) -> str:
     if not plan.order_by:
         return plan.insert(lo, hi)
     return plan.insert_into(plan.shadow, plan.select(
-        f"{key_range(plan.copy_key, lo, hi)} AND NOT {logged(capture, plan.table)}")
+        f"{plan.copy_key.between(lo, hi)} AND NOT {logged(capture, plan.table)}")
         + f" ORDER BY {plan.copy_key.order_by()}")
 
 

@@ -35,7 +35,7 @@ from bench.dataplane.tracking import wait_ended
 KINDS = [
     ("create staging (if not exists)", "CREATE TEMP TABLE"),
     ("session settings", "SET LOCAL"),
-    ("checkpoint", "curr_key = new.k"),
+    ("checkpoint", "curr_key = b.curr_key"),
     ("merge (UPDATE ... FROM staging)", "reorg_stage_"),
     ("batch record (INSERT, for rollback)", "_batches\" (subtask_id"),
 ]

@@ -178,7 +178,7 @@ def split(eng: Engine, plan: Plan, parts: int) -> list[tuple[Key, Key]]:
         cuts = [decode(conn.execute(sa.text(
             f"SELECT {key.read()} FROM {t} ORDER BY {key.order_by()} OFFSET :o LIMIT 1"),
             {"o": count * i // parts}).scalar_one()) for i in range(parts)]
-        if key.integer:
+        if key.has_tail:
             last: Key = int(conn.execute(sa.text(f"SELECT max({key.expr()}) FROM {t}"))
                             .scalar_one()) + 1
         else:
