@@ -246,8 +246,9 @@ def test_read_only_without_a_token_and_bad_options(
         assert text_of(browser, "#summary .state") == "queued"
         assert not browser.find_elements(By.ID, "pause")
         # A POST as a script would send it: refused, nothing changed.
-        status, body = post(f"{dash.base}/jobs/{job}/cancel", f"token={TOKEN}")
-        assert status == 403 and "read-only" in body
+        for action, form in (("cancel", ""), ("retry", ""), ("alter", "&batch_rows=5")):
+            status, body = post(f"{dash.base}/jobs/{job}/{action}", f"token={TOKEN}{form}")
+            assert status == 403 and "read-only" in body, action
         assert job_of(db, job)["state"] == "queued" and _events(db, job) == before
 
         # Bad options: one line, exit 2, and the running dashboard unharmed.
@@ -406,6 +407,7 @@ def test_retry_and_alter_from_the_job_page(
     assert text_of(browser, "#limit-concurrency") == "concurrency 2"
     assert text_of(browser, "#limit-replica-lag") == "max replica lag 30s"
     assert browser.find_element(By.ID, "alter-batch_rows").get_attribute("value") == ""
+    assert_no_horizontal_overflow(browser)
     screenshot(browser, "dashboard-alter.png", whole_page=True)
 
     # The cause fixed, Retry re-queues the failed subtask and the job
