@@ -50,10 +50,11 @@ def status(
             # a script that waited on it (`reorg wait` is for that).
             raise typer.Exit(INTERRUPTED) from None
         return
-    jobs = control.status(db, job_id, limit)
     if as_json:
-        print_json([progress.for_json(j) for j in jobs])
-    elif not jobs:
+        print_json(progress.status_for_json(db, job_id, limit))
+        return
+    jobs = control.status(db, job_id, limit)
+    if not jobs:
         console.print("no jobs; submit one with `reorg submit`")
     else:
         console.print(progress.status_table(jobs))
@@ -155,16 +156,11 @@ def alter(
         metavar="N", help="Active sessions limit; 0 removes it.")] = None,
 ) -> None:
     """Change a live job's knobs; workers pick them up at their next batch."""
-    control.alter(cli_state(ctx).database(), job_id, batch_rows=batch_rows,
-                  max_rows_per_sec=max_rows_per_sec, concurrency=concurrency,
-                  max_replica_lag=max_replica_lag, max_active_sessions=max_active_sessions,
-                  actor=control.local_actor())
-    changed = {"batch_rows": batch_rows, "max_rows_per_sec": max_rows_per_sec,
-               "concurrency": concurrency, "max_replica_lag": max_replica_lag,
-               "max_active_sessions": max_active_sessions}
-    print(f"job {job_id} altered: "
-          + ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
-                      for k, v in changed.items() if v is not None))
+    changed = control.alter(cli_state(ctx).database(), job_id, batch_rows=batch_rows,
+                            max_rows_per_sec=max_rows_per_sec, concurrency=concurrency,
+                            max_replica_lag=max_replica_lag,
+                            max_active_sessions=max_active_sessions, actor=control.local_actor())
+    print(f"job {job_id} altered: {changed}")
 
 
 @app.command()

@@ -43,7 +43,13 @@ _QUOTED_NAME = re.compile(r'"((?:[^"]|"")*)"')
 
 
 def print_json(value: Any) -> None:
-    print(json.dumps(value, default=_json_default, indent=2))
+    print(json_text(value))
+
+
+def json_text(value: Any) -> str:
+    """``value`` as every ``--json`` prints it (and the dashboard's ``/api/``
+    answers): times in ISO 8601, intervals in seconds, decimals as numbers."""
+    return json.dumps(value, default=_json_default, indent=2)
 
 
 def _json_default(value: Any) -> Any:

@@ -51,6 +51,13 @@ def paused_on_failure(job: dict[str, Any]) -> bool:
     return job["state"] == "paused" and job["failed"] > 0
 
 
+def status_for_json(db: Database | DirectDatabase, job_id: int | None = None,
+                    limit: int = 20) -> list[dict[str, Any]]:
+    """The jobs as ``reorg status --json`` prints them and the dashboard's
+    ``/api/jobs`` answers: one builder for both."""
+    return [for_json(j) for j in control.status(db, job_id, limit)]
+
+
 def for_json(job: dict[str, Any]) -> dict[str, Any]:
     """A status row as scripts see it: every column, plus the table as users
     write it."""

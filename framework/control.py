@@ -1,8 +1,10 @@
-"""What a user can do to a submitted job: cancel, pause, resume, alter, and
-read it back. Each is one compare-and-set on the job; a refused one raises
-InvalidParams with a one-line reason, and changes nothing. Each change writes
-a job event naming its ``actor``: the CLI passes the OS ``user@host`` of whoever
-ran the command; without one, this process's (``local_actor``)."""
+"""What a user can do to a submitted job: cancel, pause, resume, retry,
+alter, and read it back (with the nodes that run it). Each change is one
+compare-and-set on the job; a refused one raises InvalidParams with a
+one-line reason, and changes nothing. Each change writes a job event naming
+its ``actor``: the CLI passes the OS ``user@host`` of whoever ran the
+command, the dashboard ``dashboard:<address>``; without one, this process's
+(``local_actor``)."""
 
 from __future__ import annotations
 
@@ -10,12 +12,13 @@ import getpass
 import os
 import socket
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from framework.db import Database, ReadConnection, ReadDatabase
 from framework.errors import InvalidParams
+from framework.redact import redact_all
 from framework.states import JOB_CANCELLABLE, JOB_TERMINAL, JobState
-from framework.store import jobs, progress, steps
+from framework.store import jobs, owner_lease, progress, steps
 from framework.throttle import HEALTH_INTERVAL_SECONDS
 
 if TYPE_CHECKING:
@@ -138,8 +141,9 @@ def retry(db: Database, job_id: int, *, actor: str | None = None) -> int:
 def alter(db: Database, job_id: int, *, batch_rows: int | None = None,
           max_rows_per_sec: int | None = None, concurrency: int | None = None,
           max_replica_lag: float | None = None, max_active_sessions: int | None = None,
-          actor: str | None = None) -> None:
-    """Change a live job's knobs. A limit of 0 (``max_rows_per_sec``,
+          actor: str | None = None) -> str:
+    """Change a live job's knobs; returns what changed (``batch_rows=400,
+    max_rows_per_sec=0``). A limit of 0 (``max_rows_per_sec``,
     ``max_replica_lag``, ``max_active_sessions``) removes it. The change and
     its job event (state unchanged, detail names the knobs) are one statement."""
     if all(v is None for v in (batch_rows, max_rows_per_sec, concurrency, max_replica_lag,
@@ -165,6 +169,11 @@ def alter(db: Database, job_id: int, *, batch_rows: int | None = None,
         ):
             raise InvalidParams(f"job {job_id} already {state}; only a live job can be altered")
         jobs.notify(db, conn)
+    changed = {"batch_rows": batch_rows, "max_rows_per_sec": max_rows_per_sec,
+               "concurrency": concurrency, "max_replica_lag": max_replica_lag,
+               "max_active_sessions": max_active_sessions}
+    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                     for k, v in changed.items() if v is not None)
 
 
 # A "throttled" note no worker has refreshed for this long is stale (its
@@ -189,7 +198,26 @@ def status(db: Database | DirectDatabase, job_id: int | None = None,
     for job in found:
         job["throttled"] = throttled_now(job)
         job.pop("throttled_age", None)
+        # Shown to whoever reads status: a password in an expression or a URL
+        # the job was given stays out of it, as out of errors and logs.
+        job["params"] = redact_all(job["params"])
     return found
+
+
+def nodes(db: Database) -> list[dict[str, Any]]:
+    """Every node: host, pid, slots, state, heartbeat age, running subtasks,
+    and whether it is the owner (with the owner lease's revision)."""
+    # Imported here: store.nodes needs SQLAlchemy, which `reorg status` runs without.
+    from framework.store import nodes as node_store
+
+    with db.begin() as conn:
+        rows = node_store.list_all(db, conn)
+        revision = cast(int, owner_lease.current(db, conn)["revision"])
+    for r in rows:
+        r["heartbeat_age"] = round(float(r["heartbeat_age"]), 1)
+        r["is_owner"] = bool(r["is_owner"])
+        r["owner_revision"] = revision if r["is_owner"] else None
+    return rows
 
 
 def events(db: Database, job_id: int) -> list[dict[str, Any]]:

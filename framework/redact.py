@@ -10,6 +10,7 @@ quotes its URL cannot leak the password through reorg.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 MASK = "***"
 # scheme://user:password@  (the password: anything up to the last '@' before
@@ -26,3 +27,14 @@ def redact(text: str) -> str:
         return text
     text = _URL_PASSWORD.sub(lambda m: m.group("head") + MASK, text)
     return _KEY_PASSWORD.sub(lambda m: m.group("head") + MASK, text)
+
+
+def redact_all(value: Any) -> Any:
+    """``value`` (JSON-like: a job's params) with every string in it redacted."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {k: redact_all(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_all(v) for v in value]
+    return value

@@ -1,9 +1,11 @@
 """The dashboard's Starlette application.
 
 Pages are rendered on the server; each live part of a page is a fragment that
-htmx fetches again every second (``hx-trigger="every 1s"``) and swaps in
-place, so the page never reloads. Actions are POSTs carrying the token in
-their form body.
+htmx fetches again every second (``hx-trigger="every 1s"``; the rows/s chart
+every few) and swaps in place, so the page never reloads. Actions are POSTs
+carrying the token in their form body. ``/api/`` answers the same reads as
+JSON, with the fields of ``reorg status --json`` and ``reorg nodes --json``
+(built by the same functions); it changes nothing.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
+from markupsafe import Markup, escape
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -22,9 +25,10 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from cli.dashboard import actions, reads
-from cli.output import count, duration, rate, table_name
-from cli.progress import step_label
+from cli.dashboard import actions, chart, reads
+from cli.output import count, duration, json_text, rate, table_name
+from cli.progress import status_for_json, step_label
+from framework import control
 from framework.db import Database, DatabaseUnreachable
 from framework.errors import InvalidParams, one_line
 from framework.keys import decode, shown
@@ -32,6 +36,16 @@ from framework.states import JOB_CANCELLABLE, JobState
 
 HERE = Path(__file__).parent
 POLL = "every 1s"
+# The chart reads every subtask's span of the job: not every second.
+CHART_POLL = "every 5s"
+API_JOBS_LIMIT = 1000
+
+
+def breakable(name: str) -> Markup:
+    """``name`` (escaped) with a line-break opportunity after each ``.`` and
+    ``_``: a long table name wraps between its words, not within them, and
+    no table is wider than the page."""
+    return Markup("".join(f"{escape(c)}<wbr>" if c in "._" else str(escape(c)) for c in name))
 
 
 def create_app(db: Database, *, token: actions.Token, database_label: str) -> Starlette:
@@ -39,18 +53,23 @@ def create_app(db: Database, *, token: actions.Token, database_label: str) -> St
     the page; it must hold no credentials (``framework.db.describe_url``)."""
     templates = Jinja2Templates(directory=HERE / "templates")
     templates.env.filters.update(count=count, rate=rate, duration=duration,
-                                 key=lambda v: shown(decode(v)), table_name=table_name,
-                                 one_line=one_line, step_label=step_label)
+                                 key=lambda v: shown(decode(v)),
+                                 table_name=lambda v: breakable(table_name(v)),
+                                 one_line=one_line, step_label=step_label,
+                                 params_shown=reads.params_shown)
 
     def render(request: Request, name: str, status_code: int = 200, **context: Any) -> Response:
         return templates.TemplateResponse(request, name, {
             "read_only": token.read_only, "database": database_label, "poll": POLL,
+            "chart_poll": CHART_POLL, "alter_fields": actions.ALTER_FIELDS,
             "now": datetime.now(UTC).strftime("%H:%M:%S UTC"), **context,
         }, status_code=status_code)
 
     def message(request: Request, text: str, status_code: int) -> Response:
-        """A one-line answer: the fragment htmx swaps in, or a page of its own
-        for a browser that asked for the page itself."""
+        """A one-line answer: the fragment htmx swaps in, a page of its own
+        for a browser that asked for the page itself, or JSON under /api/."""
+        if request.url.path.startswith("/api/"):
+            return json_response({"error": text}, status_code)
         page = "message.html" if request.headers.get("HX-Request") else "error.html"
         return render(request, page, status_code, text=text, ok=status_code < 400)
 
@@ -83,7 +102,16 @@ def create_app(db: Database, *, token: actions.Token, database_label: str) -> St
         job = job_or_404(job_id)
         return render(request, "job.html", job=job, events=reads.events(db, job_id),
                       cancellable=JobState(job["state"]) in JOB_CANCELLABLE,
+                      chart=rate_chart(job),
                       **subtask_query(request, job_id))
+
+    def rate_chart(job: dict[str, Any]) -> chart.Chart | None:
+        series = reads.throughput(db, job["id"])
+        return chart.draw(series, job["max_rows_per_sec"]) if series else None
+
+    def chart_fragment(request: Request) -> Response:
+        job = job_or_404(request.path_params["job_id"])
+        return render(request, "rate_chart.html", chart=rate_chart(job))
 
     def summary_fragment(request: Request) -> Response:
         return render(request, "job_summary.html", job=job_or_404(request.path_params["job_id"]))
@@ -100,21 +128,50 @@ def create_app(db: Database, *, token: actions.Token, database_label: str) -> St
 
     async def act(request: Request) -> Response:
         job_id, name = request.path_params["job_id"], request.path_params["action"]
-        if name not in actions.ACTIONS:
-            return message(request, f"no action {name!r}; one of pause, resume, cancel", 404)
+        if name != "alter" and name not in actions.ACTIONS:
+            known = ", ".join([*actions.ACTIONS, "alter"])
+            return message(request, f"no action {name!r}; one of {known}", 404)
         # The form is urlencoded (htmx's default); parsed here, without a
-        # multipart library for one field.
-        form = parse_qs((await request.body()).decode("utf-8", "replace"))
+        # multipart library for a few fields.
+        form = {k: v[0] for k, v in parse_qs((await request.body()).decode("utf-8", "replace"),
+                                             keep_blank_values=True).items()}
         try:
-            token.check(form.get("token", [""])[0])
+            token.check(form.get("token"))
         except actions.Refused as refused:
             return message(request, str(refused), 403)
         who = actions.actor(request.client.host if request.client else None)
         try:
-            state = await run_in_threadpool(actions.run, db, name, job_id, who=who)
+            if name == "alter":
+                done = await run_in_threadpool(actions.alter, db, job_id, form, who=who)
+            else:
+                done = await run_in_threadpool(actions.run, db, name, job_id, who=who)
         except InvalidParams as exc:
-            return message(request, str(exc), 404 if "does not exist" in str(exc) else 409)
-        return message(request, f"job {job_id}: {name} requested, now {state}", 200)
+            text = str(exc)
+            # The job refused it (its state), or it is not there; else the input.
+            status = (404 if "does not exist" in text
+                      else 409 if text.startswith(f"job {job_id} ") else 400)
+            return message(request, text, status)
+        return message(request, done, 200)
+
+    def json_response(value: Any, status_code: int = 200) -> Response:
+        return Response(json_text(value), status_code, media_type="application/json")
+
+    def api_jobs(request: Request) -> Response:
+        raw = request.query_params.get("limit", "20")
+        if not raw.isdigit() or not 1 <= int(raw) <= API_JOBS_LIMIT:
+            raise HTTPException(400, f"limit={raw!r} is not a number of jobs from 1 to "
+                                     f"{API_JOBS_LIMIT}, e.g. limit=20")
+        return json_response(status_for_json(db, None, int(raw)))
+
+    def api_job(request: Request) -> Response:
+        job_id = request.path_params["job_id"]
+        try:
+            return json_response(status_for_json(db, job_id, 1)[0])
+        except InvalidParams as exc:
+            raise HTTPException(404, str(exc)) from None
+
+    def api_nodes(request: Request) -> Response:
+        return json_response(control.nodes(db))
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
@@ -136,7 +193,11 @@ def create_app(db: Database, *, token: actions.Token, database_label: str) -> St
             Route(job + "/fragments/summary", summary_fragment),
             Route(job + "/fragments/events", events_fragment),
             Route(job + "/fragments/subtasks", subtasks_fragment),
+            Route(job + "/fragments/chart", chart_fragment),
             Route(job + "/{action:str}", act, methods=["POST"]),
+            Route("/api/jobs", api_jobs),
+            Route("/api/jobs/{job_id:int}", api_job),
+            Route("/api/nodes", api_nodes),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ],
         exception_handlers={HTTPException: http_error, DatabaseUnreachable: unreachable,

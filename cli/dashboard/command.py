@@ -26,11 +26,12 @@ def dashboard(
         help="Address to listen on; 0.0.0.0 for every interface.")] = "127.0.0.1",
     token: Annotated[str | None, typer.Option(
         envvar="REORG_DASHBOARD_TOKEN", show_default=False,
-        help="Token the page asks for to pause, resume or cancel jobs (prefer the "
+        help="Token the page asks for to pause, resume, cancel, retry or alter jobs (prefer the "
              "environment variable: options show in `ps`). Without it the page is read-only.")
     ] = None,
 ) -> None:
-    """A live web page of jobs, their events and subtasks, and the nodes."""
+    """A live web page of jobs, their parameters, rows/s, events and subtasks, and
+    the nodes; a read-only JSON API under /api/."""
     state = cli_state(ctx)
     db = state.database()  # fails here, before listening, if unreachable or behind
     listener = _listen(host, port)
@@ -43,7 +44,7 @@ def dashboard(
 
     app_ = create_app(db, token=Token(token or None),
                       database_label=describe_url(state.settings().database_url))
-    mode = "read-only" if not token else "pause/resume/cancel need the token"
+    mode = "read-only" if not token else "pause/resume/cancel/retry/alter need the token"
     where = f"[{host}]" if ":" in host else host
     print(f"reorg dashboard at http://{where}:{port}/ ({mode}); Ctrl-C stops it", flush=True)
     server = uvicorn.Server(uvicorn.Config(app_, log_level="warning", access_log=False,

@@ -1,21 +1,28 @@
 """What the dashboard's pages show, each read bounded whatever the size of a
 job: the newest jobs (``control.status``), one job's events, one page of its
-subtasks, and the nodes."""
+subtasks, its rows/s over time (one row per bucket), and the nodes."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
 from framework import control
 from framework.db import Database
 from framework.errors import InvalidParams
+from framework.privileges import RUN_AS
 from framework.states import SubtaskState
-from framework.store import nodes as node_store
-from framework.store import owner_lease, subtask_pages
+from framework.store import subtask_pages
+from framework.store import throughput as throughput_store
 
 JOBS_SHOWN = 20
 SUBTASKS_PER_PAGE = 50
+CHART_BUCKETS = 60
+# A job's parameters as people look for them: what it changes first.
+PARAMS_FIRST = ("table", "set", "alter", "where", "select", "target", "column", "expr")
+# Shown elsewhere on the page (who it runs as), or not the user's input.
+PARAMS_HIDDEN = (RUN_AS, "work_schema")
 
 
 def jobs(db: Database) -> list[dict[str, Any]]:
@@ -73,11 +80,19 @@ def subtasks(db: Database, job_id: int, *, after: tuple[int, int] | None,
 
 
 def nodes(db: Database) -> list[dict[str, Any]]:
-    """Every node, with its heartbeat age and, for the owner, its revision."""
+    """Every node, as ``reorg nodes --json`` shows them."""
+    return control.nodes(db)
+
+
+def throughput(db: Database, job_id: int) -> throughput_store.Throughput | None:
     with db.begin() as conn:
-        rows = node_store.list_all(db, conn)
-        revision = owner_lease.current(db, conn)["revision"]
-    for r in rows:
-        r["heartbeat_age"] = float(r["heartbeat_age"])
-        r["owner_revision"] = revision if r["is_owner"] else None
-    return rows
+        return throughput_store.of_job(db, conn, job_id, CHART_BUCKETS)
+
+
+def params_shown(params: dict[str, Any]) -> list[tuple[str, str]]:
+    """A job's parameters (as ``control.status`` redacted them) as (name,
+    text) pairs, what it changes first; unset ones left out."""
+    shown = [k for k in PARAMS_FIRST if k in params]
+    shown += sorted(k for k in params if k not in shown and k not in PARAMS_HIDDEN)
+    return [(k, v if isinstance(v, str) else json.dumps(v))
+            for k in shown if (v := params[k]) is not None and v != ""]

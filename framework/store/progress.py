@@ -142,7 +142,10 @@ def _progress(db: ReadDatabase, conn: ReadConnection, where: str,
                     WHERE job_id = p.id AND state = 'pending' AND row_count > 0
                       AND step <> """ + str(STEP_REVERT) + """) q)
             SELECT p.id, p.type, p.state, p.step, p.target_table, p.priority, p.concurrency,
-                   p.batch_rows, p.max_rows_per_sec, p.error,
+                   p.batch_rows, p.max_rows_per_sec, p.error, p.params,
+                   -- Who submitted it: the actor of its first event (jobs.insert).
+                   (SELECT e.actor FROM {s}.job_events e WHERE e.job_id = p.id
+                    ORDER BY e.id LIMIT 1) AS submitted_by,
                    c.rows_done, c.rows_processed,
                    -- Never below the rows done: a low estimate grows to them.
                    CASE WHEN p.row_estimate IS NOT NULL OR c.rows_done > 0

@@ -1,10 +1,11 @@
 """Helpers for the dashboard's acceptance tests (this module holds no tests):
 ``reorg dashboard`` run as a subprocess, a real headless Chromium driven by
-Selenium through Debian's ``chromium`` and ``chromium-driver``, and
-screenshots kept under ``tests/artifacts/`` (git-ignored)."""
+Selenium through Debian's ``chromium`` and ``chromium-driver`` with a window
+1,280 px wide, and screenshots kept under ``tests/artifacts/`` (git-ignored)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import time
@@ -14,6 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
@@ -25,6 +27,8 @@ from framework.localpg.cluster import free_port
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+# The width the page must fit without a horizontal scroll bar (issue 26).
+WIDTH = 1280
 
 
 @dataclass
@@ -77,6 +81,20 @@ def _answers(base: str) -> bool:
         return False
 
 
+def get_json(url: str, method: str = "GET") -> tuple[int, str, Any]:
+    """A request as a script would send it: (status, content type, JSON body)."""
+    request = urllib.request.Request(url, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.headers["Content-Type"], json.load(response)
+    except urllib.error.HTTPError as error:
+        body = error.read().decode()
+        try:
+            return error.code, error.headers["Content-Type"], json.loads(body)
+        except ValueError:
+            return error.code, error.headers["Content-Type"], body
+
+
 def post(url: str, form: str) -> tuple[int, str]:
     """POST an urlencoded ``form`` as a script would: (status, body)."""
     request = urllib.request.Request(url, data=form.encode(), method="POST", headers={
@@ -94,7 +112,7 @@ def chromium() -> Iterator[webdriver.Chrome]:
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                 "--window-size=1400,1000"):
+                 f"--window-size={WIDTH},1000"):
         options.add_argument(flag)
     # An explicit driver: Selenium Manager would otherwise try to download one.
     browser = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
@@ -125,10 +143,35 @@ def wait_for(browser: webdriver.Chrome, condition: Callable[[], object], timeout
     WebDriverWait(browser, timeout, poll_frequency=0.2).until(lambda _: condition(), what)
 
 
-def screenshot(browser: webdriver.Chrome, name: str) -> Path:
-    """Save the page as ``tests/artifacts/NAME`` and print where."""
+def assert_no_horizontal_overflow(browser: webdriver.Chrome) -> None:
+    """The page is no wider than the window (1,280 px): nothing to scroll
+    sideways to, and the widest element named when it fails."""
+    width, scroll, inner = browser.execute_script(
+        "return [window.innerWidth, document.documentElement.scrollWidth, document.body.scrollWidth]")
+    assert width == WIDTH, f"the window is {width} px wide, not {WIDTH}"
+    if scroll > width or inner > width:
+        widest = browser.execute_script("""
+            let widest = null;
+            for (const e of document.querySelectorAll('body *')) {
+                const right = e.getBoundingClientRect().right;
+                if (!widest || right > widest[0]) widest = [right, e.tagName, e.id, e.className];
+            }
+            return widest;""")
+        raise AssertionError(f"the page is {scroll} px wide at {width} px; widest: {widest}")
+
+
+def screenshot(browser: webdriver.Chrome, name: str, *, whole_page: bool = False) -> Path:
+    """Save the page (``whole_page``: all of it, not only what the window
+    shows) as ``tests/artifacts/NAME`` and print where."""
     ARTIFACTS.mkdir(exist_ok=True)
     path = ARTIFACTS / name
-    browser.save_screenshot(str(path))
+    size = browser.get_window_size()
+    if whole_page:
+        height = browser.execute_script("return document.documentElement.scrollHeight")
+        browser.set_window_size(size["width"], max(size["height"], int(height) + 120))
+    try:
+        browser.save_screenshot(str(path))
+    finally:
+        browser.set_window_size(size["width"], size["height"])
     print(f"dashboard screenshot: {path}")
     return path

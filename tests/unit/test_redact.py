@@ -13,7 +13,7 @@ from backfill.spark.jdbc import jdbc_target
 from cli.logs import JsonFormatter, TextFormatter
 from framework.db import describe_url
 from framework.errors import one_line
-from framework.redact import redact
+from framework.redact import redact, redact_all
 
 SECRET = "pw-Zq8xK3vR7"
 
@@ -63,3 +63,11 @@ def test_describe_url_and_the_jdbc_target_show_no_password() -> None:
     target = jdbc_target(f"postgresql://bob:{SECRET}@db:6543/app")
     assert target.properties["password"] == SECRET  # Spark gets it ...
     assert SECRET not in repr(target) and SECRET not in target.url  # ... nothing shows it
+
+
+def test_a_jobs_params_are_redacted_string_by_string():
+    params = {"set": "c = 'password=hunter2'", "rows": 300, "none": None,
+              "urls": ["postgresql://u:pw@h/db", {"dsn": "host=h pwd=x"}]}
+    assert redact_all(params) == {
+        "set": "c = 'password=***'", "rows": 300, "none": None,
+        "urls": ["postgresql://u:***@h/db", {"dsn": "host=h pwd=***"}]}
