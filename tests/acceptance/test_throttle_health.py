@@ -9,16 +9,12 @@ once the database is healthy again."""
 from __future__ import annotations
 
 import re
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
 from pathlib import Path
 
-import psycopg
 import pytest
 from cli_support import job_status, ok, reorg, reorg_json, submit
-from support import Workers, execute, make_items, wait_until
+from support import Workers, busy_sessions, execute, make_items, wait_until
 from support.standby import Standby, primary_with_standby
 
 # After the throttled note appears, a batch that passed the health gate just
@@ -102,31 +98,6 @@ def test_replica_lag_holds_batches_while_a_real_standby_lags(scratch_dir: Path) 
             assert altered == ["altered: max_replica_lag=1", "altered: max_rows_per_sec=0"]
         finally:
             pool.stop_all()
-
-
-@contextmanager
-def busy_sessions(url: str, n: int) -> Iterator[list[int]]:
-    """``n`` sessions of the application running a long query (state
-    ``active``) until the block ends; yields their pids."""
-    conns = [psycopg.connect(url, autocommit=True) for _ in range(n)]
-    pids = [c.info.backend_pid for c in conns]
-    threads = [threading.Thread(target=_sleep_until_cancelled, args=(c,), daemon=True)
-               for c in conns]
-    for t in threads:
-        t.start()
-    try:
-        yield pids
-    finally:
-        execute(url, "SELECT pg_cancel_backend(pid) FROM unnest(%(p)s::int[]) pid", {"p": pids})
-        for t in threads:
-            t.join(10)
-        for c in conns:
-            c.close()
-
-
-def _sleep_until_cancelled(conn: psycopg.Connection) -> None:
-    with suppress(psycopg.errors.QueryCanceled):
-        conn.execute("SELECT pg_sleep(120)")
 
 
 @pytest.mark.matrix
