@@ -140,7 +140,8 @@ def sample_names() -> set[str]:
         return set()
     suffixes = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_sum", "_count",
                                                                  "_created"), "gauge": ("",)}
-    return {metric._name + suffix for metric in ALL for suffix in suffixes[metric._type]}
+    return {family.name + suffix for metric in ALL for family in metric.describe()
+            for suffix in suffixes[family.type]}
 
 
 def build_info(version: str) -> None:
@@ -149,7 +150,6 @@ def build_info(version: str) -> None:
 
 # --- the workers' side ---------------------------------------------------------
 
-_lock = threading.Lock()
 # job id -> job type: the jobs this node has worker series of.
 _worker_jobs: dict[str, str] = {}
 
@@ -157,8 +157,7 @@ _worker_jobs: dict[str, str] = {}
 def batch(job_id: int, job_type: str, outcome: str, rows: int = 0,
           seconds: float | None = None) -> None:
     job = str(job_id)
-    with _lock:
-        _worker_jobs[job] = job_type
+    _worker_jobs[job] = job_type  # one dict store: atomic, no lock on the hot path
     BATCHES.labels(job, job_type, outcome).inc()
     if outcome == "committed":
         ROWS.labels(job, job_type).inc(rows)
@@ -177,15 +176,13 @@ def lease_lost(reason: str) -> None:
 def worker_jobs() -> list[int]:
     """Jobs this node has per-job worker series of (the node drops those of
     ended jobs, ``forget_worker_jobs``)."""
-    with _lock:
-        return [int(j) for j in _worker_jobs]
+    return [int(j) for j in list(_worker_jobs)]
 
 
 def forget_worker_jobs(job_ids: list[int]) -> None:
     for job_id in job_ids:
         job = str(job_id)
-        with _lock:
-            job_type = _worker_jobs.pop(job, None)
+        job_type = _worker_jobs.pop(job, None)
         if job_type is None:
             continue
         with contextlib.suppress(KeyError):
@@ -195,6 +192,7 @@ def forget_worker_jobs(job_ids: list[int]) -> None:
                 BATCHES.remove(job, job_type, outcome)
 
 
+_lag_lock = threading.Lock()  # the health readings of several slots
 _lag_standbys: set[str] = set()
 _lag_at = 0.0  # monotonic time of the last reading shown
 
@@ -203,7 +201,7 @@ def replica_lag(lags: dict[str, float]) -> None:
     """The standbys' lag of the node's latest health reading; those gone
     from it lose their series."""
     global _lag_at
-    with _lock:
+    with _lag_lock:
         _lag_at = time.monotonic()
         for name in _lag_standbys - lags.keys():
             with contextlib.suppress(KeyError):
@@ -246,6 +244,12 @@ class OwnerJobSeries:
         ended long enough ago."""
         IS_OWNER.set(1)
         now = self.clock()
+        # A job shown as live and not read again is gone (a rejected job is
+        # deleted): nothing more will end its series.
+        read = {str(job["id"]) for job in jobs}
+        for job_id in [j for j, ended in self._ended_at.items() if ended is None]:
+            if job_id not in read:
+                self._forget(job_id)
         for job in jobs:
             job_id = str(job["id"])
             self._set(job_id, job, backlog.get(job["id"]))
