@@ -2,7 +2,9 @@
 
 JSON lines carry ``timestamp`` (UTC, ISO 8601), ``level``, ``logger``,
 ``message``, ``node`` and, where they apply, ``job_id``, ``subtask_id``,
-``job_type``, ``outcome``, ``rows``, ``batches``, ``seconds``, and ``exc`` (a
+``job_type``, ``outcome``, ``rows``, ``batches``, ``seconds``, the figures of
+a progress line (``state``, ``rows_done``, ``rows_total``, ``percent``,
+``rows_per_sec``, ``eta_seconds``, ``throttled``, ``backlog``), and ``exc`` (a
 traceback, as one string).
 
 In JSON mode nothing else may reach stdout or stderr as raw text, yet Spark's
@@ -30,7 +32,10 @@ from framework.redact import redact
 FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # Fields a record may carry through ``extra=``; copied into the JSON object.
-FIELDS = ("job_id", "subtask_id", "job_type", "outcome", "rows", "batches", "seconds")
+FIELDS = ("job_id", "subtask_id", "job_type", "outcome", "rows", "batches", "seconds",
+          # The owner's progress line of a job (framework.job_reports).
+          "state", "rows_done", "rows_total", "percent", "rows_per_sec", "eta_seconds",
+          "throttled", "backlog")
 # APScheduler warns at every interval a job is still running ("skipped: maximum
 # number of running instances reached"): expected with long owner ticks.
 _SKIPPED = "maximum number of running instances reached"

@@ -162,7 +162,7 @@ def submit_command(name: str, to_params: Callable[..., Params]) -> Any:
 
 
 def _report(result: SubmitResult, as_json: bool, *, waiting: bool = False) -> None:
-    if result.plan is not None:
+    if result.dry_run:
         _report_plan(result.target_table, result.plan, as_json, result.notes)
     elif as_json:
         print_json({"id": result.job_id, "created": result.created,
@@ -179,20 +179,31 @@ def _report(result: SubmitResult, as_json: bool, *, waiting: bool = False) -> No
         print(result.job_id)  # alone on stdout: scripts capture it
 
 
-def _report_plan(target: str, plan: SplitPlan, as_json: bool,
+def _report_plan(target: str, plan: SplitPlan | None, as_json: bool,
                  notes: tuple[str, ...] = ()) -> None:
+    """A dry run's plan: the key ranges (of a type whose steps use them) and
+    the type's description of each state."""
     if as_json:
-        print_json({"dry_run": True, "table": table_name(target), "ranges": len(plan.ranges),
-                    "estimated_rows": plan.row_count, "rows_per_subtask": plan.rows_per_range,
-                    "key_ranges": [[stored_json(lo), stored_json(hi)] for lo, hi in plan.ranges],
+        ranges = {} if plan is None else {
+            "ranges": len(plan.ranges), "estimated_rows": plan.row_count,
+            "rows_per_subtask": plan.rows_per_range,
+            "key_ranges": [[stored_json(lo), stored_json(hi)] for lo, hi in plan.ranges]}
+        print_json({"dry_run": True, "table": table_name(target), **ranges,
                     "plan": list(notes)})
         return
+    console.print(f"dry run, nothing submitted: {table_name(target)}")
+    if plan is not None:
+        _print_ranges(plan)
+    for line in notes:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _print_ranges(plan: SplitPlan) -> None:
     edge = 3  # ranges shown at each end of a long plan
 
     def fmt(ranges: Sequence[tuple[Key, Key]]) -> str:
         return "  ".join(f"[{shown(lo)}, {shown(hi)})" for lo, hi in ranges)
 
-    console.print(f"dry run, nothing submitted: {table_name(target)}")
     console.print(f"  estimated rows  {count(plan.row_count)}")
     console.print(f"  ranges          {len(plan.ranges)} of up to "
                   f"{count(plan.rows_per_range)} rows")
@@ -201,5 +212,3 @@ def _report_plan(target: str, plan: SplitPlan, as_json: bool,
     else:
         console.print(f"  first           {fmt(plan.ranges[:edge])}")
         console.print(f"  last            {fmt(plan.ranges[-edge:])}")
-    for line in notes:
-        console.print(line, markup=False, highlight=False, soft_wrap=True)

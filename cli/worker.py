@@ -16,7 +16,7 @@ import typer
 
 from cli import logs, plugin
 from cli.context import cli_state
-from framework import gc_tuning, jobtype, metrics
+from framework import gc_tuning, jobtype
 
 app = typer.Typer()
 
@@ -40,7 +40,16 @@ def worker(
         help="Idle poll interval when no notification arrives.")] = 1.0,
     metrics_port: Annotated[int | None, typer.Option(
         envvar="REORG_METRICS_PORT", min=1, max=65535, show_default=False,
-        help="Serve Prometheus metrics at http://0.0.0.0:PORT/metrics.")] = None,
+        help="Serve Prometheus metrics at http://HOST:PORT/metrics and the node's health "
+             "at /healthz.")] = None,
+    metrics_host: Annotated[str, typer.Option(
+        envvar="REORG_METRICS_HOST",
+        help="Address --metrics-port listens on: 0.0.0.0 (every interface), 127.0.0.1 "
+             "(this host only), or one interface's address.")] = "0.0.0.0",
+    progress_seconds: Annotated[float, typer.Option(
+        envvar="REORG_PROGRESS_SECONDS", min=0,
+        help="While this node is the owner: log each running job's progress line (rows, "
+             "rate, ETA, throttle) this often; 0: never.")] = 30.0,
     log_format: Annotated[LogFormat, typer.Option(
         envvar="REORG_LOG_FORMAT", case_sensitive=False,
         help="text, or json: one JSON object a line on stderr, Spark's output included.")
@@ -52,6 +61,7 @@ def worker(
     # The node (APScheduler, the listener) loads only for this command, not
     # for every `reorg` command that imports this module.
     from framework.node import Node, default_node_id
+    from framework.status_server import StatusServer
 
     node_id = node_id or default_node_id()
     # First, so that even a failure to start is logged in the chosen format.
@@ -59,21 +69,28 @@ def worker(
     state.database()  # schema check; the node opens its own connections
     state.close()
     settings = dataclasses.replace(state.settings(), poll_seconds=poll_seconds)
+    status = None
     if metrics_port is not None:
         try:
-            metrics.serve(metrics_port)
-        except OSError as exc:
-            raise typer.BadParameter(f"cannot listen on port {metrics_port}: {exc.strerror}",
+            status = StatusServer(metrics_host, metrics_port)
+        except (OSError, UnicodeError) as exc:
+            why = getattr(exc, "strerror", None) or str(exc)
+            raise typer.BadParameter(f"cannot listen on {metrics_host}:{metrics_port}: {why}; "
+                                     "pick another --metrics-host / --metrics-port",
                                      param_hint="--metrics-port") from None
-        log.info("metrics at http://0.0.0.0:%d/metrics", metrics_port)
+        status.start()
+        log.info("metrics at http://%s:%d/metrics, health at /healthz", metrics_host,
+                 metrics_port)
     # The job types' own options (cli.plugin), applied before the node starts.
     after_start = [start for start in plugin.apply_worker_options(contributed) if start]
     # Loading the job types now makes a broken entry point fail at start, not
     # at the first claim.
     types = jobtype.names()
     stop = _stop_on_signals()
-    node = Node(settings, node_id=node_id, slots=slots)
+    node = Node(settings, node_id=node_id, slots=slots, progress_seconds=progress_seconds)
     node.start()
+    if status is not None:
+        status.health = node.health
     gc_tuning.settle_after_start()
     log.info("job types: %s", ", ".join(types) or "none")
     for start in after_start:

@@ -10,6 +10,7 @@ short read command (``reorg status``) reads through psycopg alone
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -202,9 +203,30 @@ def _replace_stale_connections(context: sa.engine.ExceptionContext) -> None:
         context.invalidate_pool_on_disconnect = True
 
 
+# PostgreSQL's words for a wrong password (SQLSTATE 28P01), whatever the
+# method (password, md5, scram-sha-256), and libpq's for none given.
+_WRONG_PASSWORD = re.compile(r'authentication failed for user "([^"]*)"')
+_NO_PASSWORD = "no password supplied"
+
+
 def unreachable(url: str, error: BaseException | None) -> DatabaseUnreachable:
+    """The one line of a failed connection: a server that answered and
+    refused the password says so (starting it would not help)."""
+    where = describe_url(url)
+    text = str(error or "")
+    wrong = _WRONG_PASSWORD.search(text)
+    if wrong or getattr(error, "sqlstate", None) == "28P01":
+        user = wrong.group(1) if wrong else urlsplit(url).username or "?"
+        return DatabaseUnreachable(
+            f"authentication failed for user {user}; check the password in --db / "
+            f"REORG_DATABASE_URL (PostgreSQL at {where})")
+    if _NO_PASSWORD in text:
+        return DatabaseUnreachable(
+            f"PostgreSQL at {where} wants a password for user "
+            f"{urlsplit(url).username or 'the default user'}; give it in --db / "
+            "REORG_DATABASE_URL (postgresql://USER:PASSWORD@HOST/DB) or in ~/.pgpass")
     return DatabaseUnreachable(
-        f"cannot reach PostgreSQL at {describe_url(url)}: "
+        f"cannot reach PostgreSQL at {where}: "
         f"{one_line(error, empty='no answer')}; start it or pass --db / REORG_DATABASE_URL")
 
 

@@ -118,6 +118,16 @@ class JobType(ABC):
         """The table the revert subtasks write."""
         return job.target_table
 
+    def backlog(self, conn: Connection, job: Job) -> int | None:
+        """Work the live job has beyond its ranges' rows, if its type keeps
+        any (a change log still to replay), as one count; None: none now.
+        The owner reads it every few seconds for the job's metrics and
+        progress line, so it must stay cheap (a bounded count)."""
+        return None
+
+    def has_backlog(self) -> bool:
+        return type(self).backlog is not JobType.backlog
+
     # --- executor: every worker's side ---------------------------------------
 
     def warm_up(self, job: Job | None) -> None:

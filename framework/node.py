@@ -22,10 +22,12 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from framework import leases, metrics
 from framework.config import Settings
 from framework.db import Database
+from framework.directdb import DirectDatabase
 from framework.errors import one_line
+from framework.job_reports import JobReports
 from framework.listener import Listener
 from framework.owner import Owner
-from framework.store import jobs, nodes, progress, subtasks
+from framework.store import jobs, nodes, subtasks
 from framework.worker import WorkerPool
 
 log = logging.getLogger("reorg.node")
@@ -44,7 +46,9 @@ def reorg_version() -> str:
 
 class Node:
     def __init__(self, settings: Settings, *, node_id: str | None = None, slots: int = 2,
-                 owner_tick_seconds: float = 1.0) -> None:
+                 owner_tick_seconds: float = 1.0, progress_seconds: float = 30.0) -> None:
+        """``progress_seconds``: how often the owner logs each running job's
+        progress line (0: never)."""
         self.settings = settings
         self.node_id = node_id or default_node_id()
         self.slots = slots
@@ -65,10 +69,16 @@ class Node:
         self._owner_woken = threading.Event()
         self._owner_stop = threading.Event()
         self.owner = Owner(self.owner_db, self.node_id, wake=self._owner_woken.set)
+        self.reports = JobReports(self.owner_db, progress_seconds=progress_seconds)
+        # /healthz reads on a connection of its own: a pool busy with batches
+        # must not make a healthy node look dead.
+        self._health_db = DirectDatabase(settings)
+        self._health_lock = threading.Lock()
         self._owner_thread = threading.Thread(target=self._owner_loop, name="reorg-owner",
                                               daemon=True)
 
     def start(self) -> None:
+        metrics.build_info(reorg_version())
         with self.worker_db.begin() as conn:
             released = subtasks.requeue_after_restart(self.worker_db, conn, self.node_id)
             nodes.register(self.worker_db, conn, node_id=self.node_id,
@@ -120,7 +130,9 @@ class Node:
             log.warning("could not deregister cleanly: %s", one_line(exc))
         self.worker_db.dispose()
         self.owner_db.dispose()
-        metrics.owner_jobs(False, [])
+        with self._health_lock:
+            self._health_db.dispose()
+        self.reports.report(is_owner=False)
         self.stopped.set()
         log.info("node %s stopped", self.node_id)
 
@@ -131,8 +143,42 @@ class Node:
                     nodes.register(self.worker_db, conn, node_id=self.node_id,
                                    host=socket.gethostname(), pid=os.getpid(),
                                    version=reorg_version(), slots=self.slots)
+                # The worker series of jobs that ended a while ago go: a
+                # long-lived node keeps none of old jobs.
+                shown = metrics.worker_jobs()
+                ended = jobs.ended_before(self.worker_db, conn, shown,
+                                          metrics.KEEP_ENDED_SECONDS) if shown else []
+            metrics.forget_worker_jobs(ended)
         except Exception as exc:
             log.warning("heartbeat failed: %s", one_line(exc))
+        metrics.drop_stale_replica_lag(metrics.KEEP_ENDED_SECONDS)
+
+    def health(self) -> tuple[bool, dict[str, object]]:
+        """What /healthz answers: healthy while the database answers and this
+        node's heartbeat is fresh (younger than three heartbeat intervals:
+        it missed two in a row; never later than the owner would declare the
+        node dead)."""
+        limit = min(3 * self.settings.heartbeat_seconds, self.settings.node_dead_after_seconds)
+        body: dict[str, object] = {"node": self.node_id}
+        if self.stopped.is_set():
+            return False, {**body, "status": "unhealthy", "reason": "the node has stopped"}
+        try:
+            with self._health_lock, self._health_db.begin() as conn:
+                row = nodes.heartbeat_of(self._health_db, conn, self.node_id)
+        except Exception as exc:
+            return False, {**body, "status": "unhealthy",
+                           "reason": f"database unreachable: {one_line(exc)}"}
+        if row is None:
+            return False, {**body, "status": "unhealthy",
+                           "reason": "the node is not registered (drained, or removed)"}
+        age = round(float(row["heartbeat_age"]), 1)
+        body.update(state=row["state"], heartbeat_age_seconds=age,
+                    owner=self.owner.trusted(), subtasks_running=self.pool.busy())
+        if age > limit:
+            return False, {**body, "status": "unhealthy",
+                           "reason": f"heartbeat is {age:g}s old (limit {limit:g}s): the "
+                                     "node's scheduler is stuck or its writes fail"}
+        return True, {"status": "ok", **body}
 
     def _owner_loop(self) -> None:
         while not self._owner_stop.is_set():
@@ -150,24 +196,9 @@ class Node:
         for action in result.actions:
             log.info("owner rev %s: %s", result.revision, action)
         if not result.again:  # the figures once the chunks of a split are in
-            self._report_jobs(result.is_owner)
+            # The owner's job metrics and progress lines (framework.job_reports).
+            self.reports.report(result.is_owner)
         return result.again
-
-    def _report_jobs(self, is_owner: bool) -> None:
-        """The owner's job gauges: one progress read of the live jobs (and of
-        those that were live last time, for their final figures) a tick."""
-        shown: list[dict] = []
-        if is_owner:
-            try:
-                with self.owner_db.begin() as conn:
-                    shown = progress.live_jobs_progress(self.owner_db, conn,
-                                                        metrics.shown_live_jobs())
-                    # The samples status's recent rows/s and ETA come from.
-                    progress.record_samples(self.owner_db, conn, shown)
-            except Exception as exc:  # only figures: the next tick tries again
-                log.debug("job figures not read: %s", one_line(exc))
-                return
-        metrics.owner_jobs(is_owner, shown)
 
     def _on_notify(self) -> None:
         self.pool.wake()

@@ -621,7 +621,10 @@ class Owner:
         with self._fenced(term, durable=False) as conn:
             deleted = history.delete_older_than(
                 self.db, conn, term, settings.history_retention_days, settings.history_batch)
-            dead = nodes.mark_dead(self.db, conn, settings.node_dead_after_seconds)
+        # Durable: it writes job events (a dead node's, on the jobs it held).
+        with self._fenced(term) as conn:
+            dead = nodes.mark_dead(self.db, conn, settings.node_dead_after_seconds,
+                                   actor=self._actor(term))
         # A full batch deleted: more may be past retention, go on next tick.
         if deleted < settings.history_batch:
             self._retention_due = self.clock() + HOUSEKEEPING_SECONDS

@@ -102,7 +102,10 @@ class SubmitResult:
     job_id: int | None
     created: bool
     target_table: str
+    # A dry run's split of the table into key ranges; None when no step of
+    # the job's type ranges over its key (add-index), or not a dry run.
     plan: SplitPlan | None = None
+    dry_run: bool = False
     # The owner had not given its verdict on the input within verdict_seconds.
     awaiting_verdict: bool = False
     # A dry run's description of the job beside its ranges (JobType.describe).
@@ -123,8 +126,10 @@ def submit(db: Database, request: SubmitRequest) -> SubmitResult:
         params = privileges.recorded({**target.params, "work_schema": db.schema}, submitter)
         if request.rows_per_subtask:
             params["rows_per_subtask"] = request.rows_per_subtask
+        ranged = any(step.ranges for step in kind.steps)
         plan = (plan_split(conn, target.table, target.key or target.key_column,
-                           params.get("rows_per_subtask")) if request.dry_run else None)
+                           params.get("rows_per_subtask"))
+                if request.dry_run and ranged else None)
         notes = tuple(kind.describe(conn, _draft(request, target, params))
                       ) if request.dry_run else ()
         tx.rollback()
@@ -132,8 +137,8 @@ def submit(db: Database, request: SubmitRequest) -> SubmitResult:
     if owner_checks and (request.dry_run or not _owner_live(db)):
         params = _analyse_here(db, kind, request, target, params)
         owner_checks = False
-    if plan is not None:
-        return SubmitResult(None, False, target.table, plan, notes=notes)
+    if request.dry_run:
+        return SubmitResult(None, False, target.table, plan, dry_run=True, notes=notes)
     with db.connect() as conn:
         with conn.begin():
             if owner_checks:

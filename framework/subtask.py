@@ -145,14 +145,22 @@ class SubtaskContext:
         LeaseLost, the transaction rolled back, when the checkpoint is
         refused. Also the way a fixed step's subtask records progress or
         its end: a write of nothing, ``Batch(units, 0)``."""
-        started = time.monotonic()
-        with self._transaction(on) as conn, self.cancel_on_stop(conn):
-            batch = write(conn)
-            faults.hit("worker.before_checkpoint")
-            done = self.fence(conn, self, batch)
-            if done is None:
-                self._refused()
-            faults.hit("worker.after_checkpoint")
+        # Timed from the connection's checkout to the commit: the batch's own
+        # work, never the pacing and throttle waits between batches (``throttle``).
+        started, refused = time.monotonic(), False
+        try:
+            with self._transaction(on) as conn, self.cancel_on_stop(conn):
+                batch = write(conn)
+                faults.hit("worker.before_checkpoint")
+                done = self.fence(conn, self, batch)
+                if done is None:
+                    refused = True
+                    self._refused()
+                faults.hit("worker.after_checkpoint")
+        except Exception:
+            if not refused:  # else counted as refused
+                metrics.batch(self.job.id, self.job.type, "rolled_back")
+            raise
         self._committed(batch, done, time.monotonic() - started)
         return batch
 

@@ -104,6 +104,12 @@ def standby_lag(standby: health.Standby, reading: health.Reading,
     return max(by_samples, standby.replay_lag or 0.0)
 
 
+def standby_lags(reading: health.Reading, samples: WalSamples) -> dict[str, float]:
+    """Each standby's lag by its name; one whose position is not visible has none."""
+    lags = {s.name: standby_lag(s, reading, samples) for s in reading.standbys}
+    return {name: lag for name, lag in lags.items() if lag is not None}
+
+
 def hold_reason(job: Job, reading: health.Reading, samples: WalSamples) -> str | None:
     """Why the job's batches must wait now, or None."""
     if job.max_replica_lag:
@@ -123,6 +129,19 @@ def hold_reason(job: Job, reading: health.Reading, samples: WalSamples) -> str |
     return None
 
 
+# What kind of reason ``hold_reason`` (or ``HealthMonitor.reason``) gave, by
+# how its text starts: the ``reason`` label of ``reorg_job_throttled``.
+REASON_KINDS = (("replica lag unknown", "replica_lag_unknown"), ("replica lag", "replica_lag"),
+                ("active sessions", "active_sessions"),
+                ("health check failed", "health_check_failed"))
+
+
+def reason_kind(reason: str) -> str:
+    """The kind of a throttle reason, e.g. ``replica_lag`` for ``replica lag
+    12s > 5s (standby1)``; ``other`` for a text none of them starts."""
+    return next((kind for start, kind in REASON_KINDS if reason.startswith(start)), "other")
+
+
 @dataclass
 class _Note:
     reason: str | None
@@ -134,8 +153,12 @@ class HealthMonitor:
     gate slots pass before each batch of a job with a health limit."""
 
     def __init__(self, db: Database, clock: Callable[[], float] = time.monotonic,
-                 interval: float = HEALTH_INTERVAL_SECONDS) -> None:
+                 interval: float = HEALTH_INTERVAL_SECONDS,
+                 on_lags: Callable[[dict[str, float]], None] | None = None) -> None:
+        """``on_lags``: told the standbys' lags each time a job with a
+        replica-lag limit reads them (the node's metrics)."""
         self.db = db
+        self.on_lags = on_lags
         self.clock = clock
         self.interval = interval
         self.samples = WalSamples()
@@ -161,7 +184,10 @@ class HealthMonitor:
 
     def reason(self, job: Job) -> str | None:
         try:
-            return hold_reason(job, self.reading(), self.samples)
+            reading = self.reading()
+            if job.max_replica_lag and self.on_lags is not None:
+                self.on_lags(standby_lags(reading, self.samples))
+            return hold_reason(job, reading, self.samples)
         except Exception as exc:  # unhealthy enough: hold, and say why
             return f"health check failed: {one_line(exc)}"
 

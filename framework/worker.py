@@ -75,7 +75,7 @@ class WorkerPool:
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         # One health reading per interval for the whole node (throttle.py).
-        self.health = HealthMonitor(self.db, clock=self.clock)
+        self.health = HealthMonitor(self.db, clock=self.clock, on_lags=metrics.replica_lag)
 
     # --- lifecycle ------------------------------------------------------
 

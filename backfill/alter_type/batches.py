@@ -43,15 +43,56 @@ def backfill_batch(ctx: SubtaskContext, conn: Connection) -> Batch:
                       f"WHERE {job.key.between(ctx.curr_key, upper)} AND {changed}")
     # IntegrityError: e.g. NULL from the USING of a NOT NULL column.
     except (sa.exc.DataError, sa.exc.IntegrityError) as exc:
-        raise ValueError(_does_not_convert(ctx, upper, exc)) from None
+        first = (_first_not_converting(ctx, upper, count)
+                 if isinstance(exc, sa.exc.DataError) else None)
+        raise ValueError(_does_not_convert(ctx, upper, exc, first)) from None
     return Batch(upper, count)
 
 
-def _does_not_convert(ctx: SubtaskContext, upper: Key, exc: Exception) -> str:
+def _does_not_convert(ctx: SubtaskContext, upper: Key, exc: Exception,
+                      first: Key | None) -> str:
     p = ctx.job.params
     reason = str(getattr(exc, "orig", exc)).splitlines()[0]
-    return (f"a value of column {p['column']} does not convert to {p['type']} "
-            f"(keys [{shown(ctx.curr_key)}, {shown(upper)})): {reason}")
+    where = (f"in the row of key {shown(first)}" if first is not None
+             else f"(keys [{shown(ctx.curr_key)}, {shown(upper)}))")
+    return f"a value of column {p['column']} does not convert to {p['type']} {where}: {reason}"
+
+
+def _first_not_converting(ctx: SubtaskContext, upper: Key, rows: int) -> Key | None:
+    """The key of the first row of the batch ``[ctx.curr_key, upper)`` (of
+    ``rows`` keys) whose value does not convert; None if
+    none is found (the row changed since). The batch's transaction is
+    aborted: halves of the range are converted on a connection of their own
+    (a read: no lock the batch holds is waited for), the lower half first,
+    down to one row, in about log2(rows) short statements."""
+    job = ctx.job
+    t, key, value = job.target_table, job.key, expression(job.params)
+
+    with ctx.engine.connect() as conn:
+        def fails(lo: Key, hi: Key) -> bool:
+            try:
+                with conn.begin(), as_role(conn, run_as(job)):  # the user's --using
+                    run(conn, f"SELECT count({value}) FROM {t} WHERE {_in_batch(key, lo, hi)}")
+            except sa.exc.DataError:
+                return True
+            return False
+
+        lo, hi = ctx.curr_key, upper
+        if not fails(lo, hi):
+            return None
+        while rows > 1:
+            with conn.begin():
+                mid, half = next_bound(conn, t, key, lo, hi, rows // 2)
+            if half == 0 or mid == hi:
+                break
+            if fails(lo, mid):
+                hi, rows = mid, half
+            else:
+                lo, rows = mid, rows - half
+        with conn.begin():
+            found = run(conn, f"SELECT {key.read()} FROM {t} WHERE {_in_batch(key, lo, hi)} "
+                              f"ORDER BY {key.order_by()} LIMIT 1")
+        return decode(found[0][0]) if found and rows == 1 else None
 
 
 def verify_batch(ctx: SubtaskContext, conn: Connection) -> Batch:

@@ -46,6 +46,8 @@ NAME = "rewrite"
 COPY, BUILD, CATCH_UP, VERIFY, SWAPPED = 1, 2, 3, 4, 5  # stored step numbers: never renumber
 # Replay rounds at once in the catch-up step (each takes other log rows).
 CATCH_UP_SUBTASKS = 4
+# The change log's keys are counted up to this many for the job's backlog.
+BACKLOG_CAP = 1_000_000
 _PLAN = "rewrite.plan"  # ctx.batch_state: the job's plan, read once a subtask
 
 
@@ -162,6 +164,17 @@ class Rewrite(JobType):
         for statement in statements:
             run(conn, statement)
         run(conn, stored.drop(work_schema, job.id))
+
+    def backlog(self, conn: Connection, job: Job) -> int | None:
+        """Keys in the change log still to replay into the shadow, until the
+        swap (counted up to ``BACKLOG_CAP``: a count of a big log is a scan)."""
+        if not COPY <= job.step < SWAPPED:
+            return None
+        log_table = names.log_table(job.params["work_schema"], job.id)
+        if not conn.execute(text("SELECT to_regclass(:t) IS NOT NULL"), {"t": log_table}).scalar():
+            return None
+        return int(conn.execute(text(f"SELECT count(*) FROM (SELECT 1 FROM {log_table} "
+                                     "LIMIT :cap) x"), {"cap": BACKLOG_CAP}).scalar_one())
 
     # --- executor ------------------------------------------------------------
 

@@ -28,7 +28,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from backfill.expressions import one_expression, optional_expression
+from backfill.expressions import on_one_line, one_expression, optional_expression
 from backfill.ranged_update import UpdateSql, alias_of, check_update_statement
 from backfill.restore import index_before_restoring, restore_in_batches
 from backfill.tables import (
@@ -72,6 +72,29 @@ class SqlUpdate(JobType):
             **params, "column": column, "expr": expr, "where": where, "column_type": type_,
             "overwrite": not add,
         }, key=table.key_spec)
+
+    def describe(self, conn: Connection, job: Job) -> list[str]:
+        """What ``--dry-run`` prints: the UPDATE each batch runs (on the keys
+        ``[:lo, :hi)`` of its batch; names of the job's work tables show its
+        id as 0, not known yet) and the statements around the batches."""
+        p, sql = job.params, update_sql(job)
+        role = run_as(job)
+        who = f" as {role}" if role else ""
+        if p["overwrite"]:
+            lines = [f"prepare: {s}" for s in sql.create_images(p["column_type"])]
+        else:
+            lines = [f"prepare: ALTER TABLE {job.target_table} ADD COLUMN "
+                     f"{quote(p['column'])} {p['column_type']}"]
+        lines.append(f"each batch{who}, keys [:lo, :hi): {sql.update()}")
+        if p["overwrite"]:
+            lines.append(f"each batch, its range kept for a rollback: {sql.record_batch()}")
+            lines += [f"cut-over: {s}" for s in sql.drop_images()]
+            lines.append("rollback: rows the job wrote and nobody wrote since get their "
+                         "old values back from the images, range by range")
+        else:
+            lines.append(f"rollback: ALTER TABLE {job.target_table} DROP COLUMN "
+                         f"{quote(p['column'])}")
+        return [on_one_line(line) for line in lines]
 
     def prepare(self, conn: Connection, job: Job) -> None:
         p = job.params

@@ -585,6 +585,20 @@ def note_throttled(db: Database, conn: Connection, job_id: int, reason: str | No
     )
 
 
+def ended_before(db: Database, conn: Connection, job_ids: list[int],
+                 seconds: float) -> list[int]:
+    """Of ``job_ids``, those that ended more than ``seconds`` ago, or are gone."""
+    return list(conn.execute(
+        db.sql(f"""
+            SELECT i.id FROM unnest(CAST(:ids AS bigint[])) AS i(id)
+            LEFT JOIN {{s}}.jobs j ON j.id = i.id
+            WHERE j.id IS NULL
+               OR j.state IN ({_TERMINAL_SQL})
+                  AND j.finished_at < clock_timestamp() - make_interval(secs => :secs)"""),
+        {"ids": job_ids, "secs": seconds},
+    ).scalars())
+
+
 def get(db: Database, conn: Connection, job_id: int) -> Job | None:
     row = conn.execute(
         db.sql(f"SELECT {JOB_COLUMNS} FROM {{s}}.jobs WHERE id = :id"), {"id": job_id}

@@ -6,7 +6,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from framework.db import Database
+from framework.db import Database, ReadConnection, ReadDatabase
 
 
 def register(
@@ -37,6 +37,19 @@ def heartbeat(db: Database, conn: Connection, node_id: str) -> bool:
     ).rowcount == 1
 
 
+def heartbeat_of(db: ReadDatabase, conn: ReadConnection, node_id: str) -> dict[str, Any] | None:
+    """The node's state and the age of its heartbeat (seconds, by the
+    database clock); None when it is not registered."""
+    rows = conn.execute(
+        db.sql("""
+            SELECT state, extract(epoch FROM clock_timestamp() - heartbeat_at)::float8
+                       AS heartbeat_age
+            FROM {s}.nodes WHERE node_id = :node_id"""),
+        {"node_id": node_id},
+    ).mappings()
+    return next((dict(r) for r in rows), None)
+
+
 def set_draining(db: Database, conn: Connection, node_id: str) -> None:
     conn.execute(
         db.sql("UPDATE {s}.nodes SET state = 'draining' WHERE node_id = :node_id"),
@@ -48,14 +61,36 @@ def deregister(db: Database, conn: Connection, node_id: str) -> None:
     conn.execute(db.sql("DELETE FROM {s}.nodes WHERE node_id = :node_id"), {"node_id": node_id})
 
 
-def mark_dead(db: Database, conn: Connection, older_than_seconds: float) -> list[str]:
+def mark_dead(db: Database, conn: Connection, older_than_seconds: float, *,
+              actor: str) -> list[str]:
+    """Declare dead the nodes silent for ``older_than_seconds``; each job
+    whose subtasks one of them still held gets an event saying so (by
+    ``actor``, the owner), in the same statement."""
     return list(conn.execute(
         db.sql("""
-            UPDATE {s}.nodes SET state = 'dead'
-            WHERE state <> 'dead'
-              AND heartbeat_at < clock_timestamp() - make_interval(secs => :secs)
-            RETURNING node_id"""),
-        {"secs": older_than_seconds},
+            WITH dead AS (
+                UPDATE {s}.nodes SET state = 'dead'
+                WHERE state <> 'dead'
+                  AND heartbeat_at < clock_timestamp() - make_interval(secs => :secs)
+                RETURNING node_id,
+                          extract(epoch FROM clock_timestamp() - heartbeat_at) AS silent),
+            held AS (
+                SELECT st.job_id, d.node_id, d.silent, count(*) AS subtasks
+                FROM dead d JOIN {s}.background_subtask st
+                  ON st.state = 'running' AND st.exec_id = d.node_id
+                GROUP BY st.job_id, d.node_id, d.silent),
+            noted AS (
+                INSERT INTO {s}.job_events (job_id, actor, from_state, to_state, detail)
+                SELECT h.job_id, :actor, j.state, j.state,
+                       'node ' || h.node_id || ' declared dead (no heartbeat for '
+                       || round(h.silent) || ' s); it held ' || h.subtasks
+                       || CASE WHEN h.subtasks = 1 THEN ' subtask' ELSE ' subtasks' END
+                       || ' of this job, which other nodes take over once '
+                       || CASE WHEN h.subtasks = 1 THEN 'its lease expires'
+                               ELSE 'their leases expire' END
+                FROM held h JOIN {s}.jobs j ON j.id = h.job_id)
+            SELECT node_id FROM dead"""),
+        {"secs": older_than_seconds, "actor": actor},
     ).scalars())
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from framework.db import Database
+from framework.states import JOB_TERMINAL, JobState
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
@@ -32,6 +33,10 @@ FENCE = """EXISTS (
     WHERE ol.id = 1 AND ol.owner_id = :owner_id AND ol.revision = :owner_revision
       AND ol.expires_at > clock_timestamp()
     FOR KEY SHARE)"""
+
+
+# Jobs no owner drives yet (queued) or any more (ended): no owner change to note.
+_NOT_DRIVEN = ", ".join(f"'{s}'" for s in sorted({*JOB_TERMINAL, JobState.QUEUED}))
 
 
 @dataclass(frozen=True)
@@ -47,19 +52,35 @@ def campaign(db: Database, conn: Connection, node_id: str) -> OwnerTerm | None:
     """Take the lease if it is free or expired; a new term gets a new revision.
 
     FOR UPDATE waits for no one: while any fenced owner transaction is in
-    flight (it holds KEY SHARE) the row is skipped and nobody is elected."""
+    flight (it holds KEY SHARE) the row is skipped and nobody is elected.
+
+    A term that follows another's records the change of owner in the events
+    of every job that owner was driving (started and not ended), in the same
+    statement; the very first term, or one after a fresh install, has none
+    to note."""
     revision = conn.execute(
-        db.sql("""
+        db.sql(f"""
             WITH free AS (
-                SELECT id FROM {s}.owner_lease
+                SELECT id, owner_id AS before_id, revision AS before_revision
+                FROM {{s}}.owner_lease
                 WHERE id = 1 AND expires_at <= clock_timestamp()
-                FOR UPDATE SKIP LOCKED)
-            UPDATE {s}.owner_lease ol
-            SET owner_id = :node_id, revision = ol.revision + 1,
-                elected_at = clock_timestamp(),
-                expires_at = clock_timestamp() + make_interval(secs => :ttl)
-            FROM free WHERE ol.id = free.id
-            RETURNING ol.revision"""),
+                FOR UPDATE SKIP LOCKED),
+            elected AS (
+                UPDATE {{s}}.owner_lease ol
+                SET owner_id = :node_id, revision = ol.revision + 1,
+                    elected_at = clock_timestamp(),
+                    expires_at = clock_timestamp() + make_interval(secs => :ttl)
+                FROM free WHERE ol.id = free.id
+                RETURNING ol.revision, free.before_id, free.before_revision),
+            noted AS (
+                INSERT INTO {{s}}.job_events (job_id, actor, from_state, to_state, detail)
+                SELECT j.id, 'owner ' || :node_id || ' rev ' || e.revision, j.state, j.state,
+                       'owner changed: ' || :node_id || ' (rev ' || e.revision
+                       || ') took over from ' || e.before_id || ' (rev ' || e.before_revision
+                       || '), whose term had ended'
+                FROM elected e JOIN {{s}}.jobs j ON j.state NOT IN ({_NOT_DRIVEN})
+                WHERE e.before_id IS NOT NULL)
+            SELECT revision FROM elected"""),
         {"node_id": node_id, "ttl": db.settings.owner_lease_seconds},
     ).scalar()
     return OwnerTerm(node_id, revision) if revision is not None else None

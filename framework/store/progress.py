@@ -151,7 +151,8 @@ def _progress(db: ReadDatabase, conn: ReadConnection, where: str,
                    CASE WHEN p.row_estimate IS NOT NULL OR c.rows_done > 0
                         THEN greatest(p.row_estimate, c.rows_done) END AS rows_total,
                    p.created_at, p.started_at, p.finished_at, p.job_key, p.history_done,
-                   p.max_replica_lag, p.max_active_sessions, p.on_failure, p.throttled,
+                   p.max_replica_lag, p.max_active_sessions, p.on_failure, p.revert_target,
+                   p.throttled,
                    extract(epoch FROM clock_timestamp() - p.throttled_at) AS throttled_age,
                    c.running, c.succeeded, c.failed, c.cancelled, c.nodes,
                    greatest(p.subtasks_total - c.running - c.succeeded - c.failed

@@ -82,6 +82,23 @@ _JOB_RETURNING = ", ".join(
     else f"j.{c.strip()} AS {_JOB}{c.strip()}" for c in JOB_COLUMNS.split(","))
 
 
+# A claim's takeovers, in its statement: one job event per job and node
+# whose expired leases it ended (however many subtasks), naming where the
+# first few resume.
+_TAKEN_SHOWN = 5
+_TAKEN_OVER_EVENTS = f"""
+    INSERT INTO {{s}}.job_events (job_id, actor, from_state, to_state, detail)
+    SELECT job_id, :actor, {_JOB}state, {_JOB}state,
+           'took over ' || count(*) || CASE WHEN count(*) = 1 THEN ' subtask' ELSE ' subtasks' END
+           || ' of node ' || taken_from || ' (its lease expired): '
+           || array_to_string((array_agg('subtask ' || id || ' resumed from curr_key '
+                                         || curr_key ORDER BY id))[1:{_TAKEN_SHOWN}], ', ')
+           || CASE WHEN count(*) > {_TAKEN_SHOWN}
+                   THEN ', and ' || (count(*) - {_TAKEN_SHOWN}) || ' more' ELSE '' END
+    FROM claimed WHERE taken_from IS NOT NULL
+    GROUP BY job_id, taken_from, {_JOB}state"""
+
+
 def claim(db: Database, conn: Connection, exec_id: str, limit: int = 1,
           sized_job: int | None = None) -> list[Claim]:
     """Claim up to ``limit`` subtasks: pending ones, or running ones whose lease
@@ -114,10 +131,13 @@ def claim(db: Database, conn: Connection, exec_id: str, limit: int = 1,
                        OR j.state = 'reverting' AND j.step = {STEP_REVERT})
                   AND (j.run_on_node IS NULL OR j.run_on_node = :exec_id)),
             candidate AS (
-                SELECT c.id, job.room FROM (SELECT * FROM job WHERE room > 0
+                SELECT c.id, c.taken_from, job.room FROM (SELECT * FROM job WHERE room > 0
                                   ORDER BY priority DESC, id) job
                 CROSS JOIN LATERAL (
-                    SELECT st.id FROM {{s}}.background_subtask st
+                    -- taken_from: the node whose expired lease this claim ends.
+                    SELECT st.id, CASE WHEN st.state = 'running' THEN st.exec_id END
+                                      AS taken_from
+                    FROM {{s}}.background_subtask st
                     WHERE st.job_id = job.id AND st.step = job.step
                       AND st.ordinal >= job.claim_from
                       AND st.{guard_into(S.RUNNING)}
@@ -129,22 +149,26 @@ def claim(db: Database, conn: Connection, exec_id: str, limit: int = 1,
                                           OR job.id = :sized_job THEN :limit ELSE 1 END,
                                 job.room)
                     FOR UPDATE OF st SKIP LOCKED) c
-                LIMIT :limit)
-            UPDATE {{s}}.background_subtask st SET
-                state = 'running', exec_id = :exec_id,
-                exec_expired = clock_timestamp() + make_interval(secs => :ttl),
-                epoch = st.epoch + 1, attempts = st.attempts + 1,
-                started_at = coalesce(st.started_at, clock_timestamp()),
-                updated_at = clock_timestamp()
-            FROM candidate, {{s}}.jobs j
-            WHERE st.id = candidate.id AND j.id = st.job_id
-            RETURNING st.id, st.job_id, CAST(st.start_key AS text) AS start_key,
-                      CAST(st.end_key AS text) AS end_key, CAST(st.curr_key AS text) AS curr_key,
-                      st.epoch,
-                      st.attempts, st.meta, j.concurrency - candidate.room AS running_before,
-                      {_JOB_RETURNING}"""),
+                LIMIT :limit),
+            claimed AS (
+                UPDATE {{s}}.background_subtask st SET
+                    state = 'running', exec_id = :exec_id,
+                    exec_expired = clock_timestamp() + make_interval(secs => :ttl),
+                    epoch = st.epoch + 1, attempts = st.attempts + 1,
+                    started_at = coalesce(st.started_at, clock_timestamp()),
+                    updated_at = clock_timestamp()
+                FROM candidate, {{s}}.jobs j
+                WHERE st.id = candidate.id AND j.id = st.job_id
+                RETURNING st.id, st.job_id, CAST(st.start_key AS text) AS start_key,
+                          CAST(st.end_key AS text) AS end_key,
+                          CAST(st.curr_key AS text) AS curr_key, st.epoch,
+                          st.attempts, st.meta, j.concurrency - candidate.room AS running_before,
+                          candidate.taken_from, {_JOB_RETURNING}),
+            taken_over AS ({_TAKEN_OVER_EVENTS})
+            SELECT * FROM claimed"""),
         {"exec_id": exec_id, "ttl": db.settings.lease_seconds,
-         "max_attempts": db.settings.max_attempts, "limit": limit, "sized_job": sized_job},
+         "max_attempts": db.settings.max_attempts, "limit": limit, "sized_job": sized_job,
+         "actor": f"worker {exec_id}"},
     ).mappings().all()
     claimed = Counter(r["job_id"] for r in rows)
     # One Job per job, not per claimed row: a slot claims up to 32 quick
@@ -352,11 +376,28 @@ def requeue_after_restart(db: Database, conn: Connection, exec_id: str) -> int:
     died mid-attempt, so the attempt counts (a subtask that kills its worker
     must not be retried forever); one on its last attempt is failed by the
     owner (``fail_exhausted``). Clearing exec_id fences the old incarnation out."""
-    return conn.execute(
+    return int(conn.execute(
         db.sql(f"""
-            UPDATE {{s}}.background_subtask SET
-                state = 'pending', exec_id = NULL, exec_expired = NULL,
-                updated_at = clock_timestamp()
-            WHERE exec_id = :exec_id AND {guard_into(S.PENDING)}"""),
-        {"exec_id": exec_id},
-    ).rowcount
+            WITH requeued AS (
+                UPDATE {{s}}.background_subtask SET
+                    state = 'pending', exec_id = NULL, exec_expired = NULL,
+                    updated_at = clock_timestamp()
+                WHERE exec_id = :exec_id AND {guard_into(S.PENDING)}
+                RETURNING id, job_id, CAST(curr_key AS text) AS curr_key),
+            noted AS (
+                INSERT INTO {{s}}.job_events (job_id, actor, from_state, to_state, detail)
+                SELECT r.job_id, :actor, j.state, j.state,
+                       'node ' || :exec_id || ' restarted: handed back the '
+                       || count(*) || CASE WHEN count(*) = 1 THEN ' subtask' ELSE ' subtasks' END
+                       || ' its previous run held: '
+                       || array_to_string((array_agg('subtask ' || r.id || ' resumes from '
+                                                     || 'curr_key ' || r.curr_key
+                                                     ORDER BY r.id))[1:{_TAKEN_SHOWN}], ', ')
+                       || CASE WHEN count(*) > {_TAKEN_SHOWN}
+                               THEN ', and ' || (count(*) - {_TAKEN_SHOWN}) || ' more'
+                               ELSE '' END
+                FROM requeued r JOIN {{s}}.jobs j ON j.id = r.job_id
+                GROUP BY r.job_id, j.state)
+            SELECT count(*) FROM requeued"""),
+        {"exec_id": exec_id, "actor": f"worker {exec_id}"},
+    ).scalar_one())

@@ -4,6 +4,8 @@ Also the submit paths that must not create a job twice, or at all."""
 
 from __future__ import annotations
 
+import re
+
 import psycopg
 import pytest
 from alembic.script import ScriptDirectory
@@ -192,9 +194,18 @@ def test_dry_run_prints_the_plan_and_inserts_no_job(items_db: str) -> None:
                    "--dry-run"))
     assert "nothing submitted" in out and "1,000" in out and "10 of up to 100 rows" in out
     assert "[1, 101)" in out and "[901, 1001)" in out
+    # The UPDATE each batch runs, as the submitter, on the keys [:lo, :hi) (issue 26).
+    assert re.search(r'^each batch as \w+, keys \[:lo, :hi\): UPDATE "public"\."items" AS '
+                     r'"items" SET "d" = \(md5\(b\) \) WHERE "items"\."id" >= :lo AND '
+                     r'"items"\."id" < :hi AND \(TRUE \)$', out, re.M), out
+    assert 'prepare: ALTER TABLE "public"."items" ADD COLUMN "d" text' in out
     plan = reorg_json(items_db, "submit", "sql-update", "--table", "items", "--set", "c=b",
                       "--rows-per-subtask", "300", "--dry-run")
     assert plan["ranges"] == 4 and plan["estimated_rows"] == 1_000
+    # Overwriting c keeps its old values: the batch's statement says how.
+    batch = [line for line in plan["plan"] if line.startswith("each batch as ")]
+    assert len(batch) == 1 and 'UPDATE "public"."items" AS "items" SET "c" = (b ) FROM reorg_read' \
+        in batch[0] and '"reorg"."sql_update_0_images"' in batch[0], plan["plan"]
     assert plan["key_ranges"] == [[1, 301], [301, 601], [601, 901], [901, 1001]]
     assert dump(items_db) == before
 

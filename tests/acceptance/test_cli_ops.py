@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import getpass
 import json
+import platform
 import signal
 import socket
+import urllib.error
 import urllib.request
 from importlib.metadata import version
 
@@ -92,7 +94,11 @@ def test_worker_metrics_and_json_log_lines(migrated_db: str, workers: Workers) -
     make_items(url, 3_000)
     port = free_port()
     worker = workers.start_cli("w1", "--no-spark-warmup", "--metrics-port", str(port),
-                           "--log-format", "json")
+                               "--metrics-host", "127.0.0.1", "--progress-seconds", "0.2",
+                               "--log-format", "json")
+    health = wait_until(lambda: _health(port).get("status") == "ok" and _health(port), 30,
+                        "the worker healthy")
+    assert health["node"] == "w1" and health["state"] == "active", health
     job = submit(url, "--table", "items", "--set", "c=md5(b)", "--rows-per-subtask", "1000",
                  "--batch-rows", "500")
     waited = reorg(url, "wait", str(job), "--timeout", "60")
@@ -105,7 +111,7 @@ def test_worker_metrics_and_json_log_lines(migrated_db: str, workers: Workers) -
         10, "job gauges at their final values")
     kind = ("job_type", "sql-update")
     assert m[("reorg_rows_processed_total", frozenset({("job_id", j), kind}))] == 3_000
-    assert m[("reorg_job_rows_total", frozenset({("job_id", j)}))] == 3_000
+    assert m[("reorg_job_rows_done", frozenset({("job_id", j)}))] == 3_000
     committed = m[("reorg_batches_total",
                    frozenset({("job_id", j), kind, ("outcome", "committed")}))]
     assert committed >= 6  # 3 ranges of 1,000 rows, 500 a batch (more if ranges were split)
@@ -115,6 +121,10 @@ def test_worker_metrics_and_json_log_lines(migrated_db: str, workers: Workers) -
     assert m[("reorg_subtasks_total", frozenset({kind, ("outcome", "succeeded")}))] >= 3
     assert m[("reorg_subtasks_running", frozenset())] == 0
     assert m[("reorg_is_owner", frozenset())] == 1
+    assert m[("reorg_job_state", frozenset({("job_id", j), ("state", "succeeded")}))] == 1
+    assert m[("reorg_job_failed", frozenset({("job_id", j)}))] == 0
+    info = [dict(k[1]) for k in m if k[0] == "reorg_build_info"]
+    assert info == [{"version": version("reorg"), "python": platform.python_version()}]
     # Every reason is exported from the start (so an alert has a series), none counted.
     lost = {dict(k[1])["reason"]: v for k, v in m.items() if k[0] == "reorg_leases_lost_total"}
     assert lost == {"renewal_refused": 0, "untrusted": 0, "checkpoint_refused": 0}
@@ -132,4 +142,28 @@ def test_worker_metrics_and_json_log_lines(migrated_db: str, workers: Workers) -
     assert sum(e["rows"] for e in done) == 3_000
     assert sum(e["batches"] for e in done) == committed
     assert all(e["seconds"] >= 0 for e in done)
-    assert any("metrics at" in e["message"] for e in entries)
+    assert any(e["message"] == f"metrics at http://127.0.0.1:{port}/metrics, health at /healthz"
+               for e in entries)
+    # The owner's progress line of the running job, its figures as fields.
+    progress = [e for e in entries if e["logger"] == "reorg.progress"]
+    assert progress, "a progress line"
+    assert all(e["job_id"] == job and e["state"] == "running" and e["rows_total"] == 3_000
+               and e["message"].startswith(f"job {job} sql-update public.items running: rows ")
+               for e in progress), progress
+
+
+def _health(port: int) -> dict:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as error:  # 503: the body says why
+        return json.loads(error.read())
+    except OSError:
+        return {}
+
+
+def test_the_metrics_address_is_checked_at_start(migrated_db: str) -> None:
+    line = assert_one_error_line(
+        reorg(migrated_db, "worker", "--metrics-port", str(free_port()),
+              "--metrics-host", "nosuch.invalid"), BAD_INPUT)
+    assert "cannot listen on nosuch.invalid:" in line and "--metrics-host" in line, line

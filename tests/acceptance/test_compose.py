@@ -112,7 +112,7 @@ def test_database_url_and_spark_master_point_at_the_compose_services():
         assert f"spark://spark-master:{master.port}" in SERVICES["spark-worker"]["command"]
         assert str(master.port) in SERVICES["spark-master"]["command"]
         port = env["REORG_METRICS_PORT"]
-        assert f"http://127.0.0.1:{port}/metrics" in " ".join(
+        assert f"http://127.0.0.1:{port}/healthz" in " ".join(
             SERVICES["reorg-worker"]["healthcheck"]["test"])
 
 

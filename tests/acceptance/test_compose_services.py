@@ -97,7 +97,7 @@ def _migrate(fresh_db: str, ports: dict[str, int]) -> None:
 
 def _start_worker(services: Services, fresh_db: str, ports: dict[str, int]) -> tuple[
         subprocess.Popen, dict[str, str]]:
-    """One reorg worker: its healthcheck passes once it serves metrics."""
+    """One reorg worker: its healthcheck passes once its /healthz says it is healthy."""
     env = {**environment("reorg-worker", ports, fresh_db), "SPARK_LOCAL_IP": "127.0.0.1"}
     assert env["REORG_SPARK_MASTER"] == f"spark://127.0.0.1:{ports['master']}"
     worker = services.start("reorg-worker", command("reorg-worker", ports), env)

@@ -66,7 +66,7 @@ def test_a_finished_alter_type_shows_its_rows_alike_in_status_dashboard_metrics_
         "status": _rows_cell(table, job),
         "wait": re.sub(r" in \S+$", "", waited.stdout.strip()),
         "event": re.findall(r"[\d,]+ rows", done[0]),
-        "metrics": _gauge("reorg_job_rows_total", job),
+        "metrics": _gauge("reorg_job_rows_done", job),
         "dashboard": [re.findall(r"[\d,]+ / [\d,]+", page) for page in pages],
     }
     assert seen == {

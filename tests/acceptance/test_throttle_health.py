@@ -9,17 +9,17 @@ once the database is healthy again."""
 from __future__ import annotations
 
 import re
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+import urllib.request
 from pathlib import Path
 
-import psycopg
 import pytest
 from cli_support import job_status, ok, reorg, reorg_json, submit
-from support import Workers, execute, make_items, wait_until
+from prometheus_client.parser import text_string_to_metric_families
+from support import Workers, busy_sessions, execute, make_items, wait_until
 from support.standby import Standby, primary_with_standby
+
+from framework.localpg.cluster import free_port
 
 # After the throttled note appears, a batch that passed the health gate just
 # before may still commit (a slot re-reads health once a second): this long
@@ -28,6 +28,13 @@ SETTLE_SECONDS = 1.2
 # How long the table must stay still to count as held (a fixed wait is the
 # only way to see that something does not happen).
 HELD_SECONDS = 1.5
+
+
+def scrape(port: int) -> dict[tuple[str, tuple], float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
 
 
 def filled(url: str) -> int:
@@ -76,7 +83,9 @@ def test_replica_lag_holds_batches_while_a_real_standby_lags(scratch_dir: Path) 
         make_items(url, 40_000)
         pool = Workers(url)
         try:
-            worker = pool.start_cli("w1", "--slots", "2", "--no-spark-warmup")
+            port = free_port()
+            worker = pool.start_cli("w1", "--slots", "2", "--no-spark-warmup",
+                                    "--metrics-port", str(port), "--metrics-host", "127.0.0.1")
             job = submit(url, "--table", "items", "--set", "c=md5(b)",
                          "--rows-per-subtask", "2000", "--batch-rows", "200",
                          "--max-rows-per-sec", "400", "--max-replica-lag", "3600")
@@ -89,6 +98,12 @@ def test_replica_lag_holds_batches_while_a_real_standby_lags(scratch_dir: Path) 
             ok(reorg(url, "alter", str(job), "--max-replica-lag", "1"))
             assert_held(url, job, r"replica lag [\d.]+s > 1s \(.+\)")
             assert "replica lag 1s" in ok(reorg(url, "status", str(job)))  # the limit
+            # The worker's metrics: the standby's lag, and why the job is held.
+            scraped = wait_until(lambda: (m := scrape(port)).get(
+                ("reorg_job_throttled", (("job_id", str(job)), ("reason", "replica_lag"))))
+                and m, 30, "the owner's throttled gauge")
+            lags = [v for (name, _), v in scraped.items() if name == "reorg_replica_lag_seconds"]
+            assert len(lags) == 1 and lags[0] > 1, lags
 
             standby.resume_replay()
             wait_moving(url, job)
@@ -102,31 +117,6 @@ def test_replica_lag_holds_batches_while_a_real_standby_lags(scratch_dir: Path) 
             assert altered == ["altered: max_replica_lag=1", "altered: max_rows_per_sec=0"]
         finally:
             pool.stop_all()
-
-
-@contextmanager
-def busy_sessions(url: str, n: int) -> Iterator[list[int]]:
-    """``n`` sessions of the application running a long query (state
-    ``active``) until the block ends; yields their pids."""
-    conns = [psycopg.connect(url, autocommit=True) for _ in range(n)]
-    pids = [c.info.backend_pid for c in conns]
-    threads = [threading.Thread(target=_sleep_until_cancelled, args=(c,), daemon=True)
-               for c in conns]
-    for t in threads:
-        t.start()
-    try:
-        yield pids
-    finally:
-        execute(url, "SELECT pg_cancel_backend(pid) FROM unnest(%(p)s::int[]) pid", {"p": pids})
-        for t in threads:
-            t.join(10)
-        for c in conns:
-            c.close()
-
-
-def _sleep_until_cancelled(conn: psycopg.Connection) -> None:
-    with suppress(psycopg.errors.QueryCanceled):
-        conn.execute("SELECT pg_sleep(120)")
 
 
 @pytest.mark.matrix

@@ -121,7 +121,9 @@ def test_a_value_that_does_not_convert_fails_the_job_and_leaves_the_table_as_bef
     start_node("n1", slots=2)
     done = wait_state(db, job_id, timeout=120)
     assert done["state"] == "reverted", done
-    assert 'does not convert to int' in done["error"] and '"seven"' in done["error"]
+    # The row that fails, not its batch's 10,000 keys (issue 26).
+    assert 'does not convert to int in the row of key 2500:' in done["error"], done["error"]
+    assert '"seven"' in done["error"]
     assert column_catalog(url) == before
     assert table_as_oracle(url) == rows
     _nothing_left(before)

@@ -14,6 +14,7 @@ Never imported by production code.
 
 from support.db import (
     TERMINAL,
+    busy_sessions,
     catalogue,
     create_database,
     database_url,
@@ -35,7 +36,7 @@ from support.fill import fill, started_fill
 from support.processes import WorkerProcess, Workers
 
 __all__ = [
-    "TERMINAL", "WorkerProcess", "Workers", "catalogue", "create_database", "database_url",
+    "TERMINAL", "WorkerProcess", "Workers", "busy_sessions", "catalogue", "create_database", "database_url",
     "drop_database", "execute", "fill", "held_by", "job_of", "make_items", "rows", "scalar", "snapshot",
     "started_fill", "statements_sent", "subtask_ranges", "table_rows", "wait_state",
     "wait_until",

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager, suppress
 from typing import Any, TypeVar
 
 import psycopg
@@ -185,3 +187,28 @@ def subtask_ranges(db: Any, job_id: int) -> list[tuple[int, Any, Any]]:
         UNION ALL
         SELECT ordinal, start_key, end_key FROM {s}.background_subtask_history
         WHERE job_id = :j ORDER BY 1""", j=job_id)
+
+
+@contextmanager
+def busy_sessions(url: str, n: int) -> Iterator[list[int]]:
+    """``n`` sessions of the application running a long query (state
+    ``active``) until the block ends; yields their pids."""
+    conns = [psycopg.connect(url, autocommit=True) for _ in range(n)]
+    pids = [c.info.backend_pid for c in conns]
+    threads = [threading.Thread(target=_sleep_until_cancelled, args=(c,), daemon=True)
+               for c in conns]
+    for t in threads:
+        t.start()
+    try:
+        yield pids
+    finally:
+        execute(url, "SELECT pg_cancel_backend(pid) FROM unnest(%(p)s::int[]) pid", {"p": pids})
+        for t in threads:
+            t.join(10)
+        for c in conns:
+            c.close()
+
+
+def _sleep_until_cancelled(conn: psycopg.Connection) -> None:
+    with suppress(psycopg.errors.QueryCanceled):
+        conn.execute("SELECT pg_sleep(120)")

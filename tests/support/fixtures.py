@@ -79,10 +79,11 @@ def start_node(settings: Settings) -> Iterator[Callable[..., Node]]:
     """Start in-process nodes; every one is drained at teardown."""
     started: list[Node] = []
 
-    def start(node_id: str | None = None, slots: int = 2, **overrides) -> Node:
+    def start(node_id: str | None = None, slots: int = 2, progress_seconds: float = 30.0,
+              **overrides) -> Node:
         s = Settings(**{**settings.__dict__, **overrides}) if overrides else settings
         node = Node(s, node_id=node_id or f"node-{len(started)}", slots=slots,
-                    owner_tick_seconds=0.2)
+                    owner_tick_seconds=0.2, progress_seconds=progress_seconds)
         node.start()
         started.append(node)
         return node

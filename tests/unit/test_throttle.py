@@ -128,3 +128,48 @@ def test_a_lowered_limit_lengthens_the_wait_and_a_stop_ends_it():
     ctx.stop("job pausing", hard=False)
     slot.join(5)
     assert not slot.is_alive()
+
+
+def test_the_kind_of_a_reason_is_the_label_of_reorg_job_throttled():
+    from framework.throttle import reason_kind
+
+    assert reason_kind("replica lag 8.0s > 5s (b)") == "replica_lag"
+    assert reason_kind("replica lag unknown (s1: replay position not visible; grant "
+                       "pg_monitor to reorg's role)") == "replica_lag_unknown"
+    assert reason_kind("active sessions 3 > 2") == "active_sessions"
+    assert reason_kind("health check failed: connection refused") == "health_check_failed"
+    assert reason_kind("something new") == "other"
+
+
+def test_a_replica_lag_reading_is_exported_per_standby_and_goes_when_no_job_reads_it(
+        monkeypatch):
+    from contextlib import contextmanager
+
+    from prometheus_client import REGISTRY
+
+    from framework import metrics
+    from framework.store import health
+    from framework.throttle import HealthMonitor
+
+    class Db:
+        @contextmanager
+        def begin(self):
+            yield None
+
+    def lag(standby: str) -> float | None:
+        return REGISTRY.get_sample_value("reorg_replica_lag_seconds", {"standby": standby})
+
+    reading = Reading(20.0, 200, 0, (Standby("a", 200, 19.0, None), Standby("b", 150, 19.0, None),
+                                     Standby("hidden", None, None, None)))
+    monkeypatch.setattr(health, "read", lambda conn: reading)
+    monitor = HealthMonitor(Db(), on_lags=metrics.replica_lag)  # type: ignore[arg-type]
+    monitor.samples.add(100, 10.0)
+    monitor.samples.add(160, 11.0)
+    assert monitor.reason(job(max_active_sessions=5)) is None
+    assert lag("b") is None  # a job without a replica-lag limit reads no lag
+    assert monitor.reason(job(max_replica_lag=60.0)).startswith("replica lag unknown (hidden")
+    assert (lag("a"), lag("b"), lag("hidden")) == (0.0, 8.0, None)  # the visible ones
+    metrics.drop_stale_replica_lag(60.0)
+    assert lag("b") == 8.0  # read just now: kept
+    metrics.drop_stale_replica_lag(0.0)
+    assert (lag("a"), lag("b")) == (None, None)
