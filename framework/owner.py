@@ -52,6 +52,9 @@ HOUSEKEEPING_SECONDS = 5.0
 # so no tick grows with the job (docs/benchmarks.md has the figures). The
 # revert step's ranges likewise.
 SPLIT_CHUNK = 2_000
+# Rows a revert range restores at most: neighbouring forward ranges that made
+# progress are merged up to this many rows.
+REVERT_ROWS_PER_RANGE = DEFAULT_ROWS_PER_RANGE
 
 
 class TermLost(RuntimeError):
@@ -511,7 +514,7 @@ class Owner:
                 # granularity (a job of 100,000 tiny subtasks restores in a few).
                 progressed = steps.revert_ranges(
                     steps.progressed_ranges(self.db, conn, job.id, restore),
-                    DEFAULT_ROWS_PER_RANGE)
+                    REVERT_ROWS_PER_RANGE)
                 count = len(progressed)
                 # A chunk now, the rest a chunk a tick (``_check_reverting``),
                 # as a big split goes in.

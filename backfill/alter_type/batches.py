@@ -72,7 +72,7 @@ def _first_not_converting(ctx: SubtaskContext, upper: Key, rows: int) -> Key | N
         def fails(lo: Key, hi: Key) -> bool:
             try:
                 with conn.begin(), as_role(conn, run_as(job)):  # the user's --using
-                    run(conn, f"SELECT count({value}) FROM {t} WHERE {_in_batch(key, lo, hi)}")
+                    run(conn, f"SELECT count({value}) FROM {t} WHERE {key.between(lo, hi)}")
             except sa.exc.DataError:
                 return True
             return False
@@ -90,7 +90,7 @@ def _first_not_converting(ctx: SubtaskContext, upper: Key, rows: int) -> Key | N
             else:
                 lo, rows = mid, rows - half
         with conn.begin():
-            found = run(conn, f"SELECT {key.read()} FROM {t} WHERE {_in_batch(key, lo, hi)} "
+            found = run(conn, f"SELECT {key.read()} FROM {t} WHERE {key.between(lo, hi)} "
                               f"ORDER BY {key.order_by()} LIMIT 1")
         return decode(found[0][0]) if found and rows == 1 else None
 

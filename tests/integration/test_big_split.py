@@ -32,6 +32,8 @@ def _pending(db, job_id: int) -> bool:
 def test_a_split_goes_in_a_chunk_a_tick_and_the_job_succeeds_only_once_all_are_in(
         db, monkeypatch):
     monkeypatch.setattr(owner_module, "SPLIT_CHUNK", CHUNK)
+    # One revert range per forward range (10 rows), not merged into one.
+    monkeypatch.setattr(owner_module, "REVERT_ROWS_PER_RANGE", 10)
     make_items(db, 200)
     job_id = submit(db, _sql_update(rows_per_subtask=10)).job_id
     owner, pool = Owner(db, "o1"), WorkerPool(db, "w", 1)
@@ -67,6 +69,8 @@ def test_a_tick_that_leaves_ranges_to_insert_asks_for_the_next_tick_at_once(db, 
     """Each tick inserts one chunk (it stays short); while ranges remain it
     says so, and the node ticks again without waiting for the interval."""
     monkeypatch.setattr(owner_module, "SPLIT_CHUNK", CHUNK)
+    # One revert range per forward range (10 rows), not merged into one.
+    monkeypatch.setattr(owner_module, "REVERT_ROWS_PER_RANGE", 10)
     make_items(db, 200)
     job_id = submit(db, _sql_update(rows_per_subtask=10)).job_id
     owner = Owner(db, "o1")
@@ -86,6 +90,8 @@ def test_a_small_job_prepared_in_the_same_tick_keeps_a_big_splits_next_chunk_at_
     the second's fits in a chunk. The tick still asks to come again at once
     (the second's prepare used to overwrite that with False)."""
     monkeypatch.setattr(owner_module, "SPLIT_CHUNK", CHUNK)
+    # One revert range per forward range (10 rows), not merged into one.
+    monkeypatch.setattr(owner_module, "REVERT_ROWS_PER_RANGE", 10)
     make_items(db, 200)
     make_items(db, 20, table="items_b")
     big = submit(db, _sql_update(rows_per_subtask=10)).job_id
@@ -101,6 +107,8 @@ def test_a_node_inserts_a_split_chunk_after_chunk_without_waiting_an_interval(
     """No worker claims (no slots) and the owner's interval is a minute: the
     chunks still all go in at once, tick after tick."""
     monkeypatch.setattr(owner_module, "SPLIT_CHUNK", CHUNK)
+    # One revert range per forward range (10 rows), not merged into one.
+    monkeypatch.setattr(owner_module, "REVERT_ROWS_PER_RANGE", 10)
     make_items(db, 200)
     job_id = submit(db, _sql_update(rows_per_subtask=10)).job_id
     node = Node(settings, node_id="n1", slots=0, owner_tick_seconds=60)
@@ -114,6 +122,8 @@ def test_a_node_inserts_a_split_chunk_after_chunk_without_waiting_an_interval(
 
 def test_a_job_cancelled_mid_split_inserts_no_more_ranges_and_is_restored(db, monkeypatch):
     monkeypatch.setattr(owner_module, "SPLIT_CHUNK", CHUNK)
+    # One revert range per forward range (10 rows), not merged into one.
+    monkeypatch.setattr(owner_module, "REVERT_ROWS_PER_RANGE", 10)
     make_items(db, 200)
     with db.begin() as conn:
         conn.execute(sa.text("UPDATE items SET c = 'old-' || id"))
@@ -144,6 +154,8 @@ def test_a_revert_of_many_ranges_goes_in_a_chunk_a_tick_and_restores_them_all(
     progress, inserted like a big split, and the job ends only once every
     one of them was inserted and restored."""
     monkeypatch.setattr(owner_module, "SPLIT_CHUNK", CHUNK)
+    # One revert range per forward range (10 rows), not merged into one.
+    monkeypatch.setattr(owner_module, "REVERT_ROWS_PER_RANGE", 10)
     make_items(db, 200)
     with db.begin() as conn:
         conn.execute(sa.text("UPDATE items SET c = 'old-' || id"))

@@ -135,18 +135,36 @@ def wait_state(db: Any, job_id: int, states: Collection[str] = TERMINAL,
                timeout: float = 90) -> dict[str, Any]:
     """The job's status once its state is one of ``states``, looked at again
     on each NOTIFY the job's moves send (``framework.store.jobs.notify``),
-    and at least once a second besides."""
-    with psycopg.connect(db.settings.database_url, autocommit=True) as listener:
-        listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(jobs.channel(db))))
-        deadline = time.monotonic() + timeout
+    and at least once a second besides. A listening session the server
+    closes (a restart, ``idle_session_timeout``) is opened again."""
+    deadline = time.monotonic() + timeout
+    listener: psycopg.Connection | None = None
+    try:
         while (job := job_of(db, job_id))["state"] not in states:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise AssertionError(f"timed out after {timeout:g}s waiting for: job {job_id} "
                                      f"to reach {sorted(states)}; it is {job['state']}")
-            for _ in listener.notifies(timeout=min(left, 1.0), stop_after=1):
-                pass
+            try:
+                if listener is None or listener.closed:
+                    listener = _listen(db)
+                for _ in listener.notifies(timeout=min(left, 1.0), stop_after=1):
+                    pass
+            except psycopg.OperationalError:
+                if listener is not None:
+                    listener.close()
+                listener = None
+                time.sleep(min(0.1, max(left, 0)))  # the server is restarting: not a busy loop
         return job
+    finally:
+        if listener is not None:
+            listener.close()
+
+
+def _listen(db: Any) -> psycopg.Connection:
+    listener = psycopg.connect(db.settings.database_url, autocommit=True)
+    listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(jobs.channel(db))))
+    return listener
 
 
 def held_by(db: Any, node_id: str, *, live: bool = True) -> list[Any]:
