@@ -14,10 +14,10 @@ subtransaction's id.
 Restore batches look the images up by key, so a rollback needs them
 indexed. The indexes are built when a rollback needs them, by the revert
 subtasks (``backfill.restore.index_before_restoring``), never by the owner
-nor on the forward path: ``python -m bench.images_index`` (three runs,
-2026-11-23) measured forward batches 1.05-1.13x as slow in all with the
-images indexed from prepare on, against a one-off build at rollback of
-0.03-0.06x the forward batches' time, paid only by the jobs that roll back.
+nor on the forward path: indexed from prepare on, they slow every forward
+batch, where a one-off build at rollback is paid only by the jobs that roll
+back and costs a small share of that (``python -m bench.images_index``;
+docs/benchmarks.md, "Cancel").
 Built in the owner's fenced revert plan, as they were, a big job's index was
 one long statement in the owner's tick (issue 12).
 """

@@ -1,16 +1,14 @@
 """The garbage collector of a long-running worker process.
 
-Why (``bench/framework_scale.py``, issue 9): a worker process running quick
-subtasks allocates a few dozen container objects per subtask (its context,
-claim, callbacks, the statements' parameters), so CPython's default young
-generation (700 allocations) is collected hundreds of times a second, and
-every tenth of those sweeps run into a full collection of the ~80,000 objects
-that start-up built (modules, SQLAlchemy's and the job types' caches). Measured
-with ``gc.callbacks`` in each of the benchmark's four worker processes: 0.9 of
-their ~4.6 CPU seconds in the collector (~20 %). Frozen start-up objects and
-a young generation of 10,000 took it to ~0.45 s; no reference cycle per
-subtask any more (``framework.worker``: the context's callbacks hold the
-slot's record weakly) to ~0.075 s.
+Why: a worker process running quick subtasks allocates a few dozen
+container objects per subtask (its context, claim, callbacks, the statements'
+parameters), so CPython's default young generation (700 allocations) is
+collected hundreds of times a second, and every tenth of those sweeps run into
+a full collection of the ~80,000 objects that start-up built (modules,
+SQLAlchemy's and the job types' caches): a fifth of a busy worker's CPU
+(docs/benchmarks.md, "Framework at scale"). A finished subtask must also leave
+no reference cycle, so that its reference counts free it
+(``test_grouped_batches.py::test_a_finished_subtask_is_freed_without_the_garbage_collector``).
 
 Nothing is kept alive by this: frozen objects are still freed when their
 reference count drops to zero; only cycles among them wait, and start-up's

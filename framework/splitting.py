@@ -73,12 +73,10 @@ def boundaries_of(sorted_keys: Sequence[int], rows_per_range: int) -> list[int]:
     return list(sorted_keys[::rows_per_range])
 
 
-# Above this estimate the split comes from a block sample. Walking the key
-# index costs a whole-index read in the owner's prepare: 2,000,000 keys took
-# 0.13-0.20 s (~3 % of an add-column job on them, which waits for it), the
-# sample 0.04 s; at 250,000-1,000,000 keys 52-93 ms against 5-16 ms
-# (2026-11-24, quiet machine). Small tables keep the exact cut at every N-th
-# key, where the walk costs little.
+# Above this estimate the split comes from a block sample: walking the key
+# index reads all of it in the owner's prepare, which the job waits for
+# (docs/benchmarks.md, "Splitting a table"). Small tables keep the exact cut
+# at every N-th key, where the walk costs little.
 EXACT_SPLIT_MAX_ROWS = 100_000
 # Pages sampled per range wanted (capped by MAX_SAMPLE_ROWS rows in all).
 SAMPLE_PAGES_PER_RANGE = 50
@@ -87,9 +85,10 @@ MAX_SAMPLE_ROWS = 2_000_000
 # 1/sqrt(this), so ~7 %.
 SAMPLED_PAGES_PER_BUCKET = 200
 SAMPLE_WORK_MEM = "160MB"  # sorts MAX_SAMPLE_ROWS keys in memory
-# Keys holding at least this share of their span are cut without a sample.
-# The sample read 2 % of a 100M-row table's pages at random, 2.1-2.9 s of
-# the owner's prepare (docs/benchmarks.md, "100M rows"), and 0.04 s at 2M.
+# Keys holding at least this share of their span are cut at equal widths
+# from the min and max probes, without a sample: a sample reads pages at
+# random, seconds of the owner's prepare at 100M rows (docs/benchmarks.md,
+# "Splitting a table").
 DENSE_KEYS_SHARE = 0.9
 
 
@@ -131,10 +130,10 @@ def _table_size(conn: Connection, table: str) -> tuple[int, int, bool]:
 
 # From this range size on, the exact split walks the key index one cut at a
 # time (each probe skips ``per`` entries of it, an index-only scan) instead of
-# numbering every key with a window function: 2,000,000 keys at 50,000 a
-# range, 0.45 s against 2.5 s (count and numbering) on the loaded 2-core
-# dev machine. Below it the probes' own start-up cost dominates (100,000
-# ranges of 5 keys), and the window function stays.
+# counting and numbering every key with a window function, several times
+# slower (docs/benchmarks.md, "Splitting a table"). Below it the probes' own
+# start-up cost dominates (100,000 ranges of 5 keys), and the window function
+# stays.
 WALK_MIN_ROWS_PER_RANGE = 1_000
 
 

@@ -138,7 +138,7 @@ def test_sql_update_in_groups_cancelled_mid_run_restores_the_table_exactly(db, s
 
 def test_a_finished_subtask_is_freed_without_the_garbage_collector(db):
     """A subtask's context and its slot's record of it form no reference
-    cycle (their callbacks hold the record weakly): they are freed as the
+    cycle (no callback of the context refers to the record): they are freed as the
     slot lets go of them, not left for the collector, whose sweeps were a
     fifth of a busy worker's CPU (issue 9)."""
     import gc
