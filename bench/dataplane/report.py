@@ -20,7 +20,6 @@ from bench.dataplane.records import (
     JUDGED,
     KILL_AT,
     OVERWRITE_TO_CHUNKED,
-    PROGRESS_SECONDS,
     SPARK_PARTITIONS,
     SQL_CONNECTIONS,
     SUBMIT_SECONDS,
@@ -30,7 +29,6 @@ from bench.dataplane.records import (
     ReorgRun,
     Results,
 )
-from bench.dataplane.submit_times import SMALL_ROWS
 
 
 def machine(pg_version: str) -> dict[str, str]:
@@ -50,6 +48,13 @@ def machine(pg_version: str) -> dict[str, str]:
         "Python": platform.python_version(),
         "kernel": platform.release(),
     }
+
+
+def commit() -> str:
+    """The checkout's commit, for the report ("unknown" outside a git checkout)."""
+    done = subprocess.run(["git", "-C", str(Path(__file__).parent), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else "unknown"
 
 
 def mib(n: int) -> str:
@@ -102,7 +107,7 @@ def write_doc(res: Results, path: Path) -> None:
     blocks: list[str] = []
     add = blocks.append
     add("# Benchmarks\n")
-    add(f"Written by `{res.command}` on {res.started} "
+    add(f"Written by `{res.command}` at commit {commit()} on {res.started} "
         f"(the whole run took {res.wall / 60:.1f} min). Every run rewrites the part down to "
         "the hand-kept section at the end; see `bench/README.md`.\n")
     add("## Machine\n")
@@ -393,98 +398,27 @@ def write_kill_section(res: Results, add: Add) -> None:
 
 
 METHOD = f"""\
-- **Same data, same start.** One table per run. Before every contender,
-  `reset_table` sets `c` back to NULL (or, before an overwrite of old values,
-  to `'old ' || md5(a::text)` in every row) and drops `d` by loading the table
-  again from itself into a new one in key order with a fresh primary-key index
-  (no contender inherits the dead tuples or free space of the one before, nor
-  the dropped columns of earlier rounds, which would grow every row's header
-  from the ninth attribute on), `VACUUM (ANALYZE)` (visibility
-  map and statistics as after a fresh load) and `CHECKPOINT` (nobody pays for
-  writing back the previous contender's dirty buffers). The table stays in the
-  OS page cache for everyone alike. The reset is not timed.
-- **Shared machine.** Before each timed contender the benchmark waits (up to
-  `--quiet-wait` seconds, default 120) until processes outside its own trees
-  (itself with its workers, CLI runs and JVMs, and its PostgreSQL server) used
-  under 10 % of a CPU for 3 s, and it reports the CPU time they used while the
-  contender ran (sampled from `/proc` every second). A contender during which
-  they took more than 10 % of all CPUs' time is run again (table reset first),
-  up to `--retries` times (default 2); the report shows the last attempt. A
-  worker's first job is never repeated (a repeat would not be a first job).
-- **Database.** Without `--db` the benchmark starts its own PostgreSQL cluster
-  (`framework.localpg.cluster.LocalPostgres`, `fsync`, `synchronous_commit` and
-  `full_page_writes` off) in a temporary directory and deletes it afterwards.
-- **(1) reorg.** `reorg db upgrade`, then one `reorg worker --slots
-  {WORKER_SLOTS}` process is started and waited for until `reorg nodes --json`
-  lists it. The clock runs from launching `reorg submit backfill --table
-  {TABLE} --set 'c=md5(b)' --wait` to its exit 0 (one command, as a user runs
-  a job to its end), i.e. it includes the submit's validation (for `backfill`
-  the owner's analysis and dry run on sample rows, which the submit waits
-  for), the owner's prepare and split, every batch, the advance and the
-  wait for the job's end. Before the clock
-  starts, the worker is listed by `reorg nodes --json` and, for Spark job
-  types, has started its SparkSession (started with `--spark-warmup`, it does
-  so by itself at start-up; the benchmark waits for the session's "Spark ...
-  started" line in its log). Each worker runs two jobs: its first, and a
-  second one as a long-running worker sees them. The `sql-update` worker then
-  runs two more: overwriting c after the table's reset filled it with old
-  values (`'old ' || md5(a::text)`, so a before-image is kept for every row),
-  and `--set d=md5(b) --add-column d:text` (no images: rollback drops d). The
-  worker runs `cli.main.main` exactly as the `reorg` command does; the
-  launcher only raises the `reorg.spark.batches` logger to DEBUG (one JSON
-  line per batch with its rows, read and merge seconds). A SparkSession start
-  is measured from outside: from the start time of the worker's JVM
-  (`/proc/PID/stat` of its `java` child) to that log line, so PySpark's import
-  and the settings built before the JVM's launch are not in it. `REORG_*`
-  variables of the caller's environment are not passed on.
-- **(2) plain Spark.** `bench/dataplane/plain_spark.py` in its own process: JDBC read of
-  the whole table in {SPARK_PARTITIONS} partitions on `id` (fetchsize 10,000), `md5(b)` in
-  Spark, JDBC append into an UNLOGGED staging table (batchsize 10,000,
-  `reWriteBatchedInserts`), then `ANALYZE` and one
-  `UPDATE {TABLE} t SET c = s.c FROM staging s WHERE t.id = s.id`. Spark
-  settings (local[*], loopback binding, JDBC driver from the local Maven
-  repository, quiet logs) are reorg's `build_conf`, so both run Spark alike;
-  nothing else of reorg is used.
-- **(3) chunked SQL.** `UPDATE ... SET c = md5(b) WHERE id >= lo AND id < lo + {CHUNK_ROWS:,}`,
-  chunks handed out in key order to {SQL_CONNECTIONS} threads, each with its own autocommit
-  psycopg connection (one transaction per chunk). With `sql-update` among the job
-  types it runs twice more on the table with old values in c: as is (what the
-  overwrite is judged against), and with each chunk writing the before-images
-  `sql-update` keeps, in its statement's shape (the floor of an overwrite:
-  PostgreSQL alone doing the same writes). Neither starts a process, where
-  reorg's clock includes starting `reorg submit` (Python and its libraries:
-  about 0.4 s on a quiet machine).
-- **`reorg submit` of every job type.** With `backfill` among the job types,
-  a fresh worker with Spark warm runs `reorg submit` of `sql-update`,
-  `backfill` (`--set c=md5(b)`), `copy` (`--create-target`, two selects) and
-  `checksum` (against an equal table), three times each, on a
-  {SMALL_ROWS:,}-row copy of the table (a submit's work does not grow with the
-  table); each job is waited for before the next submit. The wall time is the
-  command's, launch to exit, as a user sees it.
-- **Memory.** Every {SAMPLE_SECONDS} s the benchmark walks `/proc` for the worker's
-  process tree and sums resident memory (`statm`); the peak over each run is
-  reported.
-- **Re-processing after kill -9.** The worker and its JVM are SIGKILLed once
-  the job's committed rows (`reorg status`'s rows done: the sum of `row_count`
-  over `background_subtask` and `background_subtask_history`, read through
-  `framework.control.status` every {PROGRESS_SECONDS} s) pass {KILL_AT:.0%}. The
-  subtasks still `running` at that moment are the ones it held; their
-  `curr_key` is what they had committed. A second worker with another node id
-  claims them again once their leases expire and finishes the job. Counted:
-  1. *Committed rows*: the sum of `row_count` at the end. Equal to the table's
-     row count means no batch was checkpointed twice.
-  2. *Rows written more than once*: the table's `n_tup_upd` in
-     `pg_stat_user_tables` over the run, minus the row count. PostgreSQL counts
-     row versions written by rolled-back transactions too, so a merge that died
-     with the worker shows up here. Statistics are read after both workers'
-     server sessions have ended (sessions flush them when they exit).
-  3. *Rows read more than once*: `log_statement = 'all'` is on for this run
-     only, so every Spark JDBC range read of the table (`id >= lo AND id < hi`)
-     is in the server log, with its time; later fetches from the same cursor
-     are not counted. The sum of their rows (keys are dense) minus the row
-     count is what was read twice. The reads logged before the kill that lie
-     beyond an in-flight subtask's `curr_key` are the work lost with the
-     worker; reads that start within 0.1 s of each other are one batch's
-     JDBC partitions. Needs the benchmark's own server (not `--db`); the log
-     excerpt is kept next to the worker logs.
+How each contender is set up, run and timed: `bench/README.md`, "The
+data-plane benchmark". In short:
+
+- **Server.** Without `--db`, a throwaway PostgreSQL cluster with `fsync`,
+  `synchronous_commit` and `full_page_writes` off: commits cost less than on a
+  durable server, for every contender alike.
+- **Same start.** Before each contender the table is loaded again from itself
+  into a new one in key order (c NULL, or old values before an overwrite),
+  then `VACUUM (ANALYZE)` and `CHECKPOINT`; not timed.
+- **Shared machine.** Each contender waits up to `--quiet-wait` s for other
+  processes to go quiet, and runs again (up to `--retries`) when they took
+  over 10 % of the CPUs meanwhile; a worker's first job is never repeated.
+- **(1) reorg**: from launching `reorg submit ... --wait` to its exit 0, on
+  one `reorg worker --slots {WORKER_SLOTS}` already listed by `reorg nodes`
+  (and with its SparkSession started, for Spark types): the submit's checks
+  and the owner's analysis, prepare and split, every batch and the job's end.
+- **(2) plain Spark**: JDBC read in {SPARK_PARTITIONS} partitions, `md5` in Spark, JDBC write
+  to an UNLOGGED staging table, `ANALYZE` and one `UPDATE ... FROM` it.
+- **(3) chunked SQL**: {CHUNK_ROWS:,}-key chunks in key order on {SQL_CONNECTIONS} autocommit
+  connections, without a process start (where (1) includes `reorg submit`'s).
+- **kill -9**: the worker's process tree SIGKILLed once {KILL_AT:.0%} is committed;
+  rows written twice from `n_tup_upd`, rows read twice from the server log
+  (`log_statement = 'all'` for that run only).
 """
