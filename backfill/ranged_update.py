@@ -83,7 +83,7 @@ class UpdateSql:
             # image taken of, a version this statement did not overwrite.
             # (The old version cannot be vacuumed and its slot reused while
             # this snapshot is open.) Locking every row first (FOR UPDATE)
-            # cost 1.3-1.7x a plain ranged UPDATE (docs/benchmarks.md): each
+            # cost 1.66x a plain ranged UPDATE (docs/benchmarks.md): each
             # lock is a write of its own.
             ctes += [
                 f"""reorg_read AS (
