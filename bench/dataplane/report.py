@@ -398,27 +398,18 @@ def write_kill_section(res: Results, add: Add) -> None:
 
 
 METHOD = f"""\
-How each contender is set up, run and timed: `bench/README.md`, "The
-data-plane benchmark". In short:
+In `bench/README.md`, "The data-plane benchmark"; in short:
 
-- **Server.** Without `--db`, a throwaway PostgreSQL cluster with `fsync`,
-  `synchronous_commit` and `full_page_writes` off: commits cost less than on a
-  durable server, for every contender alike.
-- **Same start.** Before each contender the table is loaded again from itself
-  into a new one in key order (c NULL, or old values before an overwrite),
-  then `VACUUM (ANALYZE)` and `CHECKPOINT`; not timed.
-- **Shared machine.** Each contender waits up to `--quiet-wait` s for other
-  processes to go quiet, and runs again (up to `--retries`) when they took
-  over 10 % of the CPUs meanwhile; a worker's first job is never repeated.
-- **(1) reorg**: from launching `reorg submit ... --wait` to its exit 0, on
-  one `reorg worker --slots {WORKER_SLOTS}` already listed by `reorg nodes`
-  (and with its SparkSession started, for Spark types): the submit's checks
-  and the owner's analysis, prepare and split, every batch and the job's end.
-- **(2) plain Spark**: JDBC read in {SPARK_PARTITIONS} partitions, `md5` in Spark, JDBC write
-  to an UNLOGGED staging table, `ANALYZE` and one `UPDATE ... FROM` it.
-- **(3) chunked SQL**: {CHUNK_ROWS:,}-key chunks in key order on {SQL_CONNECTIONS} autocommit
-  connections, without a process start (where (1) includes `reorg submit`'s).
-- **kill -9**: the worker's process tree SIGKILLed once {KILL_AT:.0%} is committed;
-  rows written twice from `n_tup_upd`, rows read twice from the server log
-  (`log_statement = 'all'` for that run only).
+- **Server**: without `--db`, a throwaway cluster with `fsync`, `synchronous_commit` and
+  `full_page_writes` off (commits cheaper than on a durable server, for every contender alike).
+- **Same start**: the table reloaded in key order, `VACUUM (ANALYZE)` and `CHECKPOINT` before
+  each contender; one disturbed by other processes (over 10 % of the CPUs) runs again.
+- **(1) reorg**: launch of `reorg submit ... --wait` to its exit 0, on one warm `reorg worker
+  --slots {WORKER_SLOTS}`.
+- **(2) plain Spark**: JDBC read in {SPARK_PARTITIONS} partitions, `md5` in Spark, JDBC write to an UNLOGGED
+  staging table, one `UPDATE ... FROM` it.
+- **(3) chunked SQL**: {CHUNK_ROWS:,}-key chunks on {SQL_CONNECTIONS} autocommit connections, timed
+  without a process start.
+- **kill -9** at {KILL_AT:.0%} committed: rows written twice from `n_tup_upd`, rows read twice from
+  the server log (`log_statement = 'all'` for that run only).
 """
