@@ -67,7 +67,7 @@ class AddColumn(JobType):
     steps = (Step("backfill", restore=False, schema_state="write-reorg"),
              Step("not-null", ranges=False, restore=False, schema_state="write-reorg"))
     done_schema_state = "public"
-    batch_steps = (BACKFILL,)  # quick backfill subtasks share a transaction (run_batch)
+    batch_steps = (BACKFILL,)  # quick backfill subtasks share a transaction (batch_writer)
     # No opt-out of the owner's catch-up ranges (framework.catch_up): the
     # split runs before prepare creates the trigger, so rows inserted between
     # them lie past the last range with no value; the first catch-up round

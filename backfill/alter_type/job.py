@@ -32,7 +32,7 @@ class AlterType(JobType):
              Step("verify", restore=False, schema_state="write-reorg"),
              Step("build-indexes", ranges=False, restore=False, schema_state="write-reorg"))
     done_schema_state = "public"
-    batch_steps = (BACKFILL,)  # quick backfill subtasks share a transaction (run_batch)
+    batch_steps = (BACKFILL,)  # quick backfill subtasks share a transaction (batch_writer)
     # Its trigger gives every row inserted after prepare its value.
     trigger_covers_inserts = True
 
