@@ -494,10 +494,11 @@ def test_parameters_submitter_limits_chart_and_the_page_fits_1280_px(
     # The jobs page fits as well, with a second job on the same long name
     # running slowly, and the nodes.
     second = submit_sql_update(migrated_db, "--table", LONG_TABLE, "--set", "c = upper(c)",
-                               "--where", LONG_WHERE, "--max-rows-per-sec", "300")
+                               "--where", LONG_WHERE, "--max-rows-per-sec", "30")
     browser.get(dash.base + "/")
+    # 4,500 rows at 30 rows/s: running for minutes, on a loaded machine too.
     wait_for(browser, lambda: text_of(browser, f"#job-{second} .state") == "running"
-             and "w1" in text_of(browser, "#nodes"), 30, "the second job running")
+             and "w1" in text_of(browser, "#nodes"), 60, "the second job running")
     assert_no_horizontal_overflow(browser)
     screenshot(browser, "dashboard-jobs-1280.png", whole_page=True)
 

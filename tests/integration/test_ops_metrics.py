@@ -11,6 +11,7 @@ read from this process's Prometheus registry (in-process nodes set it):
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 import time
@@ -25,12 +26,19 @@ from framework import control, faults, metrics
 from framework.job_reports import progress_line
 from framework.submit import SubmitRequest, submit
 
+_first_job_ids = itertools.count(1_000_000, 1_000)
+
 
 @pytest.fixture(autouse=True)
-def _no_series_of_earlier_tests() -> None:
+def _no_series_of_earlier_tests(db) -> None:
     """Every test's database numbers its jobs from 1: series an earlier
-    test's worker left (for KEEP_ENDED_SECONDS) would count in this one's."""
+    test's node left in this process (for KEEP_ENDED_SECONDS, or a drain
+    that timed out under load) would count in this one's. Its jobs get ids
+    no other test in this process has."""
     metrics.forget_worker_jobs(metrics.worker_jobs())
+    with db.begin() as conn:
+        conn.execute(db.sql("SELECT setval(pg_get_serial_sequence('{s}.jobs', 'id'), :n)"),
+                     {"n": next(_first_job_ids)})
 
 
 def sample(name: str, **labels: object) -> float | None:

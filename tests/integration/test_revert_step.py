@@ -13,6 +13,7 @@ from support import fill, job_of, make_items, rows, scalar, table_rows, wait_sta
 
 from cli.progress import status_table
 from framework import control, faults
+from framework import owner as owner_module
 from framework.records import STEP_REVERT
 from framework.submit import SubmitRequest, submit
 
@@ -71,7 +72,9 @@ def test_a_failing_restore_batch_keeps_the_job_reverting_and_is_retried_until_it
     assert sum(n for _, _, n in reverted) == done["rows_done"]  # each row restored once
 
 
-def test_status_shows_revert_progress_apart_from_the_forward_counts(db, start_node):
+def test_status_shows_revert_progress_apart_from_the_forward_counts(db, start_node, monkeypatch):
+    # One revert range per forward range that made progress (of 100 rows).
+    monkeypatch.setattr(owner_module, "REVERT_ROWS_PER_RANGE", 100)
     make_items(db, 1_000)
     faults.arm("worker.after_batch", "block")
     job_id = submit(db, fill("md5(b)", revert_ranges=True, rows_per_subtask=100,
