@@ -117,3 +117,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.name.startswith(_ONE_AT_A_TIME):
             item.add_marker(pytest.mark.xdist_group("hosts"))
+        elif "spark" in getattr(item, "fixturenames", ()):
+            # The in-process SparkSession is one per test process: one JVM
+            # for all such tests, not one in every parallel process.
+            item.add_marker(pytest.mark.xdist_group("spark"))

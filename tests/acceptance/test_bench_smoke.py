@@ -68,6 +68,7 @@ def test_sql_batch_profile_counts_the_batches_of_both_jobs(fresh_db, tmp_path):
 
 
 @pytest.mark.spark
+@pytest.mark.matrix  # a profile, not a benchmark's ratio: its own JVMs
 def test_spark_batch_profile_runs_and_names_every_stage(fresh_db, tmp_path):
     """``python -m bench.dataplane.spark_batch_profile`` on a small table, one
     and two batches a read: each job's batches, the Spark job, the merge and

@@ -152,6 +152,9 @@ def test_db_grants_refuses_unknown_roles_and_tables(installation: Installation) 
 
 
 @pytest.mark.spark
+# Workers with Spark: the matrix; in CI, the same reads as the submitter in
+# process (tests/integration/test_spark_privileges.py).
+@pytest.mark.matrix
 def test_a_backfill_runs_under_least_privilege_roles(installation: Installation) -> None:
     """The Spark path: the owner's analysis and every batch read over JDBC as
     alice, the merge as the worker role; then a --where calling peek() fails

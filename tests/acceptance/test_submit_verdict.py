@@ -88,6 +88,7 @@ def test_owner_rejects_a_bad_expression_and_the_submit_leaves_nothing(
     assert execute(url, "SELECT count(*) FROM items WHERE c IS DISTINCT FROM upper(b)") == [(0,)]
 
 
+@pytest.mark.matrix  # a worker's Spark start-up: speed, a JVM of its own
 def test_a_worker_starts_spark_only_for_a_job_type_that_needs_it(
         migrated_db: str, workers: Workers) -> None:
     url = migrated_db
@@ -105,6 +106,7 @@ def test_a_worker_starts_spark_only_for_a_job_type_that_needs_it(
     assert len(java_children(worker.pid)) == 1, worker.log()
 
 
+@pytest.mark.matrix  # a worker's Spark start-up: speed, a JVM of its own
 def test_a_worker_started_with_spark_warmup_warms_the_analysis_before_any_submit(
         migrated_db: str, workers: Workers) -> None:
     """``--spark-warmup``: Spark starts with the worker and runs a made-up

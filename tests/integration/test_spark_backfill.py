@@ -345,6 +345,7 @@ print("valid:", params["column"])
 """
 
 
+@pytest.mark.matrix  # a cold Python and JVM of its own
 def test_spark_starts_before_the_validation_transaction_opens(target_db, fresh_db):
     """Starting Spark takes seconds (a minute when the JDBC driver is
     downloaded); inside the validation transaction it would leave that

@@ -71,6 +71,7 @@ def test_archive_is_built_once_then_mapped_with_clean_stdout(spark_class_archive
     assert probe.stdout.strip() == "rows=5 mapped=True", probe.stderr[-2000:]
 
 
+@pytest.mark.matrix  # a JVM start of its own; the archive's use is tested above
 def test_a_corrupt_archive_is_ignored_and_spark_still_starts(tmp_path):
     archive = _archive(tmp_path)
     archive.write_bytes(b"not a class-data archive" * 1000)
