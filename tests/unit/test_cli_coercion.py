@@ -49,11 +49,19 @@ def only_plain(i: Annotated[int, typer.Option()] = 0, f: Annotated[float, typer.
                r: Annotated[int, typer.Option(min=1, max=5)] = 1) -> None:
     print(json.dumps({"ok": [i, f, s, r], "pydantic": "pydantic" in sys.modules}))
 
-try:
-    chosen = plain if sys.argv[1].endswith("plain") else app
-    typer.main.get_command(chosen)(args=sys.argv[2:], standalone_mode=False)
-except Exception as exc:
-    print(json.dumps({"error": exc.format_message() if hasattr(exc, "format_message") else str(exc)}))
+def run(args):
+    try:
+        chosen = plain if sys.argv[1].endswith("plain") else app
+        typer.main.get_command(chosen)(args=args, standalone_mode=False)
+    except Exception as exc:
+        print(json.dumps({"error": exc.format_message() if hasattr(exc, "format_message")
+                          else str(exc)}))
+
+if sys.argv[1].endswith("many"):  # a JSON list of command lines, one line printed each
+    for args in json.loads(sys.argv[2]):
+        run(args)
+else:
+    run(sys.argv[2:])
 '''
 
 ARGS = [
@@ -74,9 +82,20 @@ def _run(mode: str, args: list[str], env: dict[str, str] | None = None) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("args", ARGS, ids=lambda a: " ".join(a) or "defaults")
-def test_plain_conversion_gives_what_typer_gives(args):
-    fast, full = _run("fast", args), _run("full", args)
+@pytest.fixture(scope="module")
+def converted() -> dict[str, list[dict]]:
+    """Every line of ARGS through each conversion, in one process a conversion."""
+    def run_many(mode: str) -> list[dict]:
+        out = subprocess.run([sys.executable, "-c", _APP, mode, json.dumps(ARGS)],
+                             capture_output=True, text=True, check=True).stdout
+        return [json.loads(line) for line in out.strip().splitlines()]
+    return {"fast": run_many("fast-many"), "full": run_many("full-many")}
+
+
+@pytest.mark.parametrize("n", range(len(ARGS)), ids=lambda n: " ".join(ARGS[n]) or "defaults")
+def test_plain_conversion_gives_what_typer_gives(converted, n):
+    fast, full = converted["fast"][n], converted["full"][n]
+    assert len(converted["fast"]) == len(converted["full"]) == len(ARGS)
     fast.pop("pydantic", None), full.pop("pydantic", None)
     assert fast == full
 
