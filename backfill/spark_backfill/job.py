@@ -72,7 +72,6 @@ class BackfillJobType(JobType):
     # Batches of any key (framework.keys): read in keyset predicates, merged on
     # every key column (backfill.spark.keyset_read, merge.MergeSql).
     keys_of_any_type = True
-    # `reorg submit backfill` options, imported by that command alone (cli.plugin).
     submit_options = "backfill.spark_backfill.options:backfill"
 
     # --- submit -------------------------------------------------------------

@@ -49,7 +49,6 @@ class SqlUpdate(JobType):
     name = "sql-update"
     # Its batches are keyset ranges of any key (framework.keys).
     keys_of_any_type = True
-    # `reorg submit sql-update` options, imported by that command alone (cli.plugin).
     submit_options = "backfill.sql_update.options:sql_update"
 
     def validate(self, conn: Connection, params: dict[str, Any]) -> Target:
