@@ -21,13 +21,12 @@ from __future__ import annotations
 import argparse
 import logging
 import random
-import tempfile
 import threading
 import time
-from pathlib import Path
 
 import psycopg
 
+from bench.dataplane.server import database
 from framework import control, migrate
 from framework.config import Settings
 from framework.db import Database
@@ -128,19 +127,8 @@ def main() -> None:
     parser.add_argument("--db", help="postgresql:// URL; default: a throwaway server under /tmp")
     args = parser.parse_args()
     logging.getLogger("apscheduler").setLevel(logging.ERROR)  # skipped ticks on a busy host
-    if args.db:
-        results = run(args.db, args.rows)
-    else:
-        from framework.localpg.cluster import LocalPostgres
-
-        server = LocalPostgres(Path(tempfile.mkdtemp(prefix="reorg-bench-", dir="/tmp")),
-                               durable=False)
-        server.init()
-        server.start()
-        try:
-            results = run(server.url(), args.rows)
-        finally:
-            server.stop()
+    with database(args.db) as server:
+        results = run(server.url, args.rows)
     base, _, _ = results["ALTER TABLE ... TYPE"]
     print(f"\n| {args.rows:,} rows, id int -> bigint | wall time | vs plain ALTER "
           "| longest app statement | app statements |\n| --- | --- | --- | --- | --- |")

@@ -25,16 +25,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import shutil
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import sqlalchemy as sa
 
+from bench.dataplane.server import database
 from bench.dataplane.tracking import wait_ended
 from framework import migrate
 from framework.config import Settings
@@ -119,19 +117,12 @@ def main() -> None:
     parser.add_argument("--db", help="an empty database to use instead of a throwaway server")
     args = parser.parse_args()
     logging.getLogger("apscheduler").setLevel(logging.ERROR)
-    from framework.localpg.cluster import LocalPostgres
     from framework.node import Node
 
-    server, url, data_dir = None, args.db, None
-    if url is None:
-        data_dir = Path(tempfile.mkdtemp(prefix="reorg-bench-keys-", dir="/tmp"))
-        server = LocalPostgres(data_dir, durable=True)
-        server.init()
-        server.start()
-        url = server.url()
     report: dict[str, Any] = {"rows": args.rows, "batch_rows": args.batch_rows,
                               "slots": args.slots, "kinds": {}}
-    try:
+    with database(args.db, durable=True) as server:
+        url = server.url
         settings = Settings(url)
         db = Database(settings)
         migrate.upgrade(db)
@@ -156,10 +147,6 @@ def main() -> None:
         finally:
             node.drain()
             db.dispose()
-    finally:
-        if server is not None:
-            server.stop()
-            shutil.rmtree(data_dir or "", ignore_errors=True)
     print(json.dumps(report, indent=2))
 
 

@@ -33,7 +33,6 @@ import os
 import random
 import shutil
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -42,6 +41,7 @@ from pathlib import Path
 
 import psycopg
 
+from bench.dataplane.server import database
 from framework import control, migrate
 from framework.config import Settings
 from framework.db import Database
@@ -252,19 +252,8 @@ def main() -> None:
     if repack is None:
         print(f"pg_repack not found at {args.pg_repack}: left out (apt install "
               "postgresql-15-repack)")
-    if args.db:
-        results = run(args.db, args.scale, repack, args.rate)
-    else:
-        from framework.localpg.cluster import LocalPostgres
-
-        server = LocalPostgres(Path(tempfile.mkdtemp(prefix="reorg-bench-", dir="/tmp")),
-                               durable=False)
-        server.init()
-        server.start()
-        try:
-            results = run(server.url(), args.scale, repack, args.rate)
-        finally:
-            server.stop()
+    with database(args.db) as server:
+        results = run(server.url, args.scale, repack, args.rate)
     report(args.scale, results)
 
 
