@@ -19,11 +19,11 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
 
 from bench.dataplane.records import TABLE
 from bench.dataplane.reorg_cli import reorg
 from bench.dataplane.server import build_table, database, reset_table, tool_parser
+from bench.dataplane.statement_timing import timing_statements
 
 # What a statement is for, by its text; the first match wins.
 KINDS = [
@@ -54,7 +54,6 @@ class StatementClock:
     def __init__(self) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
         self.count: dict[str, int] = defaultdict(int)
-        self._local = threading.local()
         self._lock = threading.Lock()
 
     def kind(self, statement: str) -> str:
@@ -67,37 +66,19 @@ class StatementClock:
 
     @contextmanager
     def installed(self) -> Iterator[None]:
-        from sqlalchemy import event
-        from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
-        from sqlalchemy.engine import Engine
-
         def on_slot() -> bool:
             return threading.current_thread().name.startswith("slot-")
 
-        def before(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-            self._local.began = time.perf_counter()
-
-        def after(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        def statement(text: str, seconds: float) -> None:
             if on_slot():
-                self.add(self.kind(statement), time.perf_counter() - self._local.began)
+                self.add(self.kind(text), seconds)
 
-        original = PGDialect_psycopg.do_commit
-
-        def do_commit(dialect: Any, dbapi_connection: Any) -> None:
-            began = time.perf_counter()
-            original(dialect, dbapi_connection)
+        def commit(seconds: float) -> None:
             if on_slot():
-                self.add(COMMIT, time.perf_counter() - began)
+                self.add(COMMIT, seconds)
 
-        event.listen(Engine, "before_cursor_execute", before)
-        event.listen(Engine, "after_cursor_execute", after)
-        PGDialect_psycopg.do_commit = do_commit  # type: ignore[method-assign]
-        try:
+        with timing_statements(statement, commit):
             yield
-        finally:
-            PGDialect_psycopg.do_commit = original  # type: ignore[method-assign]
-            event.remove(Engine, "before_cursor_execute", before)
-            event.remove(Engine, "after_cursor_execute", after)
 
 
 def run_job(url: str, params: dict[str, str], batch_rows: int) -> tuple[StatementClock, float, int]:
