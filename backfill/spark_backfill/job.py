@@ -23,7 +23,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from backfill.assignment import check_assignment, drop_added_column
+from backfill import assignment
 from backfill.expressions import optional_expression
 from backfill.restore import index_before_restoring, restore_in_batches
 from backfill.spark.expression_guard import check_spark_expression
@@ -80,7 +80,7 @@ class BackfillJobType(JobType):
         """The checks PostgreSQL answers; Spark's analysis of EXPR is ``analyse``'s."""
         # The job may do no more than its submitter (framework.privileges): its
         # reads run as the submitter, and its merge is the UPDATE checked here.
-        table, column, expr, column_type, adding = check_assignment(conn, params)
+        table, column, expr, column_type, adding = assignment.check(conn, params)
         udf = (params.get("udf") or "").strip() or None
         where = optional_expression(params.get("where"), "--where")
         if where:
@@ -237,13 +237,7 @@ class BackfillJobType(JobType):
                            statements=lambda bounded: m.restore_range(bounded))
 
     def revert(self, conn: Connection, job: Job) -> None:
-        p = job.params
-        set_ddl_lock_timeout(conn)
-        if not p["overwrite"]:
-            drop_added_column(conn, job)
-            return
-        for stmt in merge_sql(job).drop_images():
-            conn.execute(text(stmt))
+        assignment.revert(conn, job, lambda: merge_sql(job).kept)
 
 
 def register() -> None:

@@ -28,7 +28,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from backfill.assignment import check_assignment, drop_added_column
+from backfill import assignment
 from backfill.expressions import on_one_line, one_expression, optional_expression
 from backfill.ranged_update import UpdateSql, alias_of, check_update_statement
 from backfill.restore import index_before_restoring, restore_in_batches
@@ -54,7 +54,7 @@ class SqlUpdate(JobType):
     def validate(self, conn: Connection, params: dict[str, Any]) -> Target:
         # Batches run as the submitter (framework.privileges): say now what
         # they would be refused.
-        table, column, expr, type_, adding = check_assignment(conn, params)
+        table, column, expr, type_, adding = assignment.check(conn, params)
         expr = one_expression(expr, "--set")
         where = optional_expression(params.get("where"), "--where")
         check_update_statement(conn, table, column, expr, where, type_, adding=adding)
@@ -133,13 +133,7 @@ class SqlUpdate(JobType):
                            statements=lambda bounded: update_sql(job, bounded).restore_range())
 
     def revert(self, conn: Connection, job: Job) -> None:
-        p = job.params
-        set_ddl_lock_timeout(conn)
-        if not p["overwrite"]:
-            drop_added_column(conn, job)
-            return
-        for stmt in update_sql(job).drop_images():
-            conn.execute(text(stmt))
+        assignment.revert(conn, job, lambda: update_sql(job).kept)
 
 
 def _restore_legacy_images(conn: Connection, job: Job) -> None:
