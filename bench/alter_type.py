@@ -27,11 +27,11 @@ import time
 import psycopg
 
 from bench.dataplane.server import database
-from framework import control, migrate
+from bench.dataplane.tracking import node_in_process, run_to_success
+from framework import migrate
 from framework.config import Settings
 from framework.db import Database
-from framework.node import Node
-from framework.submit import SubmitRequest, submit
+from framework.submit import SubmitRequest
 
 TABLE = "bench_alter.items"
 
@@ -82,26 +82,9 @@ def plain_alter(url: str) -> float:
 
 
 def reorg_alter(url: str) -> float:
-    settings = Settings(url, poll_seconds=0.2)
-    db = Database(settings)
-    node = Node(settings, node_id="bench", slots=2, owner_tick_seconds=0.2)
-    node.start()
-    try:
-        started = time.monotonic()
-        job_id = submit(db, SubmitRequest(
-            "alter-type", {"table": TABLE, "column": "id", "type": "bigint"})).job_id
-        assert job_id is not None
-        while (state := control.status(db, job_id)[0]["state"]) not in (
-                "succeeded", "cancelled", "reverted"):
-            time.sleep(0.2)
-        took = time.monotonic() - started
-        if state != "succeeded":
-            raise SystemExit(f"alter-type job {job_id} ended {state}: "
-                             f"{control.status(db, job_id)[0]['error']}")
-        return took
-    finally:
-        node.drain(60)
-        db.dispose()
+    with node_in_process(url) as db:
+        return run_to_success(db, SubmitRequest(
+            "alter-type", {"table": TABLE, "column": "id", "type": "bigint"}))
 
 
 def run(url: str, rows: int) -> dict[str, tuple[float, float, int]]:

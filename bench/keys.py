@@ -33,11 +33,11 @@ import psycopg
 import sqlalchemy as sa
 
 from bench.dataplane.server import database
-from bench.dataplane.tracking import wait_ended
+from bench.dataplane.tracking import run_to_success
 from framework import migrate
 from framework.config import Settings
 from framework.db import Database
-from framework.submit import SubmitRequest, submit
+from framework.submit import SubmitRequest
 
 KINDS = {
     "bigint": ("id bigint PRIMARY KEY", "i", ("id",)),
@@ -99,14 +99,9 @@ def keyset_loop(url: str, name: str, kind: str, batch_rows: int) -> float:
 
 
 def reorg_run(db: Database, name: str, batch_rows: int) -> float:
-    started = time.perf_counter()
-    job_id = submit(db, SubmitRequest("sql-update", {
+    return run_to_success(db, SubmitRequest("sql-update", {
         "table": name, "set": "c=md5(b::text)", "add_column": "c:text"},
-        batch_rows=batch_rows, concurrency=64)).job_id
-    state = wait_ended(db, job_id)
-    if state != "succeeded":
-        raise RuntimeError(f"job {job_id} ended {state}")
-    return time.perf_counter() - started
+        batch_rows=batch_rows, concurrency=64))
 
 
 def main() -> None:

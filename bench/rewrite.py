@@ -42,11 +42,11 @@ from pathlib import Path
 import psycopg
 
 from bench.dataplane.server import database
-from framework import control, migrate
+from bench.dataplane.tracking import node_in_process, run_to_success
+from framework import migrate
 from framework.config import Settings
 from framework.db import Database
-from framework.node import Node
-from framework.submit import SubmitRequest, submit
+from framework.submit import SubmitRequest
 
 BASELINE_SECONDS = 3.0
 
@@ -155,23 +155,9 @@ def pg_repack(binary: str) -> Callable[[str], None]:
 
 def reorg_rewrite(rate: int | None) -> Callable[[str], None]:
     def run(url: str) -> None:
-        settings = Settings(url, poll_seconds=0.2)
-        db = Database(settings)
-        node = Node(settings, node_id="bench", slots=2, owner_tick_seconds=0.2)
-        node.start()
-        try:
-            job_id = submit(db, SubmitRequest("rewrite", {"table": "pgbench_accounts"},
-                                              max_rows_per_sec=rate)).job_id
-            assert job_id is not None
-            while (state := control.status(db, job_id)[0]["state"]) not in (
-                    "succeeded", "cancelled", "reverted"):
-                time.sleep(0.1)
-            if state != "succeeded":
-                raise SystemExit(f"rewrite job {job_id} ended {state}: "
-                                 f"{control.status(db, job_id)[0]['error']}")
-        finally:
-            node.drain(60)
-            db.dispose()
+        with node_in_process(url) as db:
+            run_to_success(db, SubmitRequest("rewrite", {"table": "pgbench_accounts"},
+                                             max_rows_per_sec=rate))
     return run
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -85,10 +84,11 @@ def run_job(url: str, params: dict[str, str], batch_rows: int) -> tuple[Statemen
     """One sql-update job on a fresh in-process node; its statement clock, its
     wall time from submit to succeeded, and its batches (one batch statement
     each; the locked fallback is a second statement of a batch)."""
+    from bench.dataplane.tracking import run_to_success
     from framework.config import Settings
     from framework.db import Database
     from framework.node import Node
-    from framework.submit import SubmitRequest, submit
+    from framework.submit import SubmitRequest
 
     settings = Settings(database_url=url)
     db = Database(settings)
@@ -97,21 +97,10 @@ def run_job(url: str, params: dict[str, str], batch_rows: int) -> tuple[Statemen
     with clock.installed():
         node.start()
         try:
-            began = time.perf_counter()
-            job_id = submit(db, SubmitRequest("sql-update", {"table": TABLE, **params},
-                                              batch_rows=batch_rows)).job_id
-            while True:
-                with db.begin() as conn:
-                    state = conn.execute(db.sql("SELECT state FROM {s}.jobs WHERE id = :id"),
-                                         {"id": job_id}).scalar()
-                if state in ("succeeded", "failed", "reverted", "cancelled"):
-                    break
-                time.sleep(0.05)
-            wall = time.perf_counter() - began
+            wall = run_to_success(db, SubmitRequest("sql-update", {"table": TABLE, **params},
+                                                    batch_rows=batch_rows))
         finally:
             node.drain(timeout=30)
-    if state != "succeeded":
-        raise SystemExit(f"error: the profiled job ended {state}")
     db.dispose()
     return clock, wall, sum(clock.count[kind] for kind in BATCH_STATEMENTS)
 

@@ -30,7 +30,7 @@ from bench.dataplane.records import TABLE
 from bench.dataplane.reorg_cli import reorg
 from bench.dataplane.server import build_table, database, reset_table, tool_parser
 from bench.dataplane.statement_timing import timing_statements
-from bench.dataplane.tracking import wait_ended
+from bench.dataplane.tracking import run_to_success
 
 # Statements of the batch transaction by what they are for; the first match wins.
 KINDS = [
@@ -146,15 +146,10 @@ def _dataframe_class() -> Any:
 
 def run_job(url: str, node: Any, db: Any, batch_rows: int) -> float:
     """One backfill job of c = md5(b) on ``node``: its wall time, submit to succeeded."""
-    from framework.submit import SubmitRequest, submit
+    from framework.submit import SubmitRequest
 
-    began = time.perf_counter()
-    job_id = submit(db, SubmitRequest("backfill", {"table": TABLE, "set": "c=md5(b)"},
-                                      batch_rows=batch_rows)).job_id
-    state = wait_ended(db, job_id)
-    if state != "succeeded":
-        raise SystemExit(f"error: the profiled job ended {state}")
-    return time.perf_counter() - began
+    return run_to_success(db, SubmitRequest("backfill", {"table": TABLE, "set": "c=md5(b)"},
+                                            batch_rows=batch_rows))
 
 
 def probes(url: str, batch_rows: int, repeat: int) -> dict[str, list[float]]:
