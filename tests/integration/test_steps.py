@@ -172,7 +172,7 @@ def test_cancel_in_a_later_step_restores_the_ranges_of_the_step_that_wrote(
     monkeypatch.setattr(owner_module, "SPLIT_CHUNK", chunk)
     # Revert ranges of at most 100 rows: one per range of the fill here, so
     # the revert step's ranges go in chunks (chunk 3) as a big one's do.
-    monkeypatch.setattr(owner_module, "DEFAULT_ROWS_PER_RANGE", 100)
+    monkeypatch.setattr(owner_module, "REVERT_ROWS_PER_RANGE", 100)
     make_items(db, 1_000)
     before = table_rows(db)
     job_id = submit(db, fill("md5(b)", steps=True, revert_ranges=True, rows_per_subtask=100,
