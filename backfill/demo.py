@@ -30,11 +30,12 @@ import typer
 from cli import progress
 from cli.context import CliState, cli_state
 from cli.errors import JOB_DID_NOT_SUCCEED, CliFailure
-from cli.output import console, count, duration
+from cli.output import console, count
 from cli.stderr import child_stderr_hidden
 from framework import control
 from framework.config import Settings
 from framework.db import Database
+from framework.durations import duration
 from framework.store import jobs
 from framework.submit import SubmitRequest, submit
 

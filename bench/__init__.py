@@ -3,7 +3,7 @@
 
 They drive reorg as a user does (its commands, ``framework.control``), and
 read its system tables through ``framework.store`` where a function says
-what they need; a few measurements of the system tables' own behaviour
-(``soak``, ``dataplane.batch_profile``) query them directly. Figures go to
+what they need; ``soak``, a measurement of the system tables' own
+behaviour, queries them directly. Figures go to
 ``docs/benchmarks.md``.
 """

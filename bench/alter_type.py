@@ -21,18 +21,17 @@ from __future__ import annotations
 import argparse
 import logging
 import random
-import tempfile
 import threading
 import time
-from pathlib import Path
 
 import psycopg
 
-from framework import control, migrate
+from bench.dataplane.server import database
+from bench.dataplane.tracking import node_in_process, run_to_success
+from framework import migrate
 from framework.config import Settings
 from framework.db import Database
-from framework.node import Node
-from framework.submit import SubmitRequest, submit
+from framework.submit import SubmitRequest
 
 TABLE = "bench_alter.items"
 
@@ -83,26 +82,9 @@ def plain_alter(url: str) -> float:
 
 
 def reorg_alter(url: str) -> float:
-    settings = Settings(url, poll_seconds=0.2)
-    db = Database(settings)
-    node = Node(settings, node_id="bench", slots=2, owner_tick_seconds=0.2)
-    node.start()
-    try:
-        started = time.monotonic()
-        job_id = submit(db, SubmitRequest(
-            "alter-type", {"table": TABLE, "column": "id", "type": "bigint"})).job_id
-        assert job_id is not None
-        while (state := control.status(db, job_id)[0]["state"]) not in (
-                "succeeded", "cancelled", "reverted"):
-            time.sleep(0.2)
-        took = time.monotonic() - started
-        if state != "succeeded":
-            raise SystemExit(f"alter-type job {job_id} ended {state}: "
-                             f"{control.status(db, job_id)[0]['error']}")
-        return took
-    finally:
-        node.drain(60)
-        db.dispose()
+    with node_in_process(url) as db:
+        return run_to_success(db, SubmitRequest(
+            "alter-type", {"table": TABLE, "column": "id", "type": "bigint"}))
 
 
 def run(url: str, rows: int) -> dict[str, tuple[float, float, int]]:
@@ -128,19 +110,8 @@ def main() -> None:
     parser.add_argument("--db", help="postgresql:// URL; default: a throwaway server under /tmp")
     args = parser.parse_args()
     logging.getLogger("apscheduler").setLevel(logging.ERROR)  # skipped ticks on a busy host
-    if args.db:
-        results = run(args.db, args.rows)
-    else:
-        from framework.localpg.cluster import LocalPostgres
-
-        server = LocalPostgres(Path(tempfile.mkdtemp(prefix="reorg-bench-", dir="/tmp")),
-                               durable=False)
-        server.init()
-        server.start()
-        try:
-            results = run(server.url(), args.rows)
-        finally:
-            server.stop()
+    with database(args.db) as server:
+        results = run(server.url, args.rows)
     base, _, _ = results["ALTER TABLE ... TYPE"]
     print(f"\n| {args.rows:,} rows, id int -> bigint | wall time | vs plain ALTER "
           "| longest app statement | app statements |\n| --- | --- | --- | --- | --- |")

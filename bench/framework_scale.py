@@ -43,6 +43,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from bench.dataplane.proctree import stat_fields
+from bench.dataplane.server import database
 from framework import control, gc_tuning, jobtype, migrate
 from framework.config import Settings
 from framework.db import Database, sqlalchemy_url
@@ -206,23 +207,8 @@ def main() -> None:
     if args.worker:
         run_worker(args.worker[0], args.worker[1], args.slots, args.worker[2])
         return
-    server, url, data_dir = None, args.url, None
-    if url is None:
-        from framework.localpg.cluster import LocalPostgres
-
-        data_dir = Path(tempfile.mkdtemp(prefix="reorg-bench-", dir="/tmp"))
-        server = LocalPostgres(data_dir, durable=True)
-        server.init()
-        server.start()
-        url = server.url()
-    try:
-        postmaster = (int((server.pgdata / "postmaster.pid").read_text().split()[0])
-                      if server is not None else None)
-        report = measure(url, args, postmaster)
-    finally:
-        if server is not None:
-            server.stop()
-            shutil.rmtree(data_dir or "", ignore_errors=True)
+    with database(args.url, durable=True) as server:
+        report = measure(server.url, args, server.postmaster)
     print(json.dumps(report, indent=2))
 
 

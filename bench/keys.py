@@ -25,21 +25,19 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import shutil
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import sqlalchemy as sa
 
-from bench.dataplane.tracking import wait_ended
+from bench.dataplane.server import database
+from bench.dataplane.tracking import run_to_success
 from framework import migrate
 from framework.config import Settings
 from framework.db import Database
-from framework.submit import SubmitRequest, submit
+from framework.submit import SubmitRequest
 
 KINDS = {
     "bigint": ("id bigint PRIMARY KEY", "i", ("id",)),
@@ -101,14 +99,9 @@ def keyset_loop(url: str, name: str, kind: str, batch_rows: int) -> float:
 
 
 def reorg_run(db: Database, name: str, batch_rows: int) -> float:
-    started = time.perf_counter()
-    job_id = submit(db, SubmitRequest("sql-update", {
+    return run_to_success(db, SubmitRequest("sql-update", {
         "table": name, "set": "c=md5(b::text)", "add_column": "c:text"},
-        batch_rows=batch_rows, concurrency=64)).job_id
-    state = wait_ended(db, job_id)
-    if state != "succeeded":
-        raise RuntimeError(f"job {job_id} ended {state}")
-    return time.perf_counter() - started
+        batch_rows=batch_rows, concurrency=64))
 
 
 def main() -> None:
@@ -119,19 +112,12 @@ def main() -> None:
     parser.add_argument("--db", help="an empty database to use instead of a throwaway server")
     args = parser.parse_args()
     logging.getLogger("apscheduler").setLevel(logging.ERROR)
-    from framework.localpg.cluster import LocalPostgres
     from framework.node import Node
 
-    server, url, data_dir = None, args.db, None
-    if url is None:
-        data_dir = Path(tempfile.mkdtemp(prefix="reorg-bench-keys-", dir="/tmp"))
-        server = LocalPostgres(data_dir, durable=True)
-        server.init()
-        server.start()
-        url = server.url()
     report: dict[str, Any] = {"rows": args.rows, "batch_rows": args.batch_rows,
                               "slots": args.slots, "kinds": {}}
-    try:
+    with database(args.db, durable=True) as server:
+        url = server.url
         settings = Settings(url)
         db = Database(settings)
         migrate.upgrade(db)
@@ -156,10 +142,6 @@ def main() -> None:
         finally:
             node.drain()
             db.dispose()
-    finally:
-        if server is not None:
-            server.stop()
-            shutil.rmtree(data_dir or "", ignore_errors=True)
     print(json.dumps(report, indent=2))
 
 

@@ -33,7 +33,6 @@ import os
 import random
 import shutil
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -42,11 +41,12 @@ from pathlib import Path
 
 import psycopg
 
-from framework import control, migrate
+from bench.dataplane.server import database
+from bench.dataplane.tracking import node_in_process, run_to_success
+from framework import migrate
 from framework.config import Settings
 from framework.db import Database
-from framework.node import Node
-from framework.submit import SubmitRequest, submit
+from framework.submit import SubmitRequest
 
 BASELINE_SECONDS = 3.0
 
@@ -155,23 +155,9 @@ def pg_repack(binary: str) -> Callable[[str], None]:
 
 def reorg_rewrite(rate: int | None) -> Callable[[str], None]:
     def run(url: str) -> None:
-        settings = Settings(url, poll_seconds=0.2)
-        db = Database(settings)
-        node = Node(settings, node_id="bench", slots=2, owner_tick_seconds=0.2)
-        node.start()
-        try:
-            job_id = submit(db, SubmitRequest("rewrite", {"table": "pgbench_accounts"},
-                                              max_rows_per_sec=rate)).job_id
-            assert job_id is not None
-            while (state := control.status(db, job_id)[0]["state"]) not in (
-                    "succeeded", "cancelled", "reverted"):
-                time.sleep(0.1)
-            if state != "succeeded":
-                raise SystemExit(f"rewrite job {job_id} ended {state}: "
-                                 f"{control.status(db, job_id)[0]['error']}")
-        finally:
-            node.drain(60)
-            db.dispose()
+        with node_in_process(url) as db:
+            run_to_success(db, SubmitRequest("rewrite", {"table": "pgbench_accounts"},
+                                             max_rows_per_sec=rate))
     return run
 
 
@@ -252,19 +238,8 @@ def main() -> None:
     if repack is None:
         print(f"pg_repack not found at {args.pg_repack}: left out (apt install "
               "postgresql-15-repack)")
-    if args.db:
-        results = run(args.db, args.scale, repack, args.rate)
-    else:
-        from framework.localpg.cluster import LocalPostgres
-
-        server = LocalPostgres(Path(tempfile.mkdtemp(prefix="reorg-bench-", dir="/tmp")),
-                               durable=False)
-        server.init()
-        server.start()
-        try:
-            results = run(server.url(), args.scale, repack, args.rate)
-        finally:
-            server.stop()
+    with database(args.db) as server:
+        results = run(server.url, args.scale, repack, args.rate)
     report(args.scale, results)
 
 

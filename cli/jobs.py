@@ -17,8 +17,9 @@ from cli.errors import (
     TIMEOUT,
     CliFailure,
 )
-from cli.output import console, count, duration, print_json
+from cli.output import console, count, print_json
 from framework import control
+from framework.durations import duration
 
 if TYPE_CHECKING:  # not imported: `reorg status` and `wait` run without SQLAlchemy
     from framework.db import Database

@@ -1,6 +1,7 @@
 """Output helpers shared by every command: JSON for scripts, compact numbers
-and durations for people. rich's console is made on first use: a command that
-prints JSON or plain lines never imports rich."""
+for people (durations are ``framework.durations``', shared with the owner's
+log line). rich's console is made on first use: a command that prints JSON
+or plain lines never imports rich."""
 
 from __future__ import annotations
 
@@ -74,17 +75,6 @@ def count(n: int | float | Decimal | None) -> str:
 
 def rate(per_sec: float | None) -> str:
     return "-" if not per_sec else f"{per_sec:,.0f}"
-
-
-def duration(seconds: float | Decimal | None) -> str:
-    if seconds is None:
-        return "-"
-    s = int(round(float(seconds)))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
 def print_rows(rows: list[dict[str, Any]], *, as_json: bool, empty: str,

@@ -54,8 +54,9 @@ from typing import Annotated, Any
 import typer
 
 from cli.context import cli_state
-from cli.output import count, duration, print_json, table_name
+from cli.output import count, print_json, table_name
 from framework.db import Database
+from framework.durations import duration
 from framework.errors import InvalidParams
 from framework.jobtype import installed_entry_points
 

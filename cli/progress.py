@@ -8,9 +8,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from cli.output import console, count, duration, rate, table_name
+from cli.output import console, count, rate, table_name
 from framework import control
 from framework.db import Database
+from framework.durations import duration
 
 if TYPE_CHECKING:
     from rich.console import RenderableType

@@ -21,6 +21,7 @@ from typing import Any
 
 from framework import control, jobtype, metrics
 from framework.db import Database
+from framework.durations import duration
 from framework.errors import one_line
 from framework.states import JOB_TERMINAL, JobState
 from framework.store import jobs, progress
@@ -160,15 +161,3 @@ def progress_line(job: dict[str, Any], backlog: int | None = None) -> str:
     if job.get("throttled"):
         line += f"; throttled: {job['throttled']}"
     return line
-
-
-def duration(seconds: float | None) -> str:
-    """43s, 12m05s, 2h03m."""
-    if seconds is None:
-        return "-"
-    s = int(round(float(seconds)))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{s % 3600 // 60:02d}m"

@@ -54,7 +54,6 @@ class ChecksumJobType(JobType):
     name = "checksum"
     # Rows matched on every key column of any type (framework.keys).
     keys_of_any_type = True
-    # `reorg submit checksum` options, imported by that command alone (cli.plugin).
     submit_options = "backfill.checksum.options:checksum"
 
     def validate(self, conn: Connection, params: dict[str, Any]) -> Target:

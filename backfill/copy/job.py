@@ -69,7 +69,6 @@ class CopyJobType(JobType):
     # Ranges of any key (framework.keys): read in keyset predicates, upserted
     # and recorded on every key column.
     keys_of_any_type = True
-    # `reorg submit copy` options, imported by that command alone (cli.plugin).
     submit_options = "backfill.copy.options:copy"
 
     def validate(self, conn: Connection, params: dict[str, Any]) -> Target:

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from backfill.rewrite import names
+from backfill.rewrite import names, triggers
 from backfill.rewrite.shadow import Plan
 from backfill.schema.sql import run
 from framework.keys import KeySpec, decode
@@ -77,43 +77,27 @@ class Capture:
         old, new = key.order_by("OLD"), key.order_by("NEW")
         changed = (f"({new}) IS DISTINCT FROM ({old})" if len(key.columns) > 1
                    else f"{new} IS DISTINCT FROM {old}")
-        return [
-            f"CREATE TABLE {self.log} (seq bigserial PRIMARY KEY, {log_columns})",
-            f"""CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql
-SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $reorg$
-BEGIN
-  IF TG_OP <> 'INSERT' THEN
+        body = f"""  IF TG_OP <> 'INSERT' THEN
     {into} VALUES ({old});
   END IF;
   IF TG_OP = 'INSERT' OR (TG_OP = 'UPDATE' AND {changed}) THEN
     {into} VALUES ({new});
   END IF;
-  RETURN NULL;
-END $reorg$""",
-            f"CREATE TRIGGER {names.capture_trigger(p.job_id)} AFTER INSERT OR UPDATE OR "
-            f"DELETE ON {p.table} FOR EACH ROW EXECUTE FUNCTION {function}()",
-            f"ALTER TABLE {p.table} ENABLE ALWAYS TRIGGER {names.capture_trigger(p.job_id)}",
-            f"""CREATE FUNCTION {truncate}() RETURNS trigger LANGUAGE plpgsql
-SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $reorg$
-BEGIN
-  TRUNCATE {p.shadow};
-  RETURN NULL;
-END $reorg$""",
-            f"CREATE TRIGGER {names.truncate_trigger(p.job_id)} AFTER TRUNCATE ON {p.table} "
-            f"FOR EACH STATEMENT EXECUTE FUNCTION {truncate}()",
-            f"ALTER TABLE {p.table} ENABLE ALWAYS TRIGGER {names.truncate_trigger(p.job_id)}",
+  RETURN NULL;"""
+        return [
+            f"CREATE TABLE {self.log} (seq bigserial PRIMARY KEY, {log_columns})",
+            *triggers.on_rows(p.table, names.capture_trigger(p.job_id), function, body),
+            *triggers.on_truncate(p.table, names.truncate_trigger(p.job_id), truncate, p.shadow),
         ]
 
     def remove(self, table: str | None = None) -> list[str]:
         """The triggers and functions (on ``table``, by default T; the swap
         drops them from T renamed away); the log stays for cleanup."""
         t, job = table or self.plan.table, self.plan.job_id
-        return [
-            f"DROP TRIGGER IF EXISTS {names.capture_trigger(job)} ON {t}",
-            f"DROP TRIGGER IF EXISTS {names.truncate_trigger(job)} ON {t}",
-            f"DROP FUNCTION IF EXISTS {names.capture_function(self.work_schema, job)}()",
-            f"DROP FUNCTION IF EXISTS {names.truncate_function(self.work_schema, job)}()",
-        ]
+        return triggers.remove(
+            t, (names.capture_trigger(job), names.truncate_trigger(job)),
+            (names.capture_function(self.work_schema, job),
+             names.truncate_function(self.work_schema, job)))
 
     def drop_log(self) -> str:
         return f"DROP TABLE IF EXISTS {self.log}"

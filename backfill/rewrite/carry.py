@@ -42,6 +42,7 @@ from backfill.rewrite.qualified import qualified_names
 from backfill.schema.sql import literal, run
 from framework.keys import quote
 
+# A trigger's or a rule's firing state (pg_trigger.tgenabled, pg_rewrite.ev_enabled).
 _ENABLE = {"O": "ENABLE", "D": "DISABLE", "R": "ENABLE REPLICA", "A": "ENABLE ALWAYS"}
 
 
@@ -84,18 +85,14 @@ def read(conn: Connection, source: str, target: str, *, source_after: str,
                 add(f"ALTER SEQUENCE {theirs} RENAME TO {quote(bare)}")
         _privileges(carry, conn, source, target, new)
         _comments(carry, conn, source, new, columns, target_names)
-        for name, definition, enabled, comment in q(_TRIGGERS):
-            add(f"DROP TRIGGER {quote(name)} ON {old}")
-            add(definition)
-            if enabled != "O":
-                add(f"ALTER TABLE {new} {_ENABLE[enabled]} TRIGGER {quote(name)}")
-            _comment(carry, f"TRIGGER {quote(name)} ON {new}", comment)
-        for name, definition, enabled, comment in q(_RULES):
-            add(f"DROP RULE {quote(name)} ON {old}")
-            add(definition)
-            if enabled != "O":
-                add(f"ALTER TABLE {new} {_ENABLE[enabled]} RULE {quote(name)}")
-            _comment(carry, f"RULE {quote(name)} ON {new}", comment)
+        # Triggers and rules move alike: dropped, made again, their firing state set.
+        for kind, query in (("TRIGGER", _TRIGGERS), ("RULE", _RULES)):
+            for name, definition, enabled, comment in q(query):
+                add(f"DROP {kind} {quote(name)} ON {old}")
+                add(definition)
+                if enabled != "O":
+                    add(f"ALTER TABLE {new} {_ENABLE[enabled]} {kind} {quote(name)}")
+                _comment(carry, f"{kind} {quote(name)} ON {new}", comment)
         for name, statement, comment in q(_POLICIES):
             add(f"DROP POLICY {quote(name)} ON {old}")
             add(statement.replace(" ON <table>", f" ON {new}", 1))

@@ -24,6 +24,17 @@ def prefix(job_id: int) -> str:
     return f"reorg_{job_id}_"
 
 
+def _work(work_schema: str, job_id: int, what: str) -> str:
+    """A table or function of the job in reorg's work schema (qualified, quoted)."""
+    return f"{quote(work_schema)}.{quote(f'rewrite_{job_id}_{what}')}"
+
+
+def _trigger(job_id: int, what: str) -> str:
+    """A trigger of the job on the user's table (quoted): the prefix keeps it
+    apart from the user's own triggers, which ``carry`` moves and these not."""
+    return quote(f"{prefix(job_id)}{what}")
+
+
 def shadow_table(job_id: int, table: str) -> str:
     """The shadow's bare name (unquoted), in T's schema."""
     return _cut(f"{prefix(job_id)}{table}")
@@ -48,51 +59,51 @@ def retired_name(job_id: int, name: str) -> str:
 
 def log_table(work_schema: str, job_id: int) -> str:
     """The change log, in reorg's work schema (qualified, quoted)."""
-    return f"{quote(work_schema)}.{quote(f'rewrite_{job_id}_log')}"
+    return _work(work_schema, job_id, "log")
 
 
 def capture_function(work_schema: str, job_id: int) -> str:
-    return f"{quote(work_schema)}.{quote(f'rewrite_{job_id}_capture')}"
+    return _work(work_schema, job_id, "capture")
 
 
 def capture_trigger(job_id: int) -> str:
-    return quote(f"{prefix(job_id)}capture")
+    return _trigger(job_id, "capture")
 
 
 def truncate_trigger(job_id: int) -> str:
-    return quote(f"{prefix(job_id)}truncate")
+    return _trigger(job_id, "truncate")
 
 
 def truncate_function(work_schema: str, job_id: int) -> str:
-    return f"{quote(work_schema)}.{quote(f'rewrite_{job_id}_truncate')}"
+    return _work(work_schema, job_id, "truncate")
 
 
 def reverse_function(work_schema: str, job_id: int) -> str:
-    return f"{quote(work_schema)}.{quote(f'rewrite_{job_id}_reverse')}"
+    return _work(work_schema, job_id, "reverse")
 
 
 def reverse_trigger(job_id: int) -> str:
-    return quote(f"{prefix(job_id)}reverse")
+    return _trigger(job_id, "reverse")
 
 
 def reverse_truncate_trigger(job_id: int) -> str:
-    return quote(f"{prefix(job_id)}reverse_truncate")
+    return _trigger(job_id, "reverse_truncate")
 
 
 def reverse_truncate_function(work_schema: str, job_id: int) -> str:
-    return f"{quote(work_schema)}.{quote(f'rewrite_{job_id}_reverse_truncate')}"
+    return _work(work_schema, job_id, "reverse_truncate")
 
 
 def renamed_table(work_schema: str, job_id: int) -> str:
     """The swap's record of the old table's indexes renamed away (retired
     name -> original), for a revert to give them back their names."""
-    return f"{quote(work_schema)}.{quote(f'rewrite_{job_id}_renamed')}"
+    return _work(work_schema, job_id, "renamed")
 
 
 def plan_table(work_schema: str, job_id: int) -> str:
     """The job's plan (``shadow.Plan.to_params``), stored by prepare for every
     worker and the owner: made with the job's id, which submit does not know."""
-    return f"{quote(work_schema)}.{quote(f'rewrite_{job_id}_plan')}"
+    return _work(work_schema, job_id, "plan")
 
 
 def replay_lock(job_id: int) -> int:
@@ -106,4 +117,4 @@ def replay_lock(job_id: int) -> int:
 def reverse_broken_table(work_schema: str, job_id: int) -> str:
     """One row once a write to the new table could not be mirrored into the
     old one: the old table is out of step and revert refuses."""
-    return f"{quote(work_schema)}.{quote(f'rewrite_{job_id}_reverse_broken')}"
+    return _work(work_schema, job_id, "reverse_broken")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 
-from backfill.rewrite import names
+from backfill.rewrite import names, triggers
 from backfill.rewrite.shadow import Plan
 from framework.keys import quote
 
@@ -95,13 +95,7 @@ def install(plan: Plan, work_schema: str, old: str, overriding: bool) -> list[st
     values = ", ".join(f"NEW.{quote(c)}" for c in columns)
     listed = ", ".join(quote(c) for c in columns)
     over = " OVERRIDING SYSTEM VALUE" if overriding else ""
-    return [
-        f"CREATE TABLE {broken} (one boolean PRIMARY KEY DEFAULT true CHECK (one), "
-        "key text NOT NULL, error text NOT NULL, at timestamptz NOT NULL DEFAULT now())",
-        f"""CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql
-SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $reorg$
-BEGIN
-  IF EXISTS (SELECT 1 FROM {broken}) THEN
+    body = f"""  IF EXISTS (SELECT 1 FROM {broken}) THEN
     RETURN NULL;  -- out of step already: revert refuses
   END IF;
   BEGIN
@@ -117,26 +111,18 @@ BEGIN
                  ELSE {key.as_stored('NEW')} END AS text), SQLERRM)
     ON CONFLICT DO NOTHING;
   END;
-  RETURN NULL;
-END $reorg$""",
-        f"CREATE TRIGGER {names.reverse_trigger(job)} AFTER INSERT OR UPDATE OR DELETE ON {t} "
-        f"FOR EACH ROW EXECUTE FUNCTION {function}()",
-        f"ALTER TABLE {t} ENABLE ALWAYS TRIGGER {names.reverse_trigger(job)}",
-        f"""CREATE FUNCTION {truncate}() RETURNS trigger LANGUAGE plpgsql
-SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $reorg$
-BEGIN
-  TRUNCATE {old};
-  RETURN NULL;
-END $reorg$""",
-        f"CREATE TRIGGER {names.reverse_truncate_trigger(job)} AFTER TRUNCATE ON {t} "
-        f"FOR EACH STATEMENT EXECUTE FUNCTION {truncate}()",
-        f"ALTER TABLE {t} ENABLE ALWAYS TRIGGER {names.reverse_truncate_trigger(job)}",
+  RETURN NULL;"""
+    return [
+        f"CREATE TABLE {broken} (one boolean PRIMARY KEY DEFAULT true CHECK (one), "
+        "key text NOT NULL, error text NOT NULL, at timestamptz NOT NULL DEFAULT now())",
+        *triggers.on_rows(t, names.reverse_trigger(job), function, body),
+        *triggers.on_truncate(t, names.reverse_truncate_trigger(job), truncate, old),
     ]
 
 
 def remove(plan: Plan, work_schema: str, table: str) -> list[str]:
     job = plan.job_id
-    return [f"DROP TRIGGER IF EXISTS {names.reverse_trigger(job)} ON {table}",
-            f"DROP TRIGGER IF EXISTS {names.reverse_truncate_trigger(job)} ON {table}",
-            f"DROP FUNCTION IF EXISTS {names.reverse_function(work_schema, job)}()",
-            f"DROP FUNCTION IF EXISTS {names.reverse_truncate_function(work_schema, job)}()"]
+    return triggers.remove(
+        table, (names.reverse_trigger(job), names.reverse_truncate_trigger(job)),
+        (names.reverse_function(work_schema, job),
+         names.reverse_truncate_function(work_schema, job)))

@@ -80,6 +80,14 @@ appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
 """
 
 
+def quiet_log_config(name: str) -> str:
+    """``_LOG4J`` written to ``name`` in the temporary directory; its path,
+    for ``build_conf``."""
+    path = Path(tempfile.gettempdir()) / name
+    path.write_text(_LOG4J)
+    return str(path)
+
+
 class SparkUnavailable(RuntimeError):
     """Spark could not start or has no JDBC driver; the message is one line saying how to fix it."""
 
@@ -343,8 +351,7 @@ def _start(settings: SparkSettings) -> SparkSession:
 
 
 def _launch(settings: SparkSettings, driver: JdbcDriver, jvm_options: str) -> SparkSession:
-    log4j = Path(tempfile.gettempdir()) / "reorg-spark-log4j2.properties"
-    log4j.write_text(_LOG4J)
+    log4j = quiet_log_config("reorg-spark-log4j2.properties")
     if settings.local:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Python UDF workers must run this interpreter, with this environment's packages.
@@ -353,7 +360,7 @@ def _launch(settings: SparkSettings, driver: JdbcDriver, jvm_options: str) -> Sp
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder
-    for key, value in build_conf(settings, driver, str(log4j), jvm_options).items():
+    for key, value in build_conf(settings, driver, log4j, jvm_options).items():
         builder = builder.config(key, value)
     try:
         spark = builder.getOrCreate()

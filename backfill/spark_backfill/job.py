@@ -23,6 +23,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
+from backfill import assignment
 from backfill.expressions import optional_expression
 from backfill.restore import index_before_restoring, restore_in_batches
 from backfill.spark.expression_guard import check_spark_expression
@@ -35,13 +36,11 @@ from backfill.tables import (
     TableInfo,
     check_where,
     inspect_table,
-    parse_assignment,
     quote,
     relation_exists,
     set_ddl_lock_timeout,
-    target_column,
 )
-from framework import jobtype, privileges
+from framework import jobtype
 from framework.errors import InvalidParams
 from framework.jobtype import JobType
 from framework.privileges import as_role, run_as
@@ -73,23 +72,16 @@ class BackfillJobType(JobType):
     # Batches of any key (framework.keys): read in keyset predicates, merged on
     # every key column (backfill.spark.keyset_read, merge.MergeSql).
     keys_of_any_type = True
-    # `reorg submit backfill` options, imported by that command alone (cli.plugin).
     submit_options = "backfill.spark_backfill.options:backfill"
 
     # --- submit -------------------------------------------------------------
 
     def validate(self, conn: Connection, params: dict[str, Any]) -> Target:
         """The checks PostgreSQL answers; Spark's analysis of EXPR is ``analyse``'s."""
-        table = inspect_table(conn, params.get("table", ""), any_key=True)
-        column, expr = parse_assignment(params.get("set", ""))
-        udf = (params.get("udf") or "").strip() or None
-        column_type = target_column(conn, table, column, params.get("add_column"))
         # The job may do no more than its submitter (framework.privileges): its
         # reads run as the submitter, and its merge is the UPDATE checked here.
-        privileges.check_table_privileges(conn, table.qualified, table.display,
-                                          ("SELECT", "UPDATE"))
-        if params.get("add_column"):
-            privileges.check_owns_table(conn, table.qualified, table.display, "--add-column")
+        table, column, expr, column_type, adding = assignment.check(conn, params)
+        udf = (params.get("udf") or "").strip() or None
         where = optional_expression(params.get("where"), "--where")
         if where:
             check_where(conn, table, where)
@@ -102,7 +94,7 @@ class BackfillJobType(JobType):
                 raise InvalidParams(str(exc)) from None
         normalised = {k: v for k, v in params.items() if v is not None}
         normalised |= {"column": column, "expr": expr, "where": where, "udf": udf,
-                       "column_type": column_type, "overwrite": not params.get("add_column"),
+                       "column_type": column_type, "overwrite": not adding,
                        "key": table.key}
         normalised.setdefault("rows_per_subtask", ROWS_PER_SUBTASK)
         return Target(table.qualified, table.key_sql, normalised, key=table.key_spec)
@@ -245,15 +237,7 @@ class BackfillJobType(JobType):
                            statements=lambda bounded: m.restore_range(bounded))
 
     def revert(self, conn: Connection, job: Job) -> None:
-        p = job.params
-        set_ddl_lock_timeout(conn)
-        if not p["overwrite"]:
-            with as_role(conn, run_as(job)):  # as its ADD COLUMN was
-                conn.execute(text(f"ALTER TABLE IF EXISTS {job.target_table} "
-                                  f"DROP COLUMN IF EXISTS {quote(p['column'])}"))
-            return
-        for stmt in merge_sql(job).drop_images():
-            conn.execute(text(stmt))
+        assignment.revert(conn, job, lambda: merge_sql(job).kept)
 
 
 def register() -> None:

@@ -28,16 +28,14 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
+from backfill import assignment
 from backfill.expressions import on_one_line, one_expression, optional_expression
 from backfill.ranged_update import UpdateSql, alias_of, check_update_statement
 from backfill.restore import index_before_restoring, restore_in_batches
 from backfill.tables import (
-    inspect_table,
-    parse_assignment,
     quote,
     relation_exists,
     set_ddl_lock_timeout,
-    target_column,
 )
 from backfill.update_batch import write_update_batch
 from framework import jobtype, privileges
@@ -51,26 +49,18 @@ class SqlUpdate(JobType):
     name = "sql-update"
     # Its batches are keyset ranges of any key (framework.keys).
     keys_of_any_type = True
-    # `reorg submit sql-update` options, imported by that command alone (cli.plugin).
     submit_options = "backfill.sql_update.options:sql_update"
 
     def validate(self, conn: Connection, params: dict[str, Any]) -> Target:
-        table = inspect_table(conn, params.get("table", ""), any_key=True)
-        column, expr = parse_assignment(params.get("set", ""))
-        expr = one_expression(expr, "--set")
-        where = optional_expression(params.get("where"), "--where")
-        add = params.get("add_column")
-        type_ = target_column(conn, table, column, add)
         # Batches run as the submitter (framework.privileges): say now what
         # they would be refused.
-        privileges.check_table_privileges(conn, table.qualified, table.display,
-                                          ("SELECT", "UPDATE"))
-        if add:
-            privileges.check_owns_table(conn, table.qualified, table.display, "--add-column")
-        check_update_statement(conn, table, column, expr, where, type_, adding=bool(add))
+        table, column, expr, type_, adding = assignment.check(conn, params)
+        expr = one_expression(expr, "--set")
+        where = optional_expression(params.get("where"), "--where")
+        check_update_statement(conn, table, column, expr, where, type_, adding=adding)
         return Target(table.qualified, table.key_sql, {
             **params, "column": column, "expr": expr, "where": where, "column_type": type_,
-            "overwrite": not add,
+            "overwrite": not adding,
         }, key=table.key_spec)
 
     def describe(self, conn: Connection, job: Job) -> list[str]:
@@ -143,15 +133,7 @@ class SqlUpdate(JobType):
                            statements=lambda bounded: update_sql(job, bounded).restore_range())
 
     def revert(self, conn: Connection, job: Job) -> None:
-        p = job.params
-        set_ddl_lock_timeout(conn)
-        if not p["overwrite"]:
-            with as_role(conn, run_as(job)):  # as its ADD COLUMN was
-                conn.execute(text(f"ALTER TABLE IF EXISTS {job.target_table} "
-                                  f"DROP COLUMN IF EXISTS {quote(p['column'])}"))
-            return
-        for stmt in update_sql(job).drop_images():
-            conn.execute(text(stmt))
+        assignment.revert(conn, job, lambda: update_sql(job).kept)
 
 
 def _restore_legacy_images(conn: Connection, job: Job) -> None:

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import psycopg
 
-from bench.dataplane.errors import BenchError
+from bench.dataplane.chunks import in_parallel
 from bench.dataplane.records import TABLE
 from bench.dataplane.server import execute, query_one
 
@@ -48,38 +49,21 @@ def build_table(url: str, rows: int, old_values: bool = False) -> float:
             f"CREATE TABLE {TABLE} (id bigint NOT NULL, a int, b text, c text)",
             # A bulk load's WAL needs room: without it a checkpoint every 1 GB.
             "ALTER SYSTEM SET max_wal_size = '16GB'", "SELECT pg_reload_conf()")
-    starts = iter(range(1, rows + 1, CHUNK))
     lock = threading.Lock()
-    errors: list[BaseException] = []
     done = [0]
 
-    def loader() -> None:
-        try:
-            with psycopg.connect(url, autocommit=True) as conn:
-                while True:
-                    with lock:
-                        lo = next(starts, None)
-                    if lo is None:
-                        return
-                    hi = min(lo + CHUNK, rows + 1)
-                    conn.execute(f"INSERT INTO {TABLE} SELECT g, g %% 1000, 'item ' || g, "  # type: ignore[arg-type]
-                                 f"{original_c('g', old_values)} "
-                                 "FROM generate_series(%s::bigint, %s::bigint - 1) g", (lo, hi))
-                    with lock:
-                        done[0] += hi - lo
-                        if done[0] % (10 * CHUNK) == 0:
-                            print(f"    {done[0]:,} rows loaded "
-                                  f"({time.perf_counter() - began:.0f} s)", flush=True)
-        except BaseException as exc:  # reported by the main thread
-            errors.append(exc)
+    def load(conn: psycopg.Connection[Any], lo: int) -> None:
+        hi = min(lo + CHUNK, rows + 1)
+        conn.execute(f"INSERT INTO {TABLE} SELECT g, g %% 1000, 'item ' || g, "  # type: ignore[arg-type]
+                     f"{original_c('g', old_values)} "
+                     "FROM generate_series(%s::bigint, %s::bigint - 1) g", (lo, hi))
+        with lock:
+            done[0] += hi - lo
+            if done[0] % (10 * CHUNK) == 0:
+                print(f"    {done[0]:,} rows loaded "
+                      f"({time.perf_counter() - began:.0f} s)", flush=True)
 
-    threads = [threading.Thread(target=loader) for _ in range(LOADERS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise BenchError(f"loading {TABLE} failed: {errors[0]}")
+    in_parallel(url, LOADERS, iter(range(1, rows + 1, CHUNK)), load, f"loading {TABLE}")
     print(f"    loaded in {time.perf_counter() - began:.0f} s; primary key, VACUUM (ANALYZE)",
           flush=True)
     execute(url, "SET maintenance_work_mem = '1GB'",

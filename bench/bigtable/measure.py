@@ -4,16 +4,19 @@ against reorg's system tables); the target table is read with plain SQL."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 
 from bench.bigtable.build import original_c
+from bench.dataplane.chunks import in_parallel
 from bench.dataplane.errors import BenchError
 from bench.dataplane.records import CHUNK_ROWS, SQL_CONNECTIONS, TABLE
 from bench.dataplane.reorg_cli import reorg
@@ -198,38 +201,24 @@ def chunked_sql_rate(url: str, window: float) -> tuple[Rate, tuple[int, int]]:
     window did not reach: both start on rows never updated). Returns the rate
     and the key range it covered, to be put back."""
     low, high = query_one(url, f"SELECT min(id), max(id) FROM {TABLE}")
-    starts = iter(range((int(low) + int(high)) // 2, int(high) + 1, CHUNK_ROWS))
     first = (int(low) + int(high)) // 2
     lock = threading.Lock()
-    errors: list[BaseException] = []
     updated = [0]
     reached = [first]
     stop_at = time.perf_counter() + window
 
-    def updater() -> None:
-        try:
-            with psycopg.connect(url, autocommit=True) as conn:
-                while time.perf_counter() < stop_at:
-                    with lock:
-                        lo = next(starts, None)
-                    if lo is None:
-                        return
-                    cur = conn.execute(f"UPDATE {TABLE} SET c = md5(b) "
-                                       "WHERE id >= %s AND id < %s", (lo, lo + CHUNK_ROWS))
-                    with lock:
-                        updated[0] += cur.rowcount
-                        reached[0] = max(reached[0], lo + CHUNK_ROWS)
-        except BaseException as exc:  # reported by the main thread
-            errors.append(exc)
+    def update(conn: psycopg.Connection[Any], lo: int) -> None:
+        cur = conn.execute(f"UPDATE {TABLE} SET c = md5(b) WHERE id >= %s AND id < %s",
+                           (lo, lo + CHUNK_ROWS))
+        with lock:
+            updated[0] += cur.rowcount
+            reached[0] = max(reached[0], lo + CHUNK_ROWS)
 
     began = time.perf_counter()
-    threads = [threading.Thread(target=updater) for _ in range(SQL_CONNECTIONS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise BenchError(f"chunked SQL failed: {errors[0]}")
+    # A chunk is taken only while the window lasts.
+    starts = itertools.takewhile(lambda _: time.perf_counter() < stop_at,
+                                 range(first, int(high) + 1, CHUNK_ROWS))
+    in_parallel(url, SQL_CONNECTIONS, starts, update, "chunked SQL")
     return Rate(updated[0], time.perf_counter() - began), (first, reached[0])
 
 

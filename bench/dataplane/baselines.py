@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
+from typing import Any
 
 import psycopg
 
+from bench.dataplane.chunks import in_parallel
 from bench.dataplane.errors import BenchError
 from bench.dataplane.records import CHUNK_ROWS, SQL_CONNECTIONS, TABLE, PlainSpark
 from bench.dataplane.reorg_cli import REPO, clean_env
@@ -40,41 +41,25 @@ def run_chunked_sql(url: str, *, images: bool = False) -> float:
     """(3) ``UPDATE`` in key chunks handed out in order to parallel autocommit
     connections; ``images``: each chunk keeps before-images as sql-update does."""
     low, high = query_one(url, f"SELECT min(id), max(id) FROM {TABLE}")
-    starts = iter(range(int(low), int(high) + 1, CHUNK_ROWS))
-    lock = threading.Lock()
-    errors: list[BaseException] = []
     if images:
         execute(url, f"DROP TABLE IF EXISTS {IMAGES}",
                 f"CREATE TABLE {IMAGES} (k bigint NOT NULL, old text, xid xid8 NOT NULL)")
 
-    def updater() -> None:
-        try:
-            with psycopg.connect(url, autocommit=True) as conn:
-                while True:
-                    with lock:
-                        lo = next(starts, None)
-                    if lo is None:
-                        return
-                    hi = lo + CHUNK_ROWS
-                    if images:
-                        conn.execute(IMAGES_CHUNK, (lo, hi, lo, hi))
-                    else:
-                        conn.execute(f"UPDATE {TABLE} SET c = md5(b) WHERE id >= %s AND id < %s",
-                                     (lo, hi))
-        except BaseException as exc:  # reported by the main thread
-            errors.append(exc)
+    def update(conn: psycopg.Connection[Any], lo: int) -> None:
+        hi = lo + CHUNK_ROWS
+        if images:
+            conn.execute(IMAGES_CHUNK, (lo, hi, lo, hi))
+        else:
+            conn.execute(f"UPDATE {TABLE} SET c = md5(b) WHERE id >= %s AND id < %s", (lo, hi))
 
     label = " with before-images" if images else ""
-    with timed(f"chunked SQL{label} ({SQL_CONNECTIONS} connections)") as lap:
-        threads = [threading.Thread(target=updater) for _ in range(SQL_CONNECTIONS)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    if images:
-        execute(url, f"DROP TABLE IF EXISTS {IMAGES}")
-    if errors:
-        raise BenchError(f"chunked SQL failed: {errors[0]}")
+    try:
+        with timed(f"chunked SQL{label} ({SQL_CONNECTIONS} connections)") as lap:
+            in_parallel(url, SQL_CONNECTIONS, iter(range(int(low), int(high) + 1, CHUNK_ROWS)),
+                        update, "chunked SQL")
+    finally:
+        if images:
+            execute(url, f"DROP TABLE IF EXISTS {IMAGES}")
     return lap.seconds
 
 

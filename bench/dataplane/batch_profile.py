@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
 
 from bench.dataplane.records import TABLE
 from bench.dataplane.reorg_cli import reorg
 from bench.dataplane.server import build_table, database, reset_table, tool_parser
+from bench.dataplane.statement_timing import timing_statements
 
 # What a statement is for, by its text; the first match wins.
 KINDS = [
@@ -54,7 +53,6 @@ class StatementClock:
     def __init__(self) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
         self.count: dict[str, int] = defaultdict(int)
-        self._local = threading.local()
         self._lock = threading.Lock()
 
     def kind(self, statement: str) -> str:
@@ -67,47 +65,30 @@ class StatementClock:
 
     @contextmanager
     def installed(self) -> Iterator[None]:
-        from sqlalchemy import event
-        from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
-        from sqlalchemy.engine import Engine
-
         def on_slot() -> bool:
             return threading.current_thread().name.startswith("slot-")
 
-        def before(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-            self._local.began = time.perf_counter()
-
-        def after(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        def statement(text: str, seconds: float) -> None:
             if on_slot():
-                self.add(self.kind(statement), time.perf_counter() - self._local.began)
+                self.add(self.kind(text), seconds)
 
-        original = PGDialect_psycopg.do_commit
-
-        def do_commit(dialect: Any, dbapi_connection: Any) -> None:
-            began = time.perf_counter()
-            original(dialect, dbapi_connection)
+        def commit(seconds: float) -> None:
             if on_slot():
-                self.add(COMMIT, time.perf_counter() - began)
+                self.add(COMMIT, seconds)
 
-        event.listen(Engine, "before_cursor_execute", before)
-        event.listen(Engine, "after_cursor_execute", after)
-        PGDialect_psycopg.do_commit = do_commit  # type: ignore[method-assign]
-        try:
+        with timing_statements(statement, commit):
             yield
-        finally:
-            PGDialect_psycopg.do_commit = original  # type: ignore[method-assign]
-            event.remove(Engine, "before_cursor_execute", before)
-            event.remove(Engine, "after_cursor_execute", after)
 
 
 def run_job(url: str, params: dict[str, str], batch_rows: int) -> tuple[StatementClock, float, int]:
     """One sql-update job on a fresh in-process node; its statement clock, its
     wall time from submit to succeeded, and its batches (one batch statement
     each; the locked fallback is a second statement of a batch)."""
+    from bench.dataplane.tracking import run_to_success
     from framework.config import Settings
     from framework.db import Database
     from framework.node import Node
-    from framework.submit import SubmitRequest, submit
+    from framework.submit import SubmitRequest
 
     settings = Settings(database_url=url)
     db = Database(settings)
@@ -116,21 +97,10 @@ def run_job(url: str, params: dict[str, str], batch_rows: int) -> tuple[Statemen
     with clock.installed():
         node.start()
         try:
-            began = time.perf_counter()
-            job_id = submit(db, SubmitRequest("sql-update", {"table": TABLE, **params},
-                                              batch_rows=batch_rows)).job_id
-            while True:
-                with db.begin() as conn:
-                    state = conn.execute(db.sql("SELECT state FROM {s}.jobs WHERE id = :id"),
-                                         {"id": job_id}).scalar()
-                if state in ("succeeded", "failed", "reverted", "cancelled"):
-                    break
-                time.sleep(0.05)
-            wall = time.perf_counter() - began
+            wall = run_to_success(db, SubmitRequest("sql-update", {"table": TABLE, **params},
+                                                    batch_rows=batch_rows))
         finally:
             node.drain(timeout=30)
-    if state != "succeeded":
-        raise SystemExit(f"error: the profiled job ended {state}")
     db.dispose()
     return clock, wall, sum(clock.count[kind] for kind in BATCH_STATEMENTS)
 

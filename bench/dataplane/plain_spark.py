@@ -17,9 +17,7 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -27,28 +25,18 @@ if TYPE_CHECKING:
 
 STAGING = "bench.items_stage"
 TABLE = "bench.items"
-LOG4J = """\
-rootLogger.level = error
-rootLogger.appenderRef.stderr.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
-"""
 
 
 def start_session() -> SparkSession:
     from pyspark.sql import SparkSession
 
-    from backfill.spark.session import SparkSettings, build_conf, find_jdbc_driver
+    from backfill.spark.session import SparkSettings, build_conf, find_jdbc_driver, quiet_log_config
 
-    log4j = Path(tempfile.gettempdir()) / "bench-plain-spark-log4j2.properties"
-    log4j.write_text(LOG4J)
+    log4j = quiet_log_config("bench-plain-spark-log4j2.properties")
     # As reorg does: bind to loopback, not the host's external address.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder
-    conf = build_conf(SparkSettings(), find_jdbc_driver(), str(log4j))
+    conf = build_conf(SparkSettings(), find_jdbc_driver(), log4j)
     conf["spark.app.name"] = "bench-plain-spark"
     for key, value in conf.items():
         builder = builder.config(key, value)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -39,18 +40,22 @@ def tool_parser(module: str, doc: str | None, *, rows: int) -> argparse.Argument
 
 
 @contextlib.contextmanager
-def database(url: str | None) -> Iterator[Server]:
+def database(url: str | None, *, durable: bool = False) -> Iterator[Server]:
+    """The server at ``url``, or a throwaway local cluster (its data
+    directory deleted after); not ``durable``: fsync, synchronous_commit and
+    full_page_writes off (``framework.localpg``)."""
     if url:
         yield Server(url, None, None)
         return
     from framework.localpg.cluster import LocalPostgres
 
     data_dir = Path(tempfile.mkdtemp(prefix="reorg-bench-", dir="/tmp"))
-    cluster = LocalPostgres(data_dir, durable=False)
+    cluster = LocalPostgres(data_dir, durable=durable)
     try:
         cluster.init()
         cluster.start()
-        print(f"PostgreSQL (durability off) at {cluster.url()}, data in {data_dir}", flush=True)
+        print(f"PostgreSQL ({'durable' if durable else 'durability off'}) at {cluster.url()}, "
+              f"data in {data_dir}", file=sys.stderr, flush=True)  # stdout: the tool's figures
         pid = int((cluster.pgdata / "postmaster.pid").read_text().split()[0])
         yield Server(cluster.url(), cluster.log_file, pid)
     finally:

@@ -29,7 +29,8 @@ from typing import Any
 from bench.dataplane.records import TABLE
 from bench.dataplane.reorg_cli import reorg
 from bench.dataplane.server import build_table, database, reset_table, tool_parser
-from bench.dataplane.tracking import wait_ended
+from bench.dataplane.statement_timing import timing_statements
+from bench.dataplane.tracking import run_to_success
 
 # Statements of the batch transaction by what they are for; the first match wins.
 KINDS = [
@@ -47,7 +48,6 @@ class StageClock:
     def __init__(self) -> None:
         self.samples: dict[str, list[float]] = defaultdict(list)
         self._lock = threading.Lock()
-        self._local = threading.local()
 
     def add(self, stage: str, seconds: float) -> None:
         with self._lock:
@@ -70,9 +70,6 @@ class StageClock:
     @contextmanager
     def installed(self) -> Iterator[None]:
         from pyspark.sql import DataFrameReader
-        from sqlalchemy import event
-        from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
-        from sqlalchemy.engine import Engine
 
         from backfill.spark import landing
         from backfill.spark.pipeline import RangePipeline
@@ -82,21 +79,14 @@ class StageClock:
         def in_batch() -> bool:
             return threading.current_thread().name.startswith(("slot-", "read-"))
 
-        def before(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-            self._local.began = time.perf_counter()
-
-        def after(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-            kind = next((k for k, mark in KINDS if mark in statement), None)
+        def statement(text: str, seconds: float) -> None:
+            kind = next((k for k, mark in KINDS if mark in text), None)
             if kind and in_batch():
-                self.add(kind, time.perf_counter() - self._local.began)
+                self.add(kind, seconds)
 
-        original_commit = PGDialect_psycopg.do_commit
-
-        def do_commit(dialect: Any, dbapi_connection: Any) -> None:
-            began = time.perf_counter()
-            original_commit(dialect, dbapi_connection)
+        def commit(seconds: float) -> None:
             if threading.current_thread().name.startswith("slot-"):
-                self.add("commit", time.perf_counter() - began)
+                self.add("commit", seconds)
 
         undo = [
             self.wrap(RangePipeline, "bounds", "read: key scan for the batch's end (PostgreSQL)"),
@@ -110,15 +100,10 @@ class StageClock:
             self.wrap(landing, "to_csv", "read: Arrow -> CSV"),
             self.wrap(batches.landing, "copy_in", "COPY into the staging table"),
         ]
-        event.listen(Engine, "before_cursor_execute", before)
-        event.listen(Engine, "after_cursor_execute", after)
-        PGDialect_psycopg.do_commit = do_commit  # type: ignore[method-assign]
         try:
-            yield
+            with timing_statements(statement, commit):
+                yield
         finally:
-            PGDialect_psycopg.do_commit = original_commit  # type: ignore[method-assign]
-            event.remove(Engine, "before_cursor_execute", before)
-            event.remove(Engine, "after_cursor_execute", after)
             for u in undo:
                 u()
 
@@ -161,15 +146,10 @@ def _dataframe_class() -> Any:
 
 def run_job(url: str, node: Any, db: Any, batch_rows: int) -> float:
     """One backfill job of c = md5(b) on ``node``: its wall time, submit to succeeded."""
-    from framework.submit import SubmitRequest, submit
+    from framework.submit import SubmitRequest
 
-    began = time.perf_counter()
-    job_id = submit(db, SubmitRequest("backfill", {"table": TABLE, "set": "c=md5(b)"},
-                                      batch_rows=batch_rows)).job_id
-    state = wait_ended(db, job_id)
-    if state != "succeeded":
-        raise SystemExit(f"error: the profiled job ended {state}")
-    return time.perf_counter() - began
+    return run_to_success(db, SubmitRequest("backfill", {"table": TABLE, "set": "c=md5(b)"},
+                                            batch_rows=batch_rows))
 
 
 def probes(url: str, batch_rows: int, repeat: int) -> dict[str, list[float]]:

@@ -1,6 +1,7 @@
 """A job as reorg's own functions report it (``framework.control.status`` and
 ``framework.store.history.subtasks_of_job``): the benchmark never reads the
-system tables with SQL of its own."""
+system tables with SQL of its own. And a job run to its end on a node in
+the benchmark's own process."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from framework import control
 from framework.config import Settings
 from framework.db import Database
 from framework.store import history
+from framework.submit import SubmitRequest, submit
 
 
 @contextlib.contextmanager
@@ -135,3 +137,35 @@ def wait_ended(db: Database, job_id: int | None) -> str:
         if state in ("succeeded", "failed", "reverted", "cancelled"):
             return state
         time.sleep(0.05)
+
+
+def run_to_success(db: Database, request: SubmitRequest) -> float:
+    """Submit ``request`` and wait for its job to end (``wait_ended``); its
+    seconds from submit to the end. Stops the benchmark with the job's error
+    unless it succeeded."""
+    began = time.perf_counter()
+    job_id = submit(db, request).job_id
+    state = wait_ended(db, job_id)
+    took = time.perf_counter() - began
+    if state != "succeeded":
+        raise SystemExit(f"error: {request.type} job {job_id} ended {state}: "
+                         f"{job_status(db, job_id or 0)['error']}")
+    return took
+
+
+@contextlib.contextmanager
+def node_in_process(url: str, *, slots: int = 2) -> Iterator[Database]:
+    """A reorg node (owner and workers) in this process on ``url``'s system
+    tables, quick to notice work (0.2 s polls and owner ticks), drained
+    after; yields a Database to submit with."""
+    from framework.node import Node
+
+    settings = Settings(url, poll_seconds=0.2)
+    db = Database(settings)
+    node = Node(settings, node_id="bench", slots=slots, owner_tick_seconds=0.2)
+    node.start()
+    try:
+        yield db
+    finally:
+        node.drain(60)
+        db.dispose()

@@ -26,10 +26,11 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from cli.dashboard import actions, chart, reads
-from cli.output import count, duration, json_text, rate, table_name
+from cli.output import count, json_text, rate, table_name
 from cli.progress import status_for_json, step_label
 from framework import control
 from framework.db import Database, DatabaseUnreachable
+from framework.durations import duration
 from framework.errors import InvalidParams, one_line
 from framework.keys import decode, shown
 from framework.states import JOB_CANCELLABLE, JobState

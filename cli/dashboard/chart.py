@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from cli.output import duration, rate
+from cli.output import rate
+from framework.durations import duration
 from framework.store.throughput import Throughput
 
 # The drawing's own units (the SVG's viewBox); the page scales it to its width.

@@ -66,12 +66,9 @@ def insert(
 ) -> tuple[int, bool]:
     """Insert a queued job; returns (job id, created). A repeated ``job_key``
     returns the job it already named instead of creating another."""
-    if job_key is not None:
-        existing = conn.execute(
-            db.sql("SELECT id FROM {s}.jobs WHERE job_key = :k"), {"k": job_key}
-        ).scalar()
-        if existing is not None:
-            return existing, False
+    existing = _named_by(db, conn, job_key)
+    if existing is not None:
+        return existing, False
     active = active_on_table(db, conn, target_table)
     if active is not None:
         raise ActiveJobExists(target_table, active)
@@ -108,16 +105,22 @@ def insert(
             ).scalar_one()
     except IntegrityError:
         # Lost a race with another submit: report whichever job won.
-        if job_key is not None:
-            won = conn.execute(
-                db.sql("SELECT id FROM {s}.jobs WHERE job_key = :k"), {"k": job_key}
-            ).scalar()
-            if won is not None:
-                return won, False
+        won = _named_by(db, conn, job_key)
+        if won is not None:
+            return won, False
         active = active_on_table(db, conn, target_table)
         raise ActiveJobExists(target_table, active or 0) from None
     notify(db, conn)
     return job_id, True
+
+
+def _named_by(db: Database, conn: Connection, job_key: str | None) -> int | None:
+    """The job a ``job_key`` already names, if any (none without a key)."""
+    if job_key is None:
+        return None
+    found = conn.execute(
+        db.sql("SELECT id FROM {s}.jobs WHERE job_key = :k"), {"k": job_key}).scalar()
+    return None if found is None else int(found)
 
 
 def active_on_table(db: Database, conn: Connection, table: str) -> int | None:

@@ -36,43 +36,17 @@ def insert_ranges(
     ``subtasks_total`` in the same statement (``reorg status`` reads it)
     unless ``counted`` (a chunk of a step counted when it began; such a
     chunk may carry a meta per range, ``metas``)."""
-    if counted:
-        return int(conn.execute(
-            db.sql(f"""
-                INSERT INTO {{s}}.background_subtask
-                    (job_id, step, ordinal, state, start_key, end_key, curr_key, meta)
-                SELECT :job_id, :step, :first + r.ordinal - 1, 'pending', r.lo, r.hi, r.lo,
-                       coalesce(r.meta, CAST(:meta AS jsonb))
-                FROM unnest(CAST(:los AS jsonb[]), CAST(:his AS jsonb[]),
-                            CAST(:metas AS jsonb[]))
-                     WITH ORDINALITY AS r(lo, hi, meta, ordinal)
-                WHERE {FENCE}"""),
-            {"job_id": job_id, "step": step, "los": [encode(lo) for lo, _ in ranges],
-             "his": [encode(hi) for _, hi in ranges], "first": first_ordinal,
-             "metas": [json.dumps(m) for m in metas] if metas is not None else [],
-             "meta": json.dumps(meta or {}), **term.params()},
-        ).rowcount)
-    assert metas is None, "a meta per range only for a counted chunk"
-    return int(conn.execute(
-        db.sql(f"""
-            WITH inserted AS (
-                INSERT INTO {{s}}.background_subtask
-                    (job_id, step, ordinal, state, start_key, end_key, curr_key, meta)
-                SELECT :job_id, :step, :first + r.ordinal - 1, 'pending', r.lo, r.hi, r.lo,
-                       CAST(:meta AS jsonb)
-                FROM unnest(CAST(:los AS jsonb[]), CAST(:his AS jsonb[]))
-                     WITH ORDINALITY AS r(lo, hi, ordinal)
-                WHERE {FENCE}
-                RETURNING 1),
-            counted AS (
-                UPDATE {{s}}.jobs SET subtasks_total = subtasks_total
-                                                      + (SELECT count(*) FROM inserted)
-                WHERE id = :job_id AND EXISTS (SELECT 1 FROM inserted))
-            SELECT count(*) FROM inserted"""),
-        {"job_id": job_id, "step": step, "los": [encode(lo) for lo, _ in ranges],
-         "his": [encode(hi) for _, hi in ranges], "first": first_ordinal,
-         "meta": json.dumps(meta or {}), **term.params()},
-    ).scalar_one())
+    assert counted or metas is None, "a meta per range only for a counted chunk"
+    rows = """
+        SELECT :job_id, :step, :first + r.ordinal - 1, 'pending', r.lo, r.hi, r.lo,
+               coalesce(r.meta, CAST(:meta AS jsonb))
+        FROM unnest(CAST(:los AS jsonb[]), CAST(:his AS jsonb[]), CAST(:metas AS jsonb[]))
+             WITH ORDINALITY AS r(lo, hi, meta, ordinal)"""
+    return _insert(db, conn, term, rows, {
+        "job_id": job_id, "step": step, "los": [encode(lo) for lo, _ in ranges],
+        "his": [encode(hi) for _, hi in ranges], "first": first_ordinal,
+        "metas": [json.dumps(m) for m in metas] if metas is not None else [],
+        "meta": json.dumps(meta or {})}, count=not counted)
 
 
 def insert_fixed(
@@ -82,25 +56,35 @@ def insert_fixed(
     """Insert the subtasks of a fixed step, one per meta dict, each covering
     ``[0, FIXED_SUBTASK_UNITS)``: units of its own progress, not keys. Counted
     into ``subtasks_total`` like ranges."""
-    return int(conn.execute(
-        db.sql(f"""
-            WITH inserted AS (
-                INSERT INTO {{s}}.background_subtask
-                    (job_id, step, ordinal, state, start_key, end_key, curr_key, meta)
-                SELECT :job_id, :step, f.ordinal - 1, 'pending', to_jsonb(0),
-                       to_jsonb({FIXED_SUBTASK_UNITS}), to_jsonb(0),
-                       f.meta
-                FROM unnest(CAST(:metas AS jsonb[])) WITH ORDINALITY AS f(meta, ordinal)
-                WHERE {FENCE}
-                RETURNING 1),
-            counted AS (
-                UPDATE {{s}}.jobs SET subtasks_total = subtasks_total
-                                                      + (SELECT count(*) FROM inserted)
-                WHERE id = :job_id AND EXISTS (SELECT 1 FROM inserted))
-            SELECT count(*) FROM inserted"""),
-        {"job_id": job_id, "step": step, "metas": [json.dumps(m) for m in metas],
-         **term.params()},
-    ).scalar_one())
+    rows = f"""
+        SELECT :job_id, :step, f.ordinal - 1, 'pending', to_jsonb(0),
+               to_jsonb({FIXED_SUBTASK_UNITS}), to_jsonb(0), f.meta
+        FROM unnest(CAST(:metas AS jsonb[])) WITH ORDINALITY AS f(meta, ordinal)"""
+    return _insert(db, conn, term, rows, {
+        "job_id": job_id, "step": step, "metas": [json.dumps(m) for m in metas]}, count=True)
+
+
+def _insert(db: Database, conn: Connection, term: OwnerTerm, rows: str,
+            params: dict[str, Any], *, count: bool) -> int:
+    """Insert the subtasks ``rows`` selects, fenced on the owner term; with
+    ``count``, count them into the job's ``subtasks_total`` in the same
+    statement. Returns how many were inserted (0: the term was lost)."""
+    insert = f"""
+        INSERT INTO {{s}}.background_subtask
+            (job_id, step, ordinal, state, start_key, end_key, curr_key, meta)
+        {rows}
+        WHERE {FENCE}"""
+    params = {**params, **term.params()}
+    if not count:
+        return int(conn.execute(db.sql(insert), params).rowcount)
+    return int(conn.execute(db.sql(f"""
+        WITH inserted AS ({insert}
+            RETURNING 1),
+        counted AS (
+            UPDATE {{s}}.jobs SET subtasks_total = subtasks_total
+                                                  + (SELECT count(*) FROM inserted)
+            WHERE id = :job_id AND EXISTS (SELECT 1 FROM inserted))
+        SELECT count(*) FROM inserted"""), params).scalar_one())
 
 
 # The job counter a step's subtasks are counted into (``reorg status`` reads

@@ -50,9 +50,9 @@ from support import (
 )
 from support.processes import Workers
 
-from cli.output import duration
 from framework import faults
 from framework.db import Database, describe_url
+from framework.durations import duration
 from framework.store import jobs
 from framework.submit import submit
 
