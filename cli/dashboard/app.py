@@ -49,158 +49,166 @@ def breakable(name: str) -> Markup:
     return Markup("".join(f"{escape(c)}<wbr>" if c in "._" else str(escape(c)) for c in name))
 
 
-def create_app(db: Database, *, token: actions.Token, database_label: str) -> Starlette:
-    """The application over ``db``. ``database_label`` names the database on
-    the page; it must hold no credentials (``framework.db.describe_url``)."""
-    templates = Jinja2Templates(directory=HERE / "templates")
-    templates.env.filters.update(count=count, rate=rate, duration=duration,
-                                 key=lambda v: shown(decode(v)),
-                                 table_name=lambda v: breakable(table_name(v)),
-                                 one_line=one_line, step_label=step_label,
-                                 params_shown=reads.params_shown)
+class _Site:
+    """The pages, fragments, actions and JSON of one dashboard over ``db``."""
 
-    def render(request: Request, name: str, status_code: int = 200, **context: Any) -> Response:
-        return templates.TemplateResponse(request, name, {
-            "read_only": token.read_only, "database": database_label, "poll": POLL,
+    def __init__(self, db: Database, token: actions.Token, database_label: str) -> None:
+        self.db, self.token, self.database_label = db, token, database_label
+        self.templates = Jinja2Templates(directory=HERE / "templates")
+        self.templates.env.filters.update(count=count, rate=rate, duration=duration,
+                                          key=lambda v: shown(decode(v)),
+                                          table_name=lambda v: breakable(table_name(v)),
+                                          one_line=one_line, step_label=step_label,
+                                          params_shown=reads.params_shown)
+
+    def render(self, request: Request, name: str, status_code: int = 200, **context: Any) -> Response:
+        return self.templates.TemplateResponse(request, name, {
+            "read_only": self.token.read_only, "database": self.database_label, "poll": POLL,
             "chart_poll": CHART_POLL, "alter_fields": actions.ALTER_FIELDS,
             "now": datetime.now(UTC).strftime("%H:%M:%S UTC"), **context,
         }, status_code=status_code)
 
-    def message(request: Request, text: str, status_code: int) -> Response:
+    def message(self, request: Request, text: str, status_code: int) -> Response:
         """A one-line answer: the fragment htmx swaps in, a page of its own
         for a browser that asked for the page itself, or JSON under /api/."""
         if request.url.path.startswith("/api/"):
-            return json_response({"error": text}, status_code)
+            return self.json_response({"error": text}, status_code)
         page = "message.html" if request.headers.get("HX-Request") else "error.html"
-        return render(request, page, status_code, text=text, ok=status_code < 400)
+        return self.render(request, page, status_code, text=text, ok=status_code < 400)
 
-    def job_or_404(job_id: int) -> dict[str, Any]:
+    def job_or_404(self, job_id: int) -> dict[str, Any]:
         try:
-            return reads.job(db, job_id)
+            return reads.job(self.db, job_id)
         except InvalidParams as exc:
             raise HTTPException(404, str(exc)) from None
 
-    def index(request: Request) -> Response:
-        return render(request, "index.html", jobs=reads.jobs(db), nodes=reads.nodes(db))
+    def index(self, request: Request) -> Response:
+        return self.render(request, "index.html", jobs=reads.jobs(self.db), nodes=reads.nodes(self.db))
 
-    def jobs_fragment(request: Request) -> Response:
-        return render(request, "jobs_table.html", jobs=reads.jobs(db))
+    def jobs_fragment(self, request: Request) -> Response:
+        return self.render(request, "jobs_table.html", jobs=reads.jobs(self.db))
 
-    def nodes_fragment(request: Request) -> Response:
-        return render(request, "nodes_table.html", nodes=reads.nodes(db))
+    def nodes_fragment(self, request: Request) -> Response:
+        return self.render(request, "nodes_table.html", nodes=reads.nodes(self.db))
 
-    def subtask_query(request: Request, job_id: int) -> dict[str, Any]:
+    def subtask_query(self, request: Request, job_id: int) -> dict[str, Any]:
         try:
             after = reads.parse_after(request.query_params.get("after"))
             state = reads.parse_state(request.query_params.get("state"))
         except InvalidParams as exc:
             raise HTTPException(400, str(exc)) from None
-        return {"page": reads.subtasks(db, job_id, after=after, state=state),
+        return {"page": reads.subtasks(self.db, job_id, after=after, state=state),
                 "query": request.url.query}
 
-    def job_page(request: Request) -> Response:
+    def job_page(self, request: Request) -> Response:
         job_id = request.path_params["job_id"]
-        job = job_or_404(job_id)
-        return render(request, "job.html", job=job, events=reads.events(db, job_id),
+        job = self.job_or_404(job_id)
+        return self.render(request, "job.html", job=job, events=reads.events(self.db, job_id),
                       cancellable=JobState(job["state"]) in JOB_CANCELLABLE,
-                      chart=rate_chart(job),
-                      **subtask_query(request, job_id))
+                      chart=self.rate_chart(job),
+                      **self.subtask_query(request, job_id))
 
-    def rate_chart(job: dict[str, Any]) -> chart.Chart | None:
-        series = reads.throughput(db, job["id"])
+    def rate_chart(self, job: dict[str, Any]) -> chart.Chart | None:
+        series = reads.throughput(self.db, job["id"])
         return chart.draw(series, job["max_rows_per_sec"]) if series else None
 
-    def chart_fragment(request: Request) -> Response:
-        job = job_or_404(request.path_params["job_id"])
-        return render(request, "rate_chart.html", chart=rate_chart(job))
+    def chart_fragment(self, request: Request) -> Response:
+        job = self.job_or_404(request.path_params["job_id"])
+        return self.render(request, "rate_chart.html", chart=self.rate_chart(job))
 
-    def summary_fragment(request: Request) -> Response:
-        return render(request, "job_summary.html", job=job_or_404(request.path_params["job_id"]))
+    def summary_fragment(self, request: Request) -> Response:
+        return self.render(request, "job_summary.html", job=self.job_or_404(request.path_params["job_id"]))
 
-    def events_fragment(request: Request) -> Response:
+    def events_fragment(self, request: Request) -> Response:
         job_id = request.path_params["job_id"]
-        job_or_404(job_id)
-        return render(request, "events_table.html", events=reads.events(db, job_id))
+        self.job_or_404(job_id)
+        return self.render(request, "events_table.html", events=reads.events(self.db, job_id))
 
-    def subtasks_fragment(request: Request) -> Response:
+    def subtasks_fragment(self, request: Request) -> Response:
         job_id = request.path_params["job_id"]
-        job = job_or_404(job_id)
-        return render(request, "subtasks_table.html", job=job, **subtask_query(request, job_id))
+        job = self.job_or_404(job_id)
+        return self.render(request, "subtasks_table.html", job=job, **self.subtask_query(request, job_id))
 
-    async def act(request: Request) -> Response:
+    async def act(self, request: Request) -> Response:
         job_id, name = request.path_params["job_id"], request.path_params["action"]
         if name != "alter" and name not in actions.ACTIONS:
             known = ", ".join([*actions.ACTIONS, "alter"])
-            return message(request, f"no action {name!r}; one of {known}", 404)
+            return self.message(request, f"no action {name!r}; one of {known}", 404)
         # The form is urlencoded (htmx's default); parsed here, without a
         # multipart library for a few fields.
         form = {k: v[0] for k, v in parse_qs((await request.body()).decode("utf-8", "replace"),
                                              keep_blank_values=True).items()}
         try:
-            token.check(form.get("token"))
+            self.token.check(form.get("token"))
         except actions.Refused as refused:
-            return message(request, str(refused), 403)
+            return self.message(request, str(refused), 403)
         who = actions.actor(request.client.host if request.client else None)
         try:
             if name == "alter":
-                done = await run_in_threadpool(actions.alter, db, job_id, form, who=who)
+                done = await run_in_threadpool(actions.alter, self.db, job_id, form, who=who)
             else:
-                done = await run_in_threadpool(actions.run, db, name, job_id, who=who)
+                done = await run_in_threadpool(actions.run, self.db, name, job_id, who=who)
         except InvalidParams as exc:
             text = str(exc)
             # The job refused it (its state), or it is not there; else the input.
             status = (404 if "does not exist" in text
                       else 409 if text.startswith(f"job {job_id} ") else 400)
-            return message(request, text, status)
-        return message(request, done, 200)
+            return self.message(request, text, status)
+        return self.message(request, done, 200)
 
-    def json_response(value: Any, status_code: int = 200) -> Response:
+    def json_response(self, value: Any, status_code: int = 200) -> Response:
         return Response(json_text(value), status_code, media_type="application/json")
 
-    def api_jobs(request: Request) -> Response:
+    def api_jobs(self, request: Request) -> Response:
         raw = request.query_params.get("limit", "20")
         if not raw.isdigit() or not 1 <= int(raw) <= API_JOBS_LIMIT:
             raise HTTPException(400, f"limit={raw!r} is not a number of jobs from 1 to "
                                      f"{API_JOBS_LIMIT}, e.g. limit=20")
-        return json_response(status_for_json(db, None, int(raw)))
+        return self.json_response(status_for_json(self.db, None, int(raw)))
 
-    def api_job(request: Request) -> Response:
+    def api_job(self, request: Request) -> Response:
         job_id = request.path_params["job_id"]
         try:
-            return json_response(status_for_json(db, job_id, 1)[0])
+            return self.json_response(status_for_json(self.db, job_id, 1)[0])
         except InvalidParams as exc:
             raise HTTPException(404, str(exc)) from None
 
-    def api_nodes(request: Request) -> Response:
-        return json_response(control.nodes(db))
+    def api_nodes(self, request: Request) -> Response:
+        return self.json_response(control.nodes(self.db))
 
-    async def http_error(request: Request, exc: Exception) -> Response:
+    async def http_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
-        return message(request, exc.detail, exc.status_code)
+        return self.message(request, exc.detail, exc.status_code)
 
-    async def unreachable(request: Request, exc: Exception) -> Response:
-        return message(request, one_line(str(exc), limit=None), 503)
+    async def unreachable(self, request: Request, exc: Exception) -> Response:
+        return self.message(request, one_line(str(exc), limit=None), 503)
 
-    async def unexpected(request: Request, exc: Exception) -> Response:
-        return message(request, f"unexpected failure: {one_line(str(exc), limit=None)}", 500)
+    async def unexpected(self, request: Request, exc: Exception) -> Response:
+        return self.message(request, f"unexpected failure: {one_line(str(exc), limit=None)}", 500)
 
+
+def create_app(db: Database, *, token: actions.Token, database_label: str) -> Starlette:
+    """The application over ``db``. ``database_label`` names the database on
+    the page; it must hold no credentials (``framework.db.describe_url``)."""
+    site = _Site(db, token, database_label)
     job = "/jobs/{job_id:int}"
     return Starlette(
         routes=[
-            Route("/", index),
-            Route("/fragments/jobs", jobs_fragment),
-            Route("/fragments/nodes", nodes_fragment),
-            Route(job, job_page),
-            Route(job + "/fragments/summary", summary_fragment),
-            Route(job + "/fragments/events", events_fragment),
-            Route(job + "/fragments/subtasks", subtasks_fragment),
-            Route(job + "/fragments/chart", chart_fragment),
-            Route(job + "/{action:str}", act, methods=["POST"]),
-            Route("/api/jobs", api_jobs),
-            Route("/api/jobs/{job_id:int}", api_job),
-            Route("/api/nodes", api_nodes),
+            Route("/", site.index),
+            Route("/fragments/jobs", site.jobs_fragment),
+            Route("/fragments/nodes", site.nodes_fragment),
+            Route(job, site.job_page),
+            Route(job + "/fragments/summary", site.summary_fragment),
+            Route(job + "/fragments/events", site.events_fragment),
+            Route(job + "/fragments/subtasks", site.subtasks_fragment),
+            Route(job + "/fragments/chart", site.chart_fragment),
+            Route(job + "/{action:str}", site.act, methods=["POST"]),
+            Route("/api/jobs", site.api_jobs),
+            Route("/api/jobs/{job_id:int}", site.api_job),
+            Route("/api/nodes", site.api_nodes),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ],
-        exception_handlers={HTTPException: http_error, DatabaseUnreachable: unreachable,
-                            Exception: unexpected},
+        exception_handlers={HTTPException: site.http_error,
+                            DatabaseUnreachable: site.unreachable,
+                            Exception: site.unexpected},
     )
