@@ -555,17 +555,7 @@ class Owner:
                                      jitter=0.0))
             kind = jobtype.get(job.type)
             if not table_exists(conn, gone := kind.restores_into(job)):
-                # Nothing left to restore: stop the revert subtasks, end the job
-                # once no worker holds one.
-                steps.drop_pending_split(self.db, conn, term, job.id)
-                steps.cancel_unleased(self.db, conn, term, job.id)
-                if steps.step_snapshot(self.db, conn, job.id, STEP_REVERT).live_leases:
-                    return None
-                self._revert_ddl(conn, kind, job)  # work tables, what it made elsewhere
-                self._must(jobs.finish_revert(self.db, conn, term, job.id, target,
-                                              actor=self._actor(term),
-                                              detail=_table_gone(gone)))
-                return str(target)
+                return self._end_revert_of_a_gone_table(conn, term, job, kind, gone, target)
             to_go = steps.insert_split_chunk(self.db, conn, term, job.id, SPLIT_CHUNK)
             steps.mark_claim_from(self.db, conn, term, job.id, STEP_REVERT,
                                   from_mark=self._mark_from_mark(job.id))
@@ -598,6 +588,20 @@ class Owner:
             self._must(jobs.finish_revert(self.db, conn, term, job.id, target,
                                           actor=self._actor(term),
                                           detail=f"table restored: {count} ranges"))
+        return str(target)
+
+    def _end_revert_of_a_gone_table(self, conn: sa.Connection, term: OwnerTerm, job: Job,
+                                    kind: jobtype.JobType, gone: str,
+                                    target: JobState) -> str | None:
+        """Nothing left to restore: stop the revert subtasks, end the job once
+        no worker holds one."""
+        steps.drop_pending_split(self.db, conn, term, job.id)
+        steps.cancel_unleased(self.db, conn, term, job.id)
+        if steps.step_snapshot(self.db, conn, job.id, STEP_REVERT).live_leases:
+            return None
+        self._revert_ddl(conn, kind, job)  # work tables, what it made elsewhere
+        self._must(jobs.finish_revert(self.db, conn, term, job.id, target,
+                                      actor=self._actor(term), detail=_table_gone(gone)))
         return str(target)
 
     @staticmethod
