@@ -83,7 +83,7 @@ _DEFAULT = Settings("")
 
 def _print_version(requested: bool) -> None:
     if requested:
-        from framework.node import reorg_version
+        from framework.version import reorg_version
 
         print(f"reorg {reorg_version()}")
         raise typer.Exit()

@@ -15,7 +15,6 @@ import os
 import socket
 import threading
 from datetime import UTC, datetime
-from importlib.metadata import PackageNotFoundError, version
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
@@ -28,6 +27,7 @@ from framework.job_reports import JobReports
 from framework.listener import Listener
 from framework.owner import Owner
 from framework.store import jobs, nodes, subtasks
+from framework.version import reorg_version
 from framework.worker import WorkerPool
 
 log = logging.getLogger("reorg.node")
@@ -35,13 +35,6 @@ log = logging.getLogger("reorg.node")
 
 def default_node_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def reorg_version() -> str:
-    try:
-        return version("reorg")
-    except PackageNotFoundError:
-        return "dev"
 
 
 class Node:

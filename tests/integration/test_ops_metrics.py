@@ -174,7 +174,7 @@ def test_progress_lines_read_like_gh_osts_status_line() -> None:
 
 
 def metrics_version() -> str:
-    from framework.node import reorg_version
+    from framework.version import reorg_version
 
     return reorg_version()
 
