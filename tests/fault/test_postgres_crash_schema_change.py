@@ -26,7 +26,7 @@ import time
 
 import psycopg
 import pytest
-from support import execute, job_of, make_items, rows, scalar, wait_state, wait_until
+from support import execute, job_of, make_items, rows, scalar, wait_history, wait_state, wait_until
 from support.app_model import Application, data, shape
 from support.oracle import report
 
@@ -179,6 +179,7 @@ def test_postgres_crash_and_restart_mid_alter_type_backfill(cluster):
     assert shape(db.engine) == _final_shape("alter-type", before)
     _nothing_of_the_job_left(db)
     assert data(db.engine) == app.expected()
+    wait_history(db, job_id)
     resumed = scalar(db, "SELECT count(*) FROM {s}.background_subtask_history "
                          "WHERE job_id = :j AND step = 1 AND attempts > 1", j=job_id)
     for worker in cluster.workers:
@@ -222,6 +223,7 @@ def test_postgres_crash_and_restart_mid_add_index_build(cluster):
     assert shape(db.engine) == _final_shape("add-index", before)
     _nothing_of_the_job_left(db)
     assert data(db.engine) == app.expected()
+    wait_history(db, job_id)
     (attempts,), = rows(db, "SELECT attempts FROM {s}.background_subtask_history "
                             "WHERE job_id = :j AND step = 2", j=job_id)
     assert attempts >= 2  # the build ran again after the crash

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
-from support import TERMINAL, make_items, rows, scalar, snapshot, table_rows, wait_state
+from support import TERMINAL, make_items, rows, scalar, snapshot, table_rows, wait_history, wait_state
 from support.spark import JobKind, check_input, make_context
 
 from backfill.copy.batches import CopyConflict, CopyPipeline
@@ -319,6 +319,7 @@ def test_copy_job_succeeds_on_two_slots(spark, db, start_node, _registered):
     start_node("n1", slots=2)
     assert wait_state(db, job_id, TERMINAL)["state"] == "succeeded"
     assert table_rows(db, "items_copy") == rows(db, ORACLE + " ORDER BY id")
+    wait_history(db, job_id)
     with db.begin() as conn:
         assert conn.execute(sa.text(
             "SELECT obj_description('items_copy'::regclass, 'pg_class')")).scalar() is None

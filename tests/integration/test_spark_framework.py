@@ -6,7 +6,16 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
-from support import TERMINAL, job_of, make_items, scalar, table_rows, wait_state, wait_until
+from support import (
+    TERMINAL,
+    job_of,
+    make_items,
+    scalar,
+    table_rows,
+    wait_history,
+    wait_state,
+    wait_until,
+)
 
 from backfill.spark.jdbc import SPARK_APPLICATION_NAME
 from backfill.spark_backfill.job import register
@@ -32,6 +41,7 @@ def test_backfill_job_succeeds_on_two_slots_and_drops_its_work_tables(spark, db,
     assert wait_state(db, job_id, TERMINAL)["state"] == "succeeded"
     assert scalar(db, "SELECT count(*) FROM items WHERE c IS DISTINCT FROM md5(b)") == 0
     assert scalar(db, "SELECT to_regclass(:t)", t=f"reorg.backfill_{job_id}_images") is None
+    wait_history(db, job_id)
     assert scalar(db, "SELECT sum(row_count) FROM {s}.background_subtask_history "
                       "WHERE job_id = :j", j=job_id) == 20_000
 
@@ -99,6 +109,7 @@ def test_dropped_jdbc_connections_mid_read_are_retried_not_failed(spark, db, sta
     wait_until(drop_spark_reads, 60, "two Spark reads caught in flight", interval=0.05)
     assert wait_state(db, job_id, TERMINAL)["state"] == "succeeded"
     assert scalar(db, "SELECT count(*) FROM items WHERE c IS DISTINCT FROM md5(b)") == 0
+    wait_history(db, job_id)
     assert scalar(db, "SELECT sum(row_count) FROM {s}.background_subtask_history "
                       "WHERE job_id = :j", j=job_id) == 6_000
     assert scalar(db, "SELECT max(attempts) FROM {s}.background_subtask_history "

@@ -29,6 +29,7 @@ from support.db import (
     statements_sent,
     subtask_ranges,
     table_rows,
+    wait_history,
     wait_state,
     wait_until,
 )
@@ -38,6 +39,6 @@ from support.processes import WorkerProcess, Workers
 __all__ = [
     "TERMINAL", "WorkerProcess", "Workers", "busy_sessions", "catalogue", "create_database", "database_url",
     "drop_database", "execute", "fill", "held_by", "job_of", "make_items", "rows", "scalar", "snapshot",
-    "started_fill", "statements_sent", "subtask_ranges", "table_rows", "wait_state",
+    "started_fill", "statements_sent", "subtask_ranges", "table_rows", "wait_history", "wait_state",
     "wait_until",
 ]

@@ -168,6 +168,13 @@ def _listen(db: Any) -> psycopg.Connection:
     return listener
 
 
+def wait_history(db: Any, job_id: int, timeout: float = 60) -> None:
+    """Until the owner moved the ended job's subtasks to the history, which
+    it does on a tick after the job ended (``jobs.history_done``)."""
+    wait_until(lambda: scalar(db, "SELECT history_done FROM {s}.jobs WHERE id = :j", j=job_id),
+               timeout, f"job {job_id}'s subtasks moved to the history")
+
+
 def held_by(db: Any, node_id: str, *, live: bool = True) -> list[Any]:
     """(id, start_key, curr_key) rows of the running subtasks ``node_id`` holds;
     ``live``: only those whose lease has not expired."""
