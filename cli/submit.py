@@ -140,14 +140,18 @@ def submit_command(name: str, to_params: Callable[..., Params]) -> Any:
         db = state.database()
         with child_stderr_hidden(enabled=not state.options.debug):
             result = submit(db, request)
-        _report(result, as_json, waiting=wait)
-        if wait and result.job_id is not None:
-            # In this process: a second one (`reorg wait`) would start while
-            # the job's first batches run, and take the CPU they need.
-            with job_goes_on_if_interrupted(result.job_id):
-                sys.stdout.flush()  # the id first: a Ctrl-C from here on names it
-                job = wait_until_ended(state.read_database(), result.job_id, timeout)
-            typer.echo(succeeded_line(job), err=True)
+        if not (wait and result.job_id is not None):
+            _report(result, as_json)
+            return
+        # A Ctrl-C from the moment the id may show (stdout may be unbuffered)
+        # names the job. The wait runs in this process: a second one (`reorg
+        # wait`) would start while the job's first batches run, and take the
+        # CPU they need.
+        with job_goes_on_if_interrupted(result.job_id):
+            _report(result, as_json, waiting=True)
+            sys.stdout.flush()  # the id first
+            job = wait_until_ended(state.read_database(), result.job_id, timeout)
+        typer.echo(succeeded_line(job), err=True)
 
     # typer reads the signature: the type's own options, then the shared ones.
     ctx_param = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD,
