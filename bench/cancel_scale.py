@@ -56,7 +56,7 @@ from bench.dataplane.records import TABLE
 from bench.dataplane.reorg_cli import REPO, clean_env, reorg
 from bench.dataplane.server import database, execute, query_one, tool_parser
 from bench.dataplane.tracking import job_status, subtasks, system_tables
-from framework import control
+from framework import control, migrate
 from framework.db import Database
 from framework.records import STEP_REVERT
 
@@ -118,6 +118,7 @@ def workers(url: str, db: Database, processes: int, slots: int,
                     and any(n["is_owner"] for n in nodes))
 
         wait_for("the workers registered, one of them the owner", ready, 120)
+        log(f"{processes} workers registered, one of them the owner")
         yield procs
     finally:
         for p in procs:
@@ -202,6 +203,7 @@ def run_and_cancel(url: str, db: Database, args: Any, rows_per_subtask: int) -> 
     submitted = reorg(url, "submit", "sql-update", "--table", TABLE, "--set", "c=md5(b)",
                       "--rows-per-subtask", str(rows_per_subtask), "--json")
     job_id = int(json.loads(submitted.stdout)["id"])
+    log(f"submitted job {job_id}")
     wait_for(f"job {job_id} running", state_is(db, job_id, {"running"},
              {"failed", "cancelled", "reverting", "succeeded"}), 600)
     total = planned_subtasks(db, job_id)
@@ -233,9 +235,10 @@ def measure(url: str, args: Any, log_dir: Path) -> dict[str, Any]:
     log(f"building {TABLE} with {args.rows:,} rows of old values")
     build_table(url, args.rows)
     before = query_one(url, CHECKSUM_SQL)
-    reorg(url, "db", "upgrade")
-    with system_tables(url) as db, workers(url, db, args.processes, args.slots, log_dir):
-        run = run_and_cancel(url, db, args, rows_per_subtask)
+    with system_tables(url) as db:
+        migrate.upgrade(db)  # as `reorg db upgrade` does, without a process of its own
+        with workers(url, db, args.processes, args.slots, log_dir):
+            run = run_and_cancel(url, db, args, rows_per_subtask)
         # The table as the cancel left it: nothing runs on it any more.
         restored = query_one(url, CHECKSUM_SQL) == before
         events = control.events(db, run.job_id)

@@ -161,3 +161,26 @@ def test_keys_benchmark_runs_on_a_small_table(fresh_db):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     for kind in ("bigint", "uuid", "text+int"):
         assert f"{kind} {{'reorg_seconds': " in done.stdout
+
+
+@pytest.mark.slow
+def test_cancel_scale_benchmark_restores_the_table(fresh_db):
+    """``python -m bench.cancel_scale`` on 4,000 one-row subtasks, cancelled
+    at 10 %: the job is cancelled, the ranges it wrote are restored in fewer
+    revert ranges than there were forward ranges, and the table is exactly
+    as before (the benchmark exits 1 otherwise)."""
+    import json
+
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.cancel_scale", "--db", fresh_db, "--rows", "4000",
+         "--subtasks", "4000", "--cancel-at", "10"],
+        cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report, end = json.JSONDecoder().raw_decode(done.stdout)
+    assert done.stdout[end:].strip().endswith("restored exactly: yes"), done.stdout
+    assert report["subtasks"] == 4000 and report["done_at_cancel"] >= 400
+    assert report["rows_to_restore"] >= report["done_at_cancel"], report
+    assert 1 <= report["revert_ranges"] < report["forward_ranges_to_restore"], report
+    assert report["restored_exactly"] and report["rows_differing"] == 0
+    assert (0 < report["seconds_cancel_to_revert_step"]
+            <= report["seconds_cancel_to_cancelled"]), report
