@@ -164,7 +164,7 @@ def test_keys_benchmark_runs_on_a_small_table(fresh_db):
 
 
 @pytest.mark.slow
-def test_cancel_scale_benchmark_restores_the_table(fresh_db):
+def test_cancel_scale_benchmark_restores_the_table(fresh_db, tmp_path):
     """``python -m bench.cancel_scale`` on 4,000 one-row subtasks, cancelled
     at 10 %: the job is cancelled, the ranges it wrote are restored in fewer
     revert ranges than there were forward ranges, and the table is exactly
@@ -174,7 +174,8 @@ def test_cancel_scale_benchmark_restores_the_table(fresh_db):
     done = subprocess.run(
         [sys.executable, "-m", "bench.cancel_scale", "--db", fresh_db, "--rows", "4000",
          "--subtasks", "4000", "--cancel-at", "10"],
-        cwd=ROOT, capture_output=True, text=True, timeout=240)
+        cwd=ROOT, env={**os.environ, "TMPDIR": str(tmp_path)},  # the worker logs
+        capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report, end = json.JSONDecoder().raw_decode(done.stdout)
     assert done.stdout[end:].strip().endswith("restored exactly: yes"), done.stdout
