@@ -117,7 +117,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.name.startswith(_ONE_AT_A_TIME):
             item.add_marker(pytest.mark.xdist_group("hosts"))
-        elif "spark" in getattr(item, "fixturenames", ()):
-            # The in-process SparkSession is one per test process: one JVM
-            # for all such tests, not one in every parallel process.
+        elif "spark" in getattr(item, "fixturenames", ()) or item.get_closest_marker("spark"):
+            # Tests that start Spark (the in-process session, or workers and
+            # commands with a JVM of their own) run one after another in one
+            # process: one JVM at a time on the machine's cores, not three
+            # starting together, and one in-process session, not one a process.
             item.add_marker(pytest.mark.xdist_group("spark"))
