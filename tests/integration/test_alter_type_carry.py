@@ -86,6 +86,11 @@ def _build(url: str, schema: str, tablespace: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}; SET search_path = {schema}")
         conn.execute(TABLE.format(ts=tablespace, pub=f"pub_{schema}", rows=ROWS))
+        if conn.info.server_version >= 180000:
+            # PostgreSQL 18 makes NOT NULL a constraint with a name and a
+            # comment, which a plain ALTER ... TYPE keeps (the job renames its own).
+            conn.execute("ALTER TABLE items RENAME CONSTRAINT items_a_not_null TO items_a_present;"
+                         "COMMENT ON CONSTRAINT items_a_present ON items IS 'always an a'")
 
 
 def carried(url: str, schema: str) -> dict[str, Any]:
@@ -125,7 +130,8 @@ def carried(url: str, schema: str) -> dict[str, Any]:
                        i.indisreplident, c.reloptions,
                        (SELECT spcname FROM pg_tablespace WHERE oid = c.reltablespace),
                        obj_description(i.indexrelid, 'pg_class'),
-                       ARRAY(SELECT attstattarget FROM pg_attribute
+                       -- the default target: -1 before PostgreSQL 17, NULL from 17 on
+                       ARRAY(SELECT coalesce(attstattarget, -1) FROM pg_attribute
                              WHERE attrelid = i.indexrelid ORDER BY attnum)
                 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
                 WHERE i.indrelid = %(t)s::regclass"""),
