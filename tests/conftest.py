@@ -104,6 +104,16 @@ def pg_server() -> Iterator[str]:
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
+@pytest.fixture(scope="session")
+def pg_major(pg_server: str) -> int:
+    """The session's server's major version (e.g. 16), for a test of what
+    differs between majors."""
+    import psycopg
+
+    with psycopg.connect(pg_server) as conn:
+        return conn.info.server_version // 10_000
+
+
 # -- databases ------------------------------------------------------------------
 # An empty database here; one with reorg's system tables is ``migrated_db`` in
 # framework_fixtures.py (copied from a template migrated once per session).

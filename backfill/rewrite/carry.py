@@ -40,6 +40,7 @@ from backfill.rewrite import grants, views
 from backfill.rewrite.grants import ROLE
 from backfill.rewrite.qualified import qualified_names
 from backfill.schema.sql import literal, run
+from framework import pgversion
 from framework.keys import quote
 
 # A trigger's or a rule's firing state (pg_trigger.tgenabled, pg_rewrite.ev_enabled).
@@ -111,7 +112,8 @@ def read(conn: Connection, source: str, target: str, *, source_after: str,
             add(f"ALTER TABLE {new} REPLICA IDENTITY USING INDEX {quote(identity_index)}")
         elif identity != "d":
             add(f"ALTER TABLE {new} REPLICA IDENTITY {'FULL' if identity == 'f' else 'NOTHING'}")
-        for publication, attributes, where in q(_PUBLICATIONS):
+        publications = _PUBLICATIONS if pgversion.server_major(conn) >= 15 else _PUBLICATIONS_14
+        for publication, attributes, where in q(publications):
             listed = f" ({', '.join(quote(a) for a in attributes)})" if attributes else ""
             add(f"ALTER PUBLICATION {quote(publication)} ADD TABLE {new}{listed}"
                 + (f" WHERE ({where})" if where else ""))
@@ -290,6 +292,13 @@ _PUBLICATIONS = """
            (SELECT array_agg(a.attname ORDER BY a.attnum) FROM pg_attribute a
             WHERE a.attrelid = r.prrelid AND a.attnum = ANY(r.prattrs)),
            pg_get_expr(r.prqual, r.prrelid)
+    FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid
+    WHERE r.prrelid = to_regclass(:s) ORDER BY 1"""
+
+# PostgreSQL 14: a publication has no column list or row filter (prattrs and
+# prqual came with 15); it publishes the whole table.
+_PUBLICATIONS_14 = """
+    SELECT p.pubname, NULL::name[], NULL::text
     FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid
     WHERE r.prrelid = to_regclass(:s) ORDER BY 1"""
 

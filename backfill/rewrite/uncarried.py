@@ -74,7 +74,9 @@ _DEPENDENTS = """
     deps AS (
         SELECT d.classid, d.objid, d.refobjsubid,
                CASE d.classid
-                 WHEN 'pg_class'::regclass THEN EXISTS (
+                 -- (d.objid = t.oid: PostgreSQL 14 records a generated column's use
+                 -- of a column as the table's own; 15 on as its pg_attrdef's)
+                 WHEN 'pg_class'::regclass THEN d.objid = t.oid OR EXISTS (
                    SELECT 1 FROM pg_class c WHERE c.oid = d.objid AND (c.relkind = 'S'
                      OR c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid = t.oid)))
                  WHEN 'pg_constraint'::regclass THEN EXISTS (

@@ -200,12 +200,21 @@ def blocking_dependents(conn: Connection, table: str, attnum: int) -> list[str]:
                 AND NOT (c.contype = 'f' AND c.confrelid = dep.refobjid)))
         ORDER BY 1"""), {"t": table, "n": attnum}).scalars().all()
     # A generated column's expression is its pg_attrdef, depending on the columns it reads.
+    # PostgreSQL 14 records that as the generated column's own dependency on the
+    # column (pg_class on pg_class, by attnum): missed, the DROP COLUMN of the
+    # swap would drop the generated column with it (an auto dependency).
     generated = conn.execute(text("""
         SELECT format('generated column %s', a.attname) FROM pg_depend dep
         JOIN pg_attrdef ad ON ad.oid = dep.objid
         JOIN pg_attribute a ON a.attrelid = ad.adrelid AND a.attnum = ad.adnum
         WHERE dep.classid = 'pg_attrdef'::regclass AND dep.refclassid = 'pg_class'::regclass
           AND dep.refobjid = to_regclass(:t) AND dep.refobjsubid = :n AND ad.adnum <> :n
+        UNION
+        SELECT format('generated column %s', a.attname) FROM pg_depend dep
+        JOIN pg_attribute a ON a.attrelid = dep.objid AND a.attnum = dep.objsubid
+        WHERE dep.classid = 'pg_class'::regclass AND dep.objid = to_regclass(:t)
+          AND dep.refclassid = 'pg_class'::regclass AND dep.refobjid = to_regclass(:t)
+          AND dep.refobjsubid = :n AND dep.objsubid NOT IN (0, :n) AND a.attgenerated <> ''
         ORDER BY 1"""), {"t": table, "n": attnum}).scalars().all()
     views = [d.replace("rule _RETURN on ", "") for d in described]
     return views + list(generated)

@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 from support.db import execute
 from support.rewrite import build_all, copy_all, differences, engine
-from support.rewrite_catalog import EVERYTHING, snapshot
+from support.rewrite_catalog import make_everything, snapshot
 
 from backfill.rewrite import shadow, swap, uncarried
 from backfill.rewrite.capture import Capture
@@ -44,11 +44,7 @@ def rewritten(eng: sa.Engine, s: swap.Swap, *, keep_old: bool = False) -> None:
 
 
 def test_the_swap_carries_everything_the_table_had(fresh_db):
-    execute(fresh_db, EVERYTHING)
-    if int(execute(fresh_db, "SHOW server_version_num")[0][0]) >= 180000:
-        # PostgreSQL 18 makes NOT NULL a constraint with a name and a comment.
-        execute(fresh_db, "ALTER TABLE items RENAME CONSTRAINT items_a_not_null TO items_a_present;"
-                          "COMMENT ON CONSTRAINT items_a_present ON items IS 'always an a'")
+    make_everything(fresh_db)
     eng = engine(fresh_db)
     with eng.begin() as conn:
         before = snapshot(conn)
@@ -80,7 +76,7 @@ def test_the_swap_carries_everything_the_table_had(fresh_db):
 def test_the_swap_carries_over_an_alter(fresh_db):
     """With the shape changed (a type, a column added and one dropped), what
     remains is carried: the views are made again on the new column type."""
-    execute(fresh_db, EVERYTHING)
+    make_everything(fresh_db)
     eng = engine(fresh_db)
     with eng.begin() as conn:
         before = snapshot(conn)
@@ -123,7 +119,7 @@ def test_the_swap_carries_over_an_alter(fresh_db):
 ], ids=["matview", "sql-body", "row-type", "other-policy", "view-column", "trigger-column",
         "partitioned-fk", "fk-column", "replica-index"])
 def test_what_cannot_be_carried_is_refused_in_one_line(fresh_db, setup, request_, message):
-    execute(fresh_db, EVERYTHING)
+    make_everything(fresh_db)
     if "PLACEHOLDER" in setup:  # the replica identity's index dropped by the new shape
         setup, request_ = "", shadow.Request(alter="DROP CONSTRAINT items_n_key")
         message = ("table \"public\".\"items\" has REPLICA IDENTITY USING INDEX items_n_key, "
@@ -140,7 +136,7 @@ def test_what_cannot_be_carried_is_refused_in_one_line(fresh_db, setup, request_
 def test_the_swap_checks_again_and_refuses_what_came_since(fresh_db):
     """A materialized view made on T after the submit: the swap refuses it
     by name, and T is as it was."""
-    execute(fresh_db, EVERYTHING)
+    make_everything(fresh_db)
     eng = engine(fresh_db)
     s = prepared(eng, shadow.Request())
     copy_all(eng, s.plan, parts=1, threads=1)

@@ -359,10 +359,10 @@ def test_verify_copies_a_differing_range_again_and_keeps_a_ledger(db, settings, 
 def test_everything_the_table_has_is_carried_through_a_job(db, settings, start_node):
     """support.rewrite_catalog's table of every property DESIGN 15 names, and
     foreign keys of other tables on it, validated after the swap."""
-    from support.rewrite_catalog import EVERYTHING
+    from support.rewrite_catalog import make_everything
 
     url = settings.database_url
-    execute(url, EVERYTHING)
+    make_everything(url)
     before, table = catalogue(url), oid(url)
     job_id = submit(db, rewrite(keep_old="1s")).job_id
     start_node("n1", slots=2)
