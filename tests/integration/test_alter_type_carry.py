@@ -21,6 +21,9 @@ from support.app import App, table_as_oracle
 from framework.errors import InvalidParams
 from framework.submit import SubmitRequest, submit
 
+# Depends on the catalog or on lock levels: run on every supported major (README).
+pytestmark = pytest.mark.catalog
+
 ROWS = 2_000
 
 # Every property of the table, of the column and of what covers it that a

@@ -11,6 +11,9 @@ from support import catalogue, execute, make_items, rows, scalar
 from framework.errors import InvalidParams
 from framework.submit import SubmitRequest, submit
 
+# Depends on the catalog or on lock levels: run on every supported major (README).
+pytestmark = pytest.mark.catalog
+
 SCHEMA = """
     CREATE VIEW items_b AS SELECT id, b FROM items;
     CREATE MATERIALIZED VIEW items_c AS SELECT c FROM items;

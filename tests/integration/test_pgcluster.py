@@ -19,6 +19,9 @@ from framework.localpg import embedded
 from framework.localpg.cluster import LocalPostgres, PostgresNotFound, accepts_tcp, free_port
 from framework.localpg.embedded import embedded_database_url, stop_embedded
 
+# Depends on the catalog or on lock levels: run on every supported major (README).
+pytestmark = pytest.mark.catalog
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 

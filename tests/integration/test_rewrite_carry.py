@@ -20,6 +20,9 @@ from backfill.rewrite import shadow, swap, uncarried
 from backfill.rewrite.capture import Capture
 from backfill.schema.sql import run
 
+# Depends on the catalog or on lock levels: run on every supported major (README).
+pytestmark = pytest.mark.catalog
+
 JOB = 9
 
 

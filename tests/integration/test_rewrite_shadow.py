@@ -15,6 +15,9 @@ from backfill.rewrite import names, shadow
 from backfill.schema.sql import run
 from framework.errors import InvalidParams
 
+# Depends on the catalog or on lock levels: run on every supported major (README).
+pytestmark = pytest.mark.catalog
+
 JOB = 7
 
 ITEMS = """

@@ -17,6 +17,9 @@ from support import scalar
 
 from framework import pgversion
 
+# Depends on the catalog or on lock levels: run on every supported major (README).
+pytestmark = pytest.mark.catalog
+
 
 def test_the_session_server_is_supported_and_its_major_is_known(db, pg_major):
     with db.begin() as conn:
