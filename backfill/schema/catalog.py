@@ -27,6 +27,7 @@ class ColumnFacts:
     # (contype 'n'), with a name and a comment; None before 18.
     not_null_constraint: str | None = None
     not_null_comment: str | None = None
+    not_null_valid: bool = True  # 18 on: NOT NULL ... NOT VALID leaves it False
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,8 @@ def column_facts(conn: Connection, table: str, column: str) -> ColumnFacts | Non
                col_description(a.attrelid, a.attnum) AS comment,
                a.attidentity <> '' AS identity, a.attgenerated <> '' AS generated,
                nn.conname AS not_null_constraint,
-               obj_description(nn.oid, 'pg_constraint') AS not_null_comment
+               obj_description(nn.oid, 'pg_constraint') AS not_null_comment,
+               coalesce(nn.convalidated, true) AS not_null_valid
         FROM pg_attribute a
         LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
         -- no row before PostgreSQL 18, which records NOT NULL in pg_constraint
@@ -112,7 +114,7 @@ def column_facts(conn: Connection, table: str, column: str) -> ColumnFacts | Non
         ORDER BY 1"""), {"t": table, "n": row.attnum}).scalars().all()
     return ColumnFacts(column, row.attnum, row.type, row.attnotnull, row.default_expr,
                        row.comment, row.identity, row.generated, tuple(sequences),
-                       row.not_null_constraint, row.not_null_comment)
+                       row.not_null_constraint, row.not_null_comment, row.not_null_valid)
 
 
 def column_settings(conn: Connection, table: str, attnum: int) -> ColumnSettings:

@@ -136,6 +136,21 @@ def test_what_cannot_be_carried_is_refused_in_one_line(fresh_db, setup, request_
     assert all("\n" not in line for line in found)
 
 
+def test_a_not_null_constraint_not_valid_is_refused_on_postgresql_18(fresh_db, pg_major):
+    """PostgreSQL 18's NOT NULL ... NOT VALID: the shadow's LIKE copies it
+    valid, so the copy of its NULL would fail; the plan refuses it by name."""
+    if pg_major < 18:
+        pytest.skip("NOT NULL constraints NOT VALID came with PostgreSQL 18")
+    make_everything(fresh_db)
+    execute(fresh_db, "UPDATE items SET b = NULL WHERE id = 3;"
+                      "ALTER TABLE items ADD CONSTRAINT items_b_set NOT NULL b NOT VALID")
+    with engine(fresh_db).begin() as conn:
+        found = uncarried.of_plan(conn, shadow.plan(conn, "items", JOB, shadow.Request()))
+    assert found == ['NOT NULL constraint items_b_set of table "public"."items" is NOT VALID, '
+                     "which the new table would have valid; validate it first (ALTER TABLE ... "
+                     "VALIDATE CONSTRAINT items_b_set) or drop it"], found
+
+
 def test_the_swap_checks_again_and_refuses_what_came_since(fresh_db):
     """A materialized view made on T after the submit: the swap refuses it
     by name, and T is as it was."""
