@@ -14,7 +14,7 @@ codes are the same for every command (README, "Exit codes"):
          paused because a subtask failed for good (``--on-failure pause``): it
          waits for ``reorg retry`` or ``reorg cancel``, not for its end
     5    OPERATIONAL: database unreachable or behind, an upgrade blocked by a
-         lock, no PostgreSQL binaries,
+         lock, no PostgreSQL binaries, a PostgreSQL major reorg does not run on,
          Spark cannot start, database errors, and anything unexpected;
          ``reorg db current`` on a schema not at the head
     130  interrupted (Ctrl-C)
@@ -36,6 +36,7 @@ from framework.db import DatabaseUnreachable, SchemaBehind
 from framework.errors import InvalidParams, one_line
 from framework.localpg.cluster import PostgresError, PostgresNotFound
 from framework.migrate import UpgradeBlocked
+from framework.pgversion import UnsupportedServer
 from framework.redact import redact
 from framework.store.jobs import ActiveJobExists
 
@@ -89,7 +90,7 @@ def classify(exc: BaseException) -> tuple[str, int, str | None]:
     if isinstance(exc, InvalidParams | ConfigError | ActiveJobExists):
         return one_line(str(exc), limit=None), BAD_INPUT, None
     if isinstance(exc, DatabaseUnreachable | SchemaBehind | UpgradeBlocked | PostgresNotFound
-                  | PostgresError):
+                  | PostgresError | UnsupportedServer):
         return one_line(str(exc), limit=None), OPERATIONAL, None
     if type(exc).__name__ == "SparkUnavailable":  # by name: importing it would load backfill.spark
         return one_line(str(exc), limit=None), OPERATIONAL, None

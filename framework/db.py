@@ -17,6 +17,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
+from framework import pgversion
 from framework.config import ConfigError, Settings
 from framework.errors import is_stale_plan, one_line
 from framework.revisions import head_revision, known_revisions
@@ -175,6 +176,9 @@ class Database:
 
         try:
             with self.begin() as conn:
+                # Read first by `reorg db upgrade` and at a worker's start: the
+                # place to refuse a server reorg does not run on.
+                pgversion.check_supported(conn, describe_url(self.settings.database_url))
                 return conn.execute(self.sql(REVISION_SQL)).scalar()
         except ProgrammingError as exc:
             if revision_missing(exc):

@@ -1,7 +1,10 @@
 """Shared fixtures: one PostgreSQL server per test session, one empty database per test.
 
-Server: a testcontainers ``postgres:15`` when a Docker engine answers, otherwise a
-throwaway cluster from local binaries (framework.localpg.cluster.LocalPostgres).
+Server: a throwaway cluster from local binaries (framework.localpg.cluster.LocalPostgres)
+of the major ``REORG_PG_BINDIR`` names when it is set (tests/support/pg_major.py
+installs one), otherwise a testcontainers ``postgres:15`` when a Docker engine
+answers, otherwise the machine's own binaries (find_binaries). The header of the
+run names the server it uses.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from pathlib import Path
 import pytest
 from support.db import create_database, drop_database
 
-from framework.localpg.cluster import LocalPostgres
+from framework.localpg.cluster import BINDIR_ENV, LocalPostgres, binaries_version, find_binaries
 
 # Framework fixtures (migrated database, settings, in-process nodes, worker
 # processes) and the Spark data plane's (the SparkSession, an engine on a
@@ -58,10 +61,26 @@ def scratch_dir() -> Iterator[Path]:
 # -- the server -----------------------------------------------------------------
 
 
+def _use_docker() -> bool:
+    # An explicit bin dir wins: it is how the suite runs on another major.
+    return not os.environ.get(BINDIR_ENV) and _docker_available()
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Which PostgreSQL the run tests, so its log says which major passed."""
+    if _use_docker():
+        return "postgresql: postgres:15 (testcontainers)"
+    try:
+        bindir = find_binaries()
+        return f"postgresql: {binaries_version(bindir)} ({bindir})"
+    except Exception as error:  # the fixture reports it at the first test that needs a server
+        return f"postgresql: none ({error})"
+
+
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[str]:
     """Admin URL (superuser, database ``postgres``) of the session's server."""
-    if _docker_available():
+    if _use_docker():
         try:
             from testcontainers.community.postgres import PostgresContainer
         except ImportError:  # testcontainers < 4.10
@@ -83,6 +102,16 @@ def pg_server() -> Iterator[str]:
     finally:
         server.stop()
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pg_major(pg_server: str) -> int:
+    """The session's server's major version (e.g. 16), for a test of what
+    differs between majors."""
+    import psycopg
+
+    with psycopg.connect(pg_server) as conn:
+        return conn.info.server_version // 10_000
 
 
 # -- databases ------------------------------------------------------------------

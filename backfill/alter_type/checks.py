@@ -125,6 +125,13 @@ def check_swappable(conn: Connection, table: str, display: str,
                             f"sequence to a new column; {USE_ALTER}")
     if facts.generated:
         raise InvalidParams(f"{where} is a generated column; {USE_ALTER}")
+    if not facts.not_null_valid:
+        # PostgreSQL 18: NOT NULL ... NOT VALID. The new column's SET NOT NULL
+        # would make it valid (and fail on a NULL the old one lets be).
+        raise InvalidParams(f"{where} has NOT NULL constraint {facts.not_null_constraint} NOT "
+                            "VALID, which the swap would make valid: validate it first (ALTER "
+                            f"TABLE ... VALIDATE CONSTRAINT {facts.not_null_constraint}) or drop "
+                            f"it, or {USE_ALTER}")
     fks = catalog.referencing_foreign_keys(conn, table, facts.attnum)
     if fks:
         raise InvalidParams(f"{where} is referenced by foreign key {', '.join(fks)}; a swap of "

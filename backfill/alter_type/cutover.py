@@ -77,6 +77,8 @@ def cut_over(conn: Connection, job: Job) -> None:
     for index in indexes:
         if index.valid:
             _take_over_index(conn, t, names.index_for(job, index.name), index)
+    if old.not_null_constraint is not None:
+        _take_over_not_null(conn, t, p["column"], old)
     for constraint in constraints:
         run(conn, f"ALTER TABLE {t} RENAME CONSTRAINT "
                           f"{quote(names.constraint_for(job, constraint.name))} "
@@ -145,6 +147,21 @@ def _set_settings(conn: Connection, table: str, column: str,
     if settings.options:
         run(conn, f"ALTER TABLE {table} ALTER COLUMN {column} "
                   f"SET ({', '.join(settings.options)})")
+
+
+def _take_over_not_null(conn: Connection, table: str, column: str,
+                        old: catalog.ColumnFacts) -> None:
+    """PostgreSQL 18 on: the SET NOT NULL above made a constraint named after
+    the shadow column (``items_a_reorg_1_not_null``); it takes the old one's
+    name and comment, as the DROP COLUMN freed both."""
+    new = catalog.column_facts(conn, table, column)
+    if new is None or new.not_null_constraint is None:
+        return
+    if new.not_null_constraint != old.not_null_constraint:
+        run(conn, f"ALTER TABLE {table} RENAME CONSTRAINT {quote(new.not_null_constraint)} "
+                  f"TO {quote(old.not_null_constraint or '')}")
+    _comment(conn, f"CONSTRAINT {quote(old.not_null_constraint or '')} ON {table}",
+             old.not_null_comment)
 
 
 def _take_over_index(conn: Connection, table: str, built: str, old: IndexFacts) -> None:

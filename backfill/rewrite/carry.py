@@ -40,6 +40,7 @@ from backfill.rewrite import grants, views
 from backfill.rewrite.grants import ROLE
 from backfill.rewrite.qualified import qualified_names
 from backfill.schema.sql import literal, run
+from framework import pgversion
 from framework.keys import quote
 
 # A trigger's or a rule's firing state (pg_trigger.tgenabled, pg_rewrite.ev_enabled).
@@ -84,7 +85,10 @@ def read(conn: Connection, source: str, target: str, *, source_after: str,
                 add(f"ALTER SEQUENCE {sequence} RENAME TO {quote(_retired(sequence))}")
                 add(f"ALTER SEQUENCE {theirs} RENAME TO {quote(bare)}")
         _privileges(carry, conn, source, target, new)
-        _comments(carry, conn, source, new, columns, target_names)
+        # PostgreSQL 18 on: NOT NULL is a constraint, made by the shadow's LIKE
+        # under the source's name; its comment is carried like any other's.
+        not_nulls = set(conn.execute(text(_NOT_NULLS), {"t": target}).scalars())
+        _comments(carry, conn, source, new, columns, target_names | not_nulls)
         # Triggers and rules move alike: dropped, made again, their firing state set.
         for kind, query in (("TRIGGER", _TRIGGERS), ("RULE", _RULES)):
             for name, definition, enabled, comment in q(query):
@@ -108,7 +112,8 @@ def read(conn: Connection, source: str, target: str, *, source_after: str,
             add(f"ALTER TABLE {new} REPLICA IDENTITY USING INDEX {quote(identity_index)}")
         elif identity != "d":
             add(f"ALTER TABLE {new} REPLICA IDENTITY {'FULL' if identity == 'f' else 'NOTHING'}")
-        for publication, attributes, where in q(_PUBLICATIONS):
+        publications = _PUBLICATIONS if pgversion.server_major(conn) >= 15 else _PUBLICATIONS_14
+        for publication, attributes, where in q(publications):
             listed = f" ({', '.join(quote(a) for a in attributes)})" if attributes else ""
             add(f"ALTER PUBLICATION {quote(publication)} ADD TABLE {new}{listed}"
                 + (f" WHERE ({where})" if where else ""))
@@ -130,7 +135,7 @@ def read(conn: Connection, source: str, target: str, *, source_after: str,
         for name, definition, target_, comment, owner_ in q(_STATISTICS):
             add(f"ALTER STATISTICS {name} RENAME TO {quote(_retired(name))}")
             add(definition)
-            if target_ >= 0:
+            if target_ is not None:
                 add(f"ALTER STATISTICS {name} SET STATISTICS {target_}")
             _comment(carry, f"STATISTICS {name}", comment)
             add(f"ALTER STATISTICS {name} OWNER TO {owner_}")
@@ -198,6 +203,9 @@ def _comments(carry: Carry, conn: Connection, source: str, new: str, columns: se
         elif kind == "constraint" and name in target_names:
             _comment(carry, f"CONSTRAINT {quote(name)} ON {new}", comment)
 
+
+_NOT_NULLS = """
+    SELECT conname FROM pg_constraint WHERE conrelid = to_regclass(:t) AND contype = 'n'"""
 
 _OWNER = """
     SELECT quote_ident(pg_get_userbyid(relowner)) FROM pg_class WHERE oid = to_regclass(:s)"""
@@ -287,6 +295,13 @@ _PUBLICATIONS = """
     FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid
     WHERE r.prrelid = to_regclass(:s) ORDER BY 1"""
 
+# PostgreSQL 14: a publication has no column list or row filter (prattrs and
+# prqual came with 15); it publishes the whole table.
+_PUBLICATIONS_14 = """
+    SELECT p.pubname, NULL::name[], NULL::text
+    FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid
+    WHERE r.prrelid = to_regclass(:s) ORDER BY 1"""
+
 _REFERENCING_FKS = """
     SELECT c.conrelid::regclass::text, c.conname, pg_get_constraintdef(c.oid), c.convalidated,
            obj_description(c.oid, 'pg_constraint')
@@ -294,9 +309,11 @@ _REFERENCING_FKS = """
     WHERE c.contype = 'f' AND c.confrelid = to_regclass(:s) AND c.conrelid <> c.confrelid
     ORDER BY 1, 2"""
 
+# The default target of a statistics object is NULL from PostgreSQL 17 on, -1
+# before (stxstattarget became nullable): nullif gives NULL for it on every major.
 _STATISTICS = """
     SELECT format('%I.%I', n.nspname, s.stxname), pg_get_statisticsobjdef(s.oid),
-           s.stxstattarget,
+           nullif(s.stxstattarget, -1),
            obj_description(s.oid, 'pg_statistic_ext'), quote_ident(pg_get_userbyid(s.stxowner))
     FROM pg_statistic_ext s JOIN pg_namespace n ON n.oid = s.stxnamespace
     WHERE s.stxrelid = to_regclass(:s) ORDER BY 1"""

@@ -216,12 +216,14 @@ def _same_shape(conn: Connection, table: str, schema: str, shadow_name: str) -> 
                  + (f" WITH ({', '.join(options)})" if options else "")
                  + (f" TABLESPACE {quote(row.spcname)}" if row.spcname else ""))
     statements = [statement]
+    # The default statistics target is NULL from PostgreSQL 17 on, -1 before
+    # (attstattarget became nullable): nullif gives NULL for it on every major.
     for column, target, attoptions in conn.execute(text("""
-            SELECT attname, attstattarget, attoptions FROM pg_attribute
+            SELECT attname, nullif(attstattarget, -1), attoptions FROM pg_attribute
             WHERE attrelid = to_regclass(:t) AND attnum > 0 AND NOT attisdropped
               AND (attstattarget >= 0 OR attoptions IS NOT NULL)
             ORDER BY attnum"""), {"t": table}):
-        if target >= 0:
+        if target is not None:
             statements.append(f"ALTER TABLE {shadow} ALTER COLUMN {quote(column)} "
                               f"SET STATISTICS {int(target)}")
         if attoptions:

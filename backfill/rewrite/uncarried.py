@@ -12,6 +12,7 @@ lock (T may have gained it since).
   have, or of a partitioned table (PostgreSQL 15 adds no foreign key NOT
   VALID there: the swap would scan it under its lock);
 - a REPLICA IDENTITY USING INDEX whose index the new shape does not build;
+- a NOT NULL constraint NOT VALID (PostgreSQL 18);
 - a security label on T."""
 
 from __future__ import annotations
@@ -58,6 +59,12 @@ def refusals(conn: Connection, table: str, kept: set[str], indexes: set[str]) ->
         found.append(f"table {table} has REPLICA IDENTITY USING INDEX {identity}, which the new "
                      "shape does not build; set another replica identity first, or keep the "
                      "index")
+    # PostgreSQL 18: NOT NULL ... NOT VALID. The shadow's LIKE copies it valid:
+    # the copy of a NULL would fail, and without one the swap would validate it.
+    for name in conn.execute(text(_INVALID_NOT_NULLS), params).scalars():
+        found.append(f"NOT NULL constraint {name} of table {table} is NOT VALID, which the new "
+                     f"table would have valid; validate it first (ALTER TABLE ... VALIDATE "
+                     f"CONSTRAINT {name}) or drop it")
     if conn.execute(text("SELECT EXISTS (SELECT 1 FROM pg_seclabel WHERE objoid = "
                          "to_regclass(:t) AND classoid = 'pg_class'::regclass)"), params).scalar():
         found.append(f"table {table} has a security label, which the swap cannot carry over; "
@@ -74,7 +81,9 @@ _DEPENDENTS = """
     deps AS (
         SELECT d.classid, d.objid, d.refobjsubid,
                CASE d.classid
-                 WHEN 'pg_class'::regclass THEN EXISTS (
+                 -- (d.objid = t.oid: PostgreSQL 14 records a generated column's use
+                 -- of a column as the table's own; 15 on as its pg_attrdef's)
+                 WHEN 'pg_class'::regclass THEN d.objid = t.oid OR EXISTS (
                    SELECT 1 FROM pg_class c WHERE c.oid = d.objid AND (c.relkind = 'S'
                      OR c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid = t.oid)))
                  WHEN 'pg_constraint'::regclass THEN EXISTS (
@@ -111,6 +120,10 @@ _DEPENDENTS = """
        OR (NOT deps.shaped AND a.attname IS NOT NULL
            AND NOT a.attname = ANY(CAST(:kept AS name[])))
     ORDER BY 1, 2"""
+
+_INVALID_NOT_NULLS = """
+    SELECT conname FROM pg_constraint
+    WHERE conrelid = to_regclass(:t) AND contype = 'n' AND NOT convalidated ORDER BY 1"""
 
 _ROW_TYPE_USERS = """
     SELECT DISTINCT pg_describe_object(d.classid, d.objid, d.objsubid) FROM pg_depend d

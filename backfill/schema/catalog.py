@@ -23,6 +23,11 @@ class ColumnFacts:
     identity: bool
     generated: bool
     owned_sequences: tuple[str, ...]  # schema-qualified, quoted
+    # PostgreSQL 18 on: NOT NULL is a constraint of its own in pg_constraint
+    # (contype 'n'), with a name and a comment; None before 18.
+    not_null_constraint: str | None = None
+    not_null_comment: str | None = None
+    not_null_valid: bool = True  # 18 on: NOT NULL ... NOT VALID leaves it False
 
 
 @dataclass(frozen=True)
@@ -87,9 +92,15 @@ def column_facts(conn: Connection, table: str, column: str) -> ColumnFacts | Non
         SELECT a.attnum, format_type(a.atttypid, a.atttypmod) AS type, a.attnotnull,
                pg_get_expr(d.adbin, d.adrelid) AS default_expr,
                col_description(a.attrelid, a.attnum) AS comment,
-               a.attidentity <> '' AS identity, a.attgenerated <> '' AS generated
+               a.attidentity <> '' AS identity, a.attgenerated <> '' AS generated,
+               nn.conname AS not_null_constraint,
+               obj_description(nn.oid, 'pg_constraint') AS not_null_comment,
+               coalesce(nn.convalidated, true) AS not_null_valid
         FROM pg_attribute a
         LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+        -- no row before PostgreSQL 18, which records NOT NULL in pg_constraint
+        LEFT JOIN pg_constraint nn ON nn.conrelid = a.attrelid AND nn.contype = 'n'
+             AND nn.conkey = ARRAY[a.attnum]
         WHERE a.attrelid = to_regclass(:t) AND a.attname = :c AND a.attnum > 0
           AND NOT a.attisdropped"""), {"t": table, "c": column}).first()
     if row is None:
@@ -102,7 +113,8 @@ def column_facts(conn: Connection, table: str, column: str) -> ColumnFacts | Non
           AND dep.refobjid = to_regclass(:t) AND dep.refobjsubid = :n AND dep.deptype = 'a'
         ORDER BY 1"""), {"t": table, "n": row.attnum}).scalars().all()
     return ColumnFacts(column, row.attnum, row.type, row.attnotnull, row.default_expr,
-                       row.comment, row.identity, row.generated, tuple(sequences))
+                       row.comment, row.identity, row.generated, tuple(sequences),
+                       row.not_null_constraint, row.not_null_comment, row.not_null_valid)
 
 
 def column_settings(conn: Connection, table: str, attnum: int) -> ColumnSettings:
@@ -114,11 +126,13 @@ def column_settings(conn: Connection, table: str, attnum: int) -> ColumnSettings
         FROM pg_attribute a, aclexplode(a.attacl) g
         WHERE a.attrelid = to_regclass(:t) AND a.attnum = :n
         ORDER BY 2, 1"""), {"t": table, "n": attnum}).all()
+    # The default statistics target is NULL from PostgreSQL 17 on, -1 before
+    # (attstattarget became nullable): nullif gives NULL for it on every major.
     row = conn.execute(text("""
-        SELECT attstattarget, coalesce(attoptions, '{}') AS options FROM pg_attribute
+        SELECT nullif(attstattarget, -1) AS attstattarget, coalesce(attoptions, '{}') AS options
+        FROM pg_attribute
         WHERE attrelid = to_regclass(:t) AND attnum = :n"""), {"t": table, "n": attnum}).one()
-    return ColumnSettings(tuple(ColumnGrant(*g) for g in grants),
-                          row.attstattarget if row.attstattarget >= 0 else None,
+    return ColumnSettings(tuple(ColumnGrant(*g) for g in grants), row.attstattarget,
                           tuple(row.options))
 
 
@@ -130,6 +144,7 @@ def covering_indexes(conn: Connection, table: str, attnum: int) -> list[IndexFac
                con.conname, con.contype, con.condeferrable, con.condeferred,
                obj_description(con.oid, 'pg_constraint') AS constraint_comment,
                ts.spcname, i.indisclustered, i.indisreplident,
+               -- a default target is -1 (PostgreSQL 16 and older) or NULL (17 on)
                ARRAY(SELECT ARRAY[a.attnum, a.attstattarget] FROM pg_attribute a
                      WHERE a.attrelid = i.indexrelid AND a.attstattarget >= 0
                      ORDER BY a.attnum) AS statistics
@@ -170,8 +185,9 @@ def blocking_dependents(conn: Connection, table: str, attnum: int) -> list[str]:
     over, described as PostgreSQL describes them (``view v``, ``trigger t on
     table items``, ``column g of table items`` for a generated column, ...).
     The table's own indexes, its CHECK / FOREIGN KEY / PRIMARY KEY / UNIQUE
-    constraints, the column's default and the sequences it owns are carried
-    over, so they are not listed (``referencing_foreign_keys`` lists foreign
+    constraints, its NOT NULL (a constraint from PostgreSQL 18 on), the
+    column's default and the sequences it owns are carried over, so they are
+    not listed (``referencing_foreign_keys`` lists foreign
     keys that point at the column)."""
     described = conn.execute(text("""
         SELECT DISTINCT pg_describe_object(dep.classid, dep.objid, 0)
@@ -182,16 +198,25 @@ def blocking_dependents(conn: Connection, table: str, attnum: int) -> list[str]:
           AND dep.classid <> 'pg_class'::regclass  -- its indexes, sequences: carried over
           AND NOT (dep.classid = 'pg_constraint'::regclass AND EXISTS (
                 SELECT 1 FROM pg_constraint c WHERE c.oid = dep.objid
-                AND c.conrelid = dep.refobjid AND c.contype IN ('c', 'f', 'p', 'u')
+                AND c.conrelid = dep.refobjid AND c.contype IN ('c', 'f', 'p', 'u', 'n')
                 AND NOT (c.contype = 'f' AND c.confrelid = dep.refobjid)))
         ORDER BY 1"""), {"t": table, "n": attnum}).scalars().all()
     # A generated column's expression is its pg_attrdef, depending on the columns it reads.
+    # PostgreSQL 14 records that as the generated column's own dependency on the
+    # column (pg_class on pg_class, by attnum): missed, the DROP COLUMN of the
+    # swap would drop the generated column with it (an auto dependency).
     generated = conn.execute(text("""
         SELECT format('generated column %s', a.attname) FROM pg_depend dep
         JOIN pg_attrdef ad ON ad.oid = dep.objid
         JOIN pg_attribute a ON a.attrelid = ad.adrelid AND a.attnum = ad.adnum
         WHERE dep.classid = 'pg_attrdef'::regclass AND dep.refclassid = 'pg_class'::regclass
           AND dep.refobjid = to_regclass(:t) AND dep.refobjsubid = :n AND ad.adnum <> :n
+        UNION
+        SELECT format('generated column %s', a.attname) FROM pg_depend dep
+        JOIN pg_attribute a ON a.attrelid = dep.objid AND a.attnum = dep.objsubid
+        WHERE dep.classid = 'pg_class'::regclass AND dep.objid = to_regclass(:t)
+          AND dep.refclassid = 'pg_class'::regclass AND dep.refobjid = to_regclass(:t)
+          AND dep.refobjsubid = :n AND dep.objsubid NOT IN (0, :n) AND a.attgenerated <> ''
         ORDER BY 1"""), {"t": table, "n": attnum}).scalars().all()
     views = [d.replace("rule _RETURN on ", "") for d in described]
     return views + list(generated)

@@ -26,6 +26,10 @@ import subprocess
 from pathlib import Path
 
 DEBIAN_PG_ROOT = Path("/usr/lib/postgresql")
+# Names a bin dir to use before any other (e.g. another major's, installed by
+# tests/support/pg_major.py): the tests' server and the embedded database use it.
+BINDIR_ENV = "REORG_PG_BINDIR"
+_SERVER_BINARIES = ("initdb", "pg_ctl", "postgres")
 FALLBACK_USER = "reorg-pg"
 # Linux limits a unix socket path (sun_path) to 107 bytes; leave room for ".s.PGSQL.NNNNN".
 _MAX_SOCKET_DIR_LEN = 90
@@ -42,9 +46,21 @@ class PostgresError(RuntimeError):
 def find_binaries() -> Path:
     """Return the directory holding initdb, pg_ctl and postgres.
 
-    Order: ``initdb`` on PATH, the newest ``/usr/lib/postgresql/*/bin`` (Debian keeps
-    the server binaries off PATH), then the bundle of a pip-installed ``pgserver``.
+    Order: ``$REORG_PG_BINDIR`` when set (and then only it: a wrong path is an
+    error, not a silent fall back to another major), ``initdb`` on PATH, the
+    newest ``/usr/lib/postgresql/*/bin`` (Debian keeps the server binaries off
+    PATH), then the bundle of a pip-installed ``pgserver``.
     """
+    override = os.environ.get(BINDIR_ENV)
+    if override:
+        bindir = Path(override)
+        missing = [name for name in _SERVER_BINARIES if not (bindir / name).is_file()]
+        if missing:
+            raise PostgresNotFound(
+                f"{BINDIR_ENV}={override} has no {', '.join(missing)}: point it at the bin "
+                "directory of a PostgreSQL server install, or unset it"
+            )
+        return bindir
     candidates: list[Path] = []
     on_path = shutil.which("initdb")
     if on_path:
@@ -61,13 +77,26 @@ def find_binaries() -> Path:
     if bundled is not None:
         candidates.append(bundled)
     for bindir in candidates:
-        if all((bindir / name).is_file() for name in ("initdb", "pg_ctl", "postgres")):
+        if all((bindir / name).is_file() for name in _SERVER_BINARIES):
             return bindir
     raise PostgresNotFound(
         "PostgreSQL server binaries (initdb, pg_ctl) not found: install them with "
         "`apt-get install postgresql` or `pip install pgserver`, "
         "or configure an external database URL."
     )
+
+
+def binaries_version(bindir: Path) -> str:
+    """The PostgreSQL version of the server binaries in ``bindir``, e.g. ``"16.4"``."""
+    result = subprocess.run(
+        [str(bindir / "postgres"), "--version"], stdin=subprocess.DEVNULL,
+        capture_output=True, text=True,
+    )  # fmt: skip
+    # "postgres (PostgreSQL) 16.4" (some builds append a vendor note in parentheses).
+    words = result.stdout.split(")", 1)[-1].split()
+    if result.returncode != 0 or not words:
+        raise PostgresError(f"{bindir / 'postgres'} --version failed: {result.stderr.strip()}")
+    return words[0]
 
 
 def _version_key(name: str) -> tuple[int, ...]:

@@ -19,11 +19,15 @@ import threading
 import uuid
 
 import psycopg
+import pytest
 from support import job_of, make_items, rows, wait_state, wait_until
 from support.app_model import shape
 
 from framework import faults
 from framework.submit import SubmitRequest, submit
+
+# Depends on the catalog or on lock levels: run on every supported major (README).
+pytestmark = pytest.mark.catalog
 
 ROWS = 20_000
 

@@ -16,6 +16,9 @@ from framework import control, faults, long_statements
 from framework.errors import InvalidParams
 from framework.submit import SubmitRequest, submit
 
+# Depends on the catalog or on lock levels: run on every supported major (README).
+pytestmark = pytest.mark.catalog
+
 
 def add_index(columns: str = "b", **params) -> SubmitRequest:
     knobs = {k: params.pop(k) for k in ("concurrency", "batch_rows", "dry_run", "rows_per_subtask")

@@ -15,6 +15,9 @@ from support.app import App, column_catalog, table_as_oracle
 from framework import control, faults
 from framework.submit import SubmitRequest, submit
 
+# Depends on the catalog or on lock levels: run on every supported major (README).
+pytestmark = pytest.mark.catalog
+
 ROWS = 3_000
 
 

@@ -11,6 +11,9 @@ from support import catalogue, execute, make_items, rows, scalar
 from framework.errors import InvalidParams
 from framework.submit import SubmitRequest, submit
 
+# Depends on the catalog or on lock levels: run on every supported major (README).
+pytestmark = pytest.mark.catalog
+
 SCHEMA = """
     CREATE VIEW items_b AS SELECT id, b FROM items;
     CREATE MATERIALIZED VIEW items_c AS SELECT c FROM items;
@@ -80,3 +83,22 @@ def test_every_bad_alter_type_input_is_one_line_and_changes_nothing(db):
         message = str(refused.value)
         assert says in message and "\n" not in message, (case, message)
         assert _state(db) == before, case
+
+
+def test_a_not_null_constraint_not_valid_is_refused_on_postgresql_18(db, pg_major):
+    """PostgreSQL 18's NOT NULL ... NOT VALID: the swap's SET NOT NULL would
+    make it valid (and fail on the NULL it lets be), so the submit refuses it."""
+    if pg_major < 18:
+        pytest.skip("NOT NULL constraints NOT VALID came with PostgreSQL 18")
+    make_items(db, 100)
+    execute(db, "UPDATE items SET a = NULL WHERE id = 7;"
+                "ALTER TABLE items ADD CONSTRAINT items_a_set NOT NULL a NOT VALID")
+    before = _state(db)
+    with pytest.raises(InvalidParams) as refused:
+        submit(db, SubmitRequest("alter-type", {"table": "items", "column": "a",
+                                                "type": "bigint"}))
+    message = str(refused.value)
+    assert "column a of public.items has NOT NULL constraint items_a_set NOT VALID" in message, (
+        message)
+    assert "VALIDATE CONSTRAINT items_a_set" in message and "\n" not in message
+    assert _state(db) == before

@@ -4,11 +4,15 @@ dead entries of finished subtasks, and never miss a claimable subtask."""
 
 from __future__ import annotations
 
+import pytest
 from support import job_of, started_fill
 
 from framework import owner as owner_module
 from framework.owner import Owner
 from framework.store import steps, subtasks
+
+# Depends on the catalog or on lock levels: run on every supported major (README).
+pytestmark = pytest.mark.catalog
 
 
 def _mark(db, job_id: int) -> tuple[int | None, int | None]:

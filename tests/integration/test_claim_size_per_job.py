@@ -4,10 +4,14 @@ the first (``subtasks.claim(..., sized_job=)``, ``worker.ClaimSize``)."""
 
 from __future__ import annotations
 
+import pytest
 from support import started_fill
 
 from framework.store import subtasks
 from framework.worker import ClaimSize, WorkerPool
+
+# Depends on the catalog or on lock levels: run on every supported major (README).
+pytestmark = pytest.mark.catalog
 
 
 def _states(db, job_id: int) -> list[str]:

@@ -13,6 +13,9 @@ from framework.states import JobState
 from framework.store import history, jobs, owner_lease, steps, subtasks
 from framework.submit import submit
 
+# Depends on the catalog or on lock levels: run on every supported major (README).
+pytestmark = pytest.mark.catalog
+
 
 def _expire_owner(db) -> None:
     with db.begin() as conn:

@@ -16,6 +16,9 @@ from framework.db import Database, SchemaBehind
 from framework.keyset_split import plan_split
 from framework.splitting import boundaries_of, ranges_from_boundaries
 
+# Depends on the catalog or on lock levels: run on every supported major (README).
+pytestmark = pytest.mark.catalog
+
 
 def test_migrations_have_a_single_head_and_dated_files():
     script = ScriptDirectory.from_config(migrate.alembic_config("reorg"))

@@ -19,6 +19,9 @@ from framework.localpg import embedded
 from framework.localpg.cluster import LocalPostgres, PostgresNotFound, accepts_tcp, free_port
 from framework.localpg.embedded import embedded_database_url, stop_embedded
 
+# Depends on the catalog or on lock levels: run on every supported major (README).
+pytestmark = pytest.mark.catalog
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -38,6 +41,7 @@ def test_find_binaries_returns_a_complete_bin_dir() -> None:
 def test_find_binaries_explains_how_to_install(
     monkeypatch: pytest.MonkeyPatch, scratch_dir: Path
 ) -> None:
+    monkeypatch.delenv(pgcluster.BINDIR_ENV, raising=False)
     monkeypatch.setenv("PATH", str(scratch_dir))
     monkeypatch.setattr(pgcluster, "DEBIAN_PG_ROOT", scratch_dir)
     monkeypatch.setattr(pgcluster, "_pgserver_bindir", lambda: None)
@@ -47,6 +51,43 @@ def test_find_binaries_explains_how_to_install(
     assert "\n" not in message
     assert "apt-get install postgresql" in message
     assert "pip install pgserver" in message
+
+
+def _fake_bindir(directory: Path, names: tuple[str, ...]) -> Path:
+    directory.mkdir()
+    for name in names:
+        (directory / name).write_text("#!/bin/sh\n")
+    return directory
+
+
+def test_find_binaries_takes_the_bindir_override_first(
+    monkeypatch: pytest.MonkeyPatch, scratch_dir: Path
+) -> None:
+    # A machine with binaries of its own (PATH, Debian's) still runs the named ones.
+    chosen = _fake_bindir(scratch_dir / "other-major", ("initdb", "pg_ctl", "postgres"))
+    monkeypatch.setenv(pgcluster.BINDIR_ENV, str(chosen))
+    assert pgcluster.find_binaries() == chosen
+
+
+def test_an_incomplete_bindir_override_is_refused_not_passed_over(
+    monkeypatch: pytest.MonkeyPatch, scratch_dir: Path
+) -> None:
+    wrong = _fake_bindir(scratch_dir / "client-only", ("psql",))
+    monkeypatch.setenv(pgcluster.BINDIR_ENV, str(wrong))
+    with pytest.raises(PostgresNotFound) as info:
+        pgcluster.find_binaries()
+    message = str(info.value)
+    assert "\n" not in message
+    assert f"REORG_PG_BINDIR={wrong} has no initdb, pg_ctl, postgres" in message
+
+
+def test_the_session_server_runs_the_chosen_binaries(pg_server: str) -> None:
+    # What `REORG_PG_BINDIR=... pytest` promises: the suite's server is that major,
+    # and the header (pytest_report_header) names its version.
+    if not os.environ.get(pgcluster.BINDIR_ENV):
+        pytest.skip("REORG_PG_BINDIR not set: the server may be a container")
+    version = pgcluster.binaries_version(pgcluster.find_binaries())
+    assert _query(pg_server, "SHOW server_version") == version
 
 
 def test_local_postgres_lifecycle(scratch_dir: Path) -> None:

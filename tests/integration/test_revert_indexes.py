@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import pytest
 import sqlalchemy as sa
 from support import job_of, make_items, table_rows, wait_state, wait_until
 
@@ -15,6 +16,9 @@ from framework import control, faults
 from framework.records import STEP_REVERT
 from framework.store import owner_lease
 from framework.submit import SubmitRequest, submit
+
+# Depends on the catalog or on lock levels: run on every supported major (README).
+pytestmark = pytest.mark.catalog
 
 
 def _items_with_old_values(db) -> list[tuple]:

@@ -29,6 +29,9 @@ from backfill.rewrite import shadow
 from backfill.rewrite.capture import Capture
 from backfill.schema.sql import run
 
+# Depends on the catalog or on lock levels: run on every supported major (README).
+pytestmark = pytest.mark.catalog
+
 JOB = 41
 
 

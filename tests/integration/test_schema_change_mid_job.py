@@ -21,6 +21,9 @@ from framework import faults
 from framework.errors import InvalidParams
 from framework.submit import SubmitRequest, submit
 
+# Depends on the catalog or on lock levels: run on every supported major (README).
+pytestmark = pytest.mark.catalog
+
 ROWS = 1_000
 VALUE = "md5(b || '/' || a)"
 

@@ -9,10 +9,14 @@ The job must re-plan on fresh connections and go on."""
 from __future__ import annotations
 
 import psycopg
+import pytest
 from support import rows, scalar, wait_state
 
 from framework import faults
 from framework.submit import SubmitRequest, submit
+
+# Depends on the catalog or on lock levels: run on every supported major (README).
+pytestmark = pytest.mark.catalog
 
 ROWS = 3_000
 

@@ -8,6 +8,26 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from support.db import execute
+
+
+def make_everything(url: str) -> None:
+    """Make EVERYTHING in the database at ``url``, with what its server's major adds."""
+    execute(url, EVERYTHING)
+    major = int(execute(url, "SHOW server_version_num")[0][0]) // 10_000
+    execute(url, _PUBLICATION_15 if major >= 15 else _PUBLICATION_14)
+    if major >= 18:
+        execute(url, _NOT_NULL_18)
+
+
+# A publication's column list and row filter came with PostgreSQL 15.
+_PUBLICATION_15 = """CREATE PUBLICATION pub_some FOR TABLE items (id, a, b) WHERE (a > 10)
+                     WITH (publish = 'insert')"""
+_PUBLICATION_14 = "CREATE PUBLICATION pub_some FOR TABLE items WITH (publish = 'insert')"
+# PostgreSQL 18 makes NOT NULL a constraint with a name and a comment.
+_NOT_NULL_18 = """ALTER TABLE items RENAME CONSTRAINT items_a_not_null TO items_a_present;
+                  COMMENT ON CONSTRAINT items_a_present ON items IS 'always an a'"""
+
 EVERYTHING = """
     DO $$ DECLARE r text; BEGIN
         FOREACH r IN ARRAY ARRAY['r_owner', 'r_reader', 'r_writer', 'r_sub'] LOOP
@@ -65,8 +85,6 @@ EVERYTHING = """
     ALTER TABLE items ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;
     ALTER TABLE items REPLICA IDENTITY USING INDEX items_n_key;
     CREATE PUBLICATION pub_all FOR TABLE items;
-    CREATE PUBLICATION pub_some FOR TABLE items (id, a, b) WHERE (a > 10)
-        WITH (publish = 'insert');
     CREATE TABLE child (id int PRIMARY KEY, item_id int REFERENCES items (id) ON DELETE CASCADE);
     INSERT INTO child SELECT g, g FROM generate_series(1, 50) g;
     COMMENT ON CONSTRAINT child_item_id_fkey ON child IS 'child of items';
@@ -104,6 +122,13 @@ def snapshot(conn: sa.Connection, table: str = "public.items") -> dict[str, Any]
     """Everything DESIGN 15 names, by name."""
     def q(sql: str) -> list:
         return sorted(tuple(r) for r in conn.execute(sa.text(sql), {"t": table}))
+
+    # PostgreSQL 14 has no column lists or row filters (prattrs, prqual).
+    publication_parts = ("""ARRAY(SELECT a.attname FROM pg_attribute a
+                                  WHERE a.attrelid = r.prrelid AND a.attnum = ANY(r.prattrs)
+                                  ORDER BY a.attnum),
+                            pg_get_expr(r.prqual, r.prrelid)"""
+                         if conn.dialect.server_version_info >= (15,) else "NULL, NULL")
 
     return {
         "table": q(f"""
@@ -148,11 +173,8 @@ def snapshot(conn: sa.Connection, table: str = "public.items") -> dict[str, Any]
         "rules": q("""
             SELECT rulename, pg_get_ruledef(oid), ev_enabled, obj_description(oid, 'pg_rewrite')
             FROM pg_rewrite WHERE ev_class = to_regclass(:t)"""),
-        "publications": q("""
-            SELECT p.pubname, ARRAY(SELECT a.attname FROM pg_attribute a
-                                    WHERE a.attrelid = r.prrelid AND a.attnum = ANY(r.prattrs)
-                                    ORDER BY a.attnum),
-                   pg_get_expr(r.prqual, r.prrelid)
+        "publications": q(f"""
+            SELECT p.pubname, {publication_parts}
             FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid
             WHERE r.prrelid = to_regclass(:t)"""),
         "sequences": q("""
