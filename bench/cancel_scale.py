@@ -50,7 +50,7 @@ from typing import Any
 
 import psycopg
 
-from bench.bigtable.measure import OwnerTransactions
+from bench.bigtable.measure import OwnerTransactions, wait_for
 from bench.dataplane.errors import BenchError
 from bench.dataplane.records import TABLE
 from bench.dataplane.reorg_cli import REPO, clean_env, reorg
@@ -128,14 +128,6 @@ def workers(url: str, db: Database, processes: int, slots: int,
                 p.wait(60)
             except subprocess.TimeoutExpired:
                 p.kill()
-
-
-def wait_for(what: str, check: Callable[[], bool], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise BenchError(f"{what} did not happen within {timeout:.0f} s")
-        time.sleep(POLL_SECONDS)
 
 
 def state_is(db: Database, job_id: int, wanted: set[str], bad: set[str]) -> Callable[[], bool]:
