@@ -307,6 +307,8 @@ _REFERENCING_FKS = """
            obj_description(c.oid, 'pg_constraint')
     FROM pg_constraint c
     WHERE c.contype = 'f' AND c.confrelid = to_regclass(:s) AND c.conrelid <> c.confrelid
+      -- a partitioned table's (PostgreSQL 18): its partitions' copies follow it
+      AND c.conparentid = 0
     ORDER BY 1, 2"""
 
 # The default target of a statistics object is NULL from PostgreSQL 17 on, -1

@@ -9,8 +9,8 @@ lock (T may have gained it since).
 - a view, trigger, rule, policy, statistics object or publication that uses
   a column the new shape does not have;
 - a foreign key of another table on a column of T the new shape does not
-  have, or of a partitioned table (PostgreSQL 15 adds no foreign key NOT
-  VALID there: the swap would scan it under its lock);
+  have, or of a partitioned table before PostgreSQL 18 (which adds no
+  foreign key NOT VALID there: the swap would scan it under its lock);
 - a REPLICA IDENTITY USING INDEX whose index the new shape does not build;
 - a NOT NULL constraint NOT VALID (PostgreSQL 18);
 - a security label on T."""
@@ -21,6 +21,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from backfill.rewrite.shadow import Plan
+from framework import pgversion
 
 HOW = "drop it before the rewrite and create it again after"
 
@@ -50,10 +51,11 @@ def refusals(conn: Connection, table: str, kept: set[str], indexes: set[str]) ->
         if missing:
             found.append(f"foreign key {name} on {referencing} references column {missing} of "
                          f"table {table}, which the new shape does not have; {HOW}")
-        elif partitioned:
+        elif partitioned and pgversion.server_major(conn) < 18:
+            # 18 adds a foreign key NOT VALID on a partitioned table too: carried.
             found.append(f"foreign key {name} on {referencing} (partitioned) references table "
-                         f"{table}; PostgreSQL 15 cannot add it NOT VALID, so the swap would "
-                         f"check every row of it under its lock; {HOW}")
+                         f"{table}; PostgreSQL before 18 cannot add it NOT VALID, so the swap "
+                         f"would check every row of it under its lock; {HOW}")
     identity = conn.execute(text(_REPLICA_INDEX), params).scalar()
     if identity is not None and identity not in indexes:
         found.append(f"table {table} has REPLICA IDENTITY USING INDEX {identity}, which the new "

