@@ -135,7 +135,10 @@ def test_cancel_in_each_state_leaves_the_table_exactly_as_before(db, start_node,
         if state == "none":
             faults.wait_blocked("worker.before_checkpoint", 60)
         else:
-            wait_until(lambda: _building(db, job_id), 60, "the build to start")
+            # (its progress row shows before the transaction that puts the index
+            # in the catalogue commits)
+            wait_until(lambda: _building(db, job_id) and _index(db, "items_b_key"), 60,
+                       "the build to start, its index in the catalogue")
             assert _index(db, "items_b_key")[0] is False  # in the catalogue, not valid yet
             # The build's phase, from pg_stat_progress_create_index, is its
             # subtask's progress (waiting for writers: 1 of 100).
