@@ -115,9 +115,13 @@ class DirectDatabase:
         if self._listening is not conn:
             conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
             self._listening = conn
-        for _ in conn.notifies(timeout=max(timeout, 0.0), stop_after=1):
-            return True
-        return False
+        # Closed in ``finally``: a generator left suspended (a Ctrl-C right
+        # after a notification came) would keep holding the connection's lock.
+        waiting = conn.notifies(timeout=max(timeout, 0.0), stop_after=1)
+        try:
+            return next(waiting, None) is not None
+        finally:
+            waiting.close()
 
     def dispose(self) -> None:
         if self._conn is not None:
