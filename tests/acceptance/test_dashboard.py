@@ -19,6 +19,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 from cli_support import assert_one_error_line, reorg, reorg_json
 from cli_support import submit as submit_sql_update
@@ -85,8 +86,18 @@ def _empty_system_tables(migrated_db: str) -> None:
     no job, event, subtask or node of an earlier test, and no owner lease
     held by an earlier test's killed worker. (Job ids go on rising, so a
     page still open on an earlier job cannot show a new one.)"""
-    execute(migrated_db, f"TRUNCATE {', '.join('reorg.' + t for t in SYSTEM_TABLES)}; "
-                         "UPDATE reorg.owner_lease SET expires_at = clock_timestamp()")
+    # The dashboard's page reads these tables in its own order while the
+    # TRUNCATE locks them one by one: PostgreSQL may pick the TRUNCATE as a
+    # deadlock's victim; the page only misses one refresh, so go again.
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            execute(migrated_db, f"TRUNCATE {', '.join('reorg.' + t for t in SYSTEM_TABLES)}; "
+                                 "UPDATE reorg.owner_lease SET expires_at = clock_timestamp()")
+            return
+        except psycopg.errors.DeadlockDetected:
+            if time.monotonic() > deadline:
+                raise
 
 
 @pytest.fixture(scope="module")
