@@ -24,6 +24,19 @@ class Stopped(RuntimeError):
     """The subtask was asked to stop (pause, cancel, drain): release it."""
 
 
+class NotReady(RuntimeError):
+    """The subtask cannot start yet: something it needs, which another
+    subtask of its step makes, is not there (a foreign key of a table to
+    itself needs the key's index). Nothing failed: it is handed back, its
+    attempt given back, and claimed again after ``seconds``. It does not wait
+    holding its claim: with room for one subtask under the job's concurrency,
+    the one it waits for could never be claimed."""
+
+    def __init__(self, message: str, seconds: float) -> None:
+        super().__init__(message)
+        self.seconds = seconds
+
+
 # SQLSTATEs of transient conditions: serialization failure, deadlock, lock or
 # statement timeout, admin shutdown / crash recovery, too many connections,
 # disk full. Disk full is retried (a vacuum, a log rotation or an operator may

@@ -13,7 +13,7 @@ Series per node (a scrape reads one node; sum over nodes in the query):
     reorg_rows_processed_total{job_id,job_type}      rows of batches this node committed
     reorg_batches_total{job_id,job_type,outcome}     committed | rolled_back | refused
     reorg_batch_duration_seconds{job_type}           histogram: a batch's own transaction
-    reorg_subtasks_total{job_type,outcome}           succeeded | released | lost | retry | failed
+    reorg_subtasks_total{job_type,outcome}           succeeded | released | waiting | lost | retry | failed
     reorg_subtasks_running                           subtasks this node runs now
     reorg_leases_lost_total{reason}                  renewal_refused | untrusted | checkpoint_refused
     reorg_replica_lag_seconds{standby}               a standby's lag, while a job with

@@ -6,6 +6,7 @@ A slot's life for one subtask::
     claim (epoch+1) ─► run_subtask: [batch write + fenced checkpoint] * n ─► finish
          │                 │ lease lost / cancel ─► hard stop: abandon batch
          │                 │ pause / drain       ─► soft stop: batch commits, release
+         │                 │ NotReady            ─► waiting: back to pending, claimable after its wait
          │                 │ retryable error     ─► back to pending after backoff
          └─────────────────┴ other error         ─► subtask failed ─► job rolls back
 """
@@ -24,7 +25,7 @@ from sqlalchemy.engine import Connection
 
 from framework import faults, jobtype, leases, metrics
 from framework.db import Database
-from framework.errors import LeaseLost, Stopped, is_retryable, is_stale_plan, one_line
+from framework.errors import LeaseLost, NotReady, Stopped, is_retryable, is_stale_plan, one_line
 from framework.records import STEP_REVERT
 from framework.states import JobState
 from framework.store import jobs, subtasks
@@ -51,7 +52,7 @@ class SlotResult:
     """What one slot did with one subtask; tests read it."""
 
     subtask_id: int
-    outcome: str  # succeeded | released | lost | retry | failed
+    outcome: str  # succeeded | released | waiting | lost | retry | failed
     error: str | None = None
     # Batches this run committed, their rows, and the run's seconds (set by run_claimed).
     rows: int = 0
@@ -248,7 +249,8 @@ class WorkerPool:
         claim = h.claim
         with self._lock:
             self._held.pop(claim.id, None)
-        size.observe(claim.job_id, took)
+        if result.outcome != "waiting":  # a look that it cannot start: no run's length
+            size.observe(claim.job_id, took)
         result = replace(result, rows=h.ctx.rows, batches=h.ctx.batches, seconds=took)
         self.results.append(result)
         metrics.subtask(claim.job.type, result.outcome)
@@ -308,6 +310,11 @@ class WorkerPool:
             if isinstance(exc, Stopped) or reason is not None:
                 outcome, held = "released", subtasks.release_if_held(self.db, conn, claim)
                 error = reason or error
+            elif isinstance(exc, NotReady):
+                # Not a failure: what it needs is still being made by another
+                # subtask (``NotReady``). Back at once, claimable after a wait.
+                outcome, held = "waiting", subtasks.release_until_if_held(
+                    self.db, conn, claim, error, exc.seconds)
             elif is_stale_plan(exc):
                 # The table's shape changed under a statement prepared before
                 # (framework.db replaces the connections): nothing is wrong

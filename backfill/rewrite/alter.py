@@ -37,6 +37,9 @@ class AddedConstraint:
     name: str
     contype: str  # 'p', 'u', 'c', 'f' or 'x' (as pg_constraint.contype)
     definition: str  # the constraint's text after its name, e.g. CHECK (d <> '')
+    # A FOREIGN KEY to the table itself: on the shadow, to the shadow (after
+    # the swap, of the new table to itself), not to T.
+    self_reference: bool = False
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,7 @@ def parse(text: str, shadow_schema: str, shadow_name: str, table_name: str) -> A
     for cmd in stmt.cmds:
         subtype = enums.AlterTableType(cmd.subtype)
         if subtype == _T.AT_AddConstraint:
-            added.append(_added(cmd.def_, table_name))
+            added.append(_added(cmd.def_, shadow_schema, table_name))
             continue
         if subtype == _T.AT_DropConstraint:
             unbuilt.append(cmd.name)
@@ -101,7 +104,13 @@ def parse(text: str, shadow_schema: str, shadow_name: str, table_name: str) -> A
     return Alter(statement, using, tuple(dropped), tuple(added), tuple(unbuilt))
 
 
-def _added(constraint: ast.Constraint, table_name: str) -> AddedConstraint:
+def names_table(relation: ast.RangeVar | None, schema: str, name: str) -> bool:
+    """Whether ``relation`` is the table ``schema.name`` (unqualified: by its name)."""
+    return (relation is not None and relation.relname == name
+            and relation.schemaname in (None, schema))
+
+
+def _added(constraint: ast.Constraint, schema: str, table_name: str) -> AddedConstraint:
     contype = _CONTYPES.get(constraint.contype)  # type: ignore[arg-type]
     if contype is None:
         raise InvalidParams("--alter: ADD CONSTRAINT takes PRIMARY KEY, UNIQUE, CHECK, FOREIGN "
@@ -116,7 +125,8 @@ def _added(constraint: ast.Constraint, table_name: str) -> AddedConstraint:
     constraint.conname = None
     constraint.skip_validation = False
     constraint.initially_valid = True
-    return AddedConstraint(name, contype, RawStream()(constraint))
+    return AddedConstraint(name, contype, RawStream()(constraint),
+                           contype == "f" and names_table(constraint.pktable, schema, table_name))
 
 
 def _shown(cmd: ast.AlterTableCmd) -> str:

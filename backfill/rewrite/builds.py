@@ -8,10 +8,20 @@ An index (and a PRIMARY KEY, UNIQUE or EXCLUDE constraint, named like its
 index) is built under a temporary name, since index names are unique per
 schema and T keeps its own until the swap, which renames them. A CHECK or
 FOREIGN KEY (names unique per table) is added NOT VALID under its final
-name and validated after, which does not block the copy's reads of T."""
+name and validated after, which does not block the copy's reads of T.
+
+The builds run at once, one subtask each, in any order, but for one
+dependency (``needed_by``): a foreign key of T to T is one of the shadow
+to itself, which PostgreSQL refuses until the shadow has a unique index on
+the referenced columns, made by another build. Every other build needs
+only the shadow and its rows: a PRIMARY KEY or UNIQUE constraint is made
+USING the index its own build creates, an EXCLUDE constraint makes its own
+index, a foreign key to another table needs that table's key, there
+already."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -33,14 +43,41 @@ class Build:
     kind: str  # "index" or "constraint"
     statements: tuple[str, ...]
     validate: str | None = None  # ALTER TABLE ... VALIDATE CONSTRAINT, after the statements
+    unique: bool = False  # it makes a unique index, which a foreign key may reference
+    self_reference: bool = False  # a foreign key of the shadow to itself
+
+    @property
+    def makes_index(self) -> bool:
+        """An index, or a constraint with one (named apart until the swap)."""
+        return self.temp != self.final
 
     def to_param(self) -> dict[str, Any]:
         return asdict(self)
 
     @staticmethod
     def from_param(value: dict[str, Any]) -> Build:
+        # (unique and self_reference are missing from plans stored before them)
         return Build(value["final"], value["temp"], value["kind"], tuple(value["statements"]),
-                     value.get("validate"))
+                     value.get("validate"), value.get("unique", False),
+                     value.get("self_reference", False))
+
+
+def in_order(made: list[Build]) -> list[Build]:
+    """``made`` with the builds that need others last: their subtasks are
+    claimed after those (in order of their ordinals), and the submit's
+    trial runs them after (``shadow._check_builds``)."""
+    return sorted(made, key=lambda b: bool(needed_by(b, made)))
+
+
+def needed_by(made: Build, builds: Sequence[Build]) -> list[Build]:
+    """The builds that must be made before ``made``. A foreign key of the
+    shadow to itself needs a unique index of the shadow on the columns it
+    references; PostgreSQL takes any one that fits, so it waits for every
+    unique index of the shadow: a rule that cannot miss the one it needs,
+    at the cost of waiting for the few others."""
+    if made.self_reference:
+        return [b for b in builds if b.unique]
+    return []
 
 
 @dataclass(frozen=True)
@@ -96,15 +133,17 @@ def of_table(conn: Connection, table: str, shadow: Shadow, columns: set[str],
 def of_constraint(shadow: Shadow, added: AddedConstraint) -> Build:
     """A constraint an --alter or the --like file adds."""
     if added.contype in ("c", "f"):
-        return _checked(shadow, added.name, added.definition, True, self_reference=False)
+        return _checked(shadow, added.name, added.definition, True,
+                        self_reference=added.self_reference)
     temp = names.build_name(shadow.job_id, added.name)
     return Build(added.name, temp, "constraint", (
-        f"ALTER TABLE {shadow.qualified} ADD CONSTRAINT {quote(temp)} {added.definition}",))
+        f"ALTER TABLE {shadow.qualified} ADD CONSTRAINT {quote(temp)} {added.definition}",),
+        unique=added.contype in ("p", "u"))
 
 
 def of_like_index(shadow: Shadow, index: LikeIndex) -> Build:
     temp = names.build_name(shadow.job_id, index.name)
-    return Build(index.name, temp, "index", (index.named(temp),))
+    return Build(index.name, temp, "index", (index.named(temp),), unique=bool(index.tree.unique))
 
 
 def _index(shadow: Shadow, row: Any) -> Build:
@@ -125,7 +164,7 @@ def _index(shadow: Shadow, row: Any) -> Build:
                   else " DEFERRABLE" if row["deferrable"] else "")
         statements.append(f"ALTER TABLE {shadow.qualified} ADD CONSTRAINT {quote(temp)} "
                           f"{kind} USING INDEX {quote(temp)}{timing}")
-    return Build(final, temp, "index", tuple(statements))
+    return Build(final, temp, "index", tuple(statements), unique=row["is_unique"])
 
 
 def _checked(shadow: Shadow, name: str, definition: str, validated: bool, *,
@@ -139,10 +178,11 @@ def _checked(shadow: Shadow, name: str, definition: str, validated: bool, *,
         stmt.cmds[0].def_.pktable = shadow.range_var()
         statement = str(RawStream()(stmt))
     if shadow.partitioned:
-        return Build(name, name, "constraint", (statement,))
+        return Build(name, name, "constraint", (statement,), self_reference=self_reference)
     validate = (f"ALTER TABLE {shadow.qualified} VALIDATE CONSTRAINT {quote(name)}"
                 if validated else None)
-    return Build(name, name, "constraint", (f"{statement} NOT VALID",), validate)
+    return Build(name, name, "constraint", (f"{statement} NOT VALID",), validate,
+                 self_reference=self_reference)
 
 
 def _what(row: Any) -> str:
@@ -154,7 +194,7 @@ def _what(row: Any) -> str:
 # uses (as keys, in expressions or in its predicate).
 _INDEXES = """
     SELECT ic.relname AS name, pg_get_indexdef(i.indexrelid) AS definition,
-           i.indisvalid AS valid, ts.spcname AS tablespace,
+           i.indisvalid AS valid, i.indisunique AS is_unique, ts.spcname AS tablespace,
            con.conname AS constraint, con.contype, con.condeferrable AS deferrable,
            con.condeferred AS deferred, pg_get_constraintdef(con.oid) AS condef,
            ARRAY(SELECT a.attname FROM pg_attribute a

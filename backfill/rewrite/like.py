@@ -8,13 +8,13 @@ generated columns stay in the CREATE."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pglast import ast, enums, parse_sql
 from pglast.parser import ParseError
 from pglast.stream import RawStream
 
-from backfill.rewrite.alter import AddedConstraint
+from backfill.rewrite.alter import AddedConstraint, names_table
 from framework.errors import InvalidParams
 
 FIX = ("give one CREATE TABLE of the new shape, its partitions (CREATE TABLE ... PARTITION "
@@ -62,7 +62,8 @@ def parse(text: str, schema: str, shadow_name: str, table_name: str) -> Like:
     for stmt in statements:
         if isinstance(stmt, ast.CreateStmt):
             if stmt is main:
-                constraints += _take_constraints(stmt, table_name)
+                constraints += _take_constraints(stmt, table_name,
+                                                 _relation(stmt).schemaname or schema)
                 stmt.relation = _shadow(schema, shadow_name)
             else:
                 parent = stmt.inhRelations[0] if stmt.inhRelations else None
@@ -97,15 +98,25 @@ def _shadow(schema: str, name: str) -> ast.RangeVar:
     return ast.RangeVar(schemaname=schema, relname=name, inh=True, relpersistence="p")
 
 
-def _take_constraints(stmt: ast.CreateStmt, table_name: str) -> list[AddedConstraint]:
+def _take_constraints(stmt: ast.CreateStmt, table_name: str,
+                      schema: str) -> list[AddedConstraint]:
     """Remove the table's constraints from its CREATE; a column's PRIMARY KEY
-    leaves NOT NULL behind (the key's columns are NOT NULL from the start)."""
+    leaves NOT NULL behind (the key's columns are NOT NULL from the start).
+    A FOREIGN KEY to the file's table (``schema`` its schema) is to itself."""
+    main = _relation(stmt).relname or ""
+
+    def constraint_of(element: ast.Constraint, columns: list[str]) -> AddedConstraint:
+        taken = _constraint(element, table_name, columns)
+        if taken.contype == "f" and names_table(element.pktable, schema, main):
+            return replace(taken, self_reference=True)
+        return taken
+
     taken: list[AddedConstraint] = []
     elements = []
     for element in stmt.tableElts or ():
         if isinstance(element, ast.Constraint) and element.contype in _CONTYPES:
             columns = [k.sval for k in (element.keys or element.fk_attrs or ())]
-            taken.append(_constraint(element, table_name, columns))
+            taken.append(constraint_of(element, columns))
             continue
         if isinstance(element, ast.ColumnDef) and element.constraints:
             kept = []
@@ -121,7 +132,7 @@ def _take_constraints(stmt: ast.CreateStmt, table_name: str) -> list[AddedConstr
                     constraint.keys = (ast.String(sval=element.colname),)
                 elif kind == _C.CONSTR_FOREIGN:
                     constraint.fk_attrs = (ast.String(sval=element.colname),)
-                taken.append(_constraint(constraint, table_name, [element.colname or ""]))
+                taken.append(constraint_of(constraint, [element.colname or ""]))
             element.constraints = tuple(kept) or None
         elements.append(element)
     stmt.tableElts = tuple(elements)

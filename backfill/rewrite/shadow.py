@@ -171,7 +171,7 @@ def plan(conn: Connection, table_name: str, job_id: int, request: Request) -> Pl
                         shape=tuple((n, c.type) for n, c in shape.items()),
                         source=_source_columns(conn, info.qualified))
         made, notes = _builds(conn, draft, set(shape), alter, like)
-        draft = replace(draft, builds=tuple(made), notes=tuple(notes))
+        draft = replace(draft, builds=tuple(shadow_builds.in_order(made)), notes=tuple(notes))
         _check_copy(conn, draft)
         _check_builds(conn, draft)
         trial.rollback()

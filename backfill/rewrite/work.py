@@ -16,7 +16,11 @@ committed, on any host.
   transaction, so a retry after a kill finds it made, or not at all; a
   CHECK or FOREIGN KEY is added NOT VALID in a short transaction of its
   own, then validated with the checkpoint (the NOT VALID add locks the
-  referenced table only for a moment);
+  referenced table only for a moment). A build whose prerequisite
+  (``builds.needed_by``: a foreign key of T to T needs the shadow's key)
+  is not built yet, and the ANALYZE while an index is not, hand their
+  subtask back (``NotReady``) to be claimed again after
+  ``PREREQUISITE_WAIT_SECONDS``;
 - catch-up: replay rounds (``capture.Capture.replay``) until less than a
   batch is left in the log (at most CATCH_UP_LEFT rows): what the swap
   replays under its lock is then small. Several subtasks replay at once;
@@ -35,12 +39,14 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from backfill.batch_bounds import next_bound
+from backfill.rewrite import builds
 from backfill.rewrite.builds import Build
 from backfill.rewrite.capture import Capture
 from backfill.rewrite.shadow import Plan
 from backfill.schema.sql import run
 from backfill.tables import set_ddl_lock_timeout
 from framework import faults, long_statements
+from framework.errors import NotReady
 from framework.keys import END, Key, quote
 from framework.privileges import as_role, run_as
 from framework.records import FIXED_SUBTASK_UNITS
@@ -56,6 +62,10 @@ CATCH_UP_LEFT = 1_000
 # A replay round that found every log row taken by another subtask waits
 # this long before it looks again.
 IDLE_SECONDS = 0.05
+# A build subtask whose prerequisite is not built yet is claimed again after
+# this long: that index takes seconds to minutes to build, and a claim and a
+# look at the catalogue a second cost nothing.
+PREREQUISITE_WAIT_SECONDS = 1.0
 # How often the swapped step's wait checkpoints its progress.
 WAIT_CHECKPOINT_SECONDS = 5.0
 
@@ -112,6 +122,7 @@ def _copy(ctx: SubtaskContext, conn: Connection, statement: str) -> int:
 def build(ctx: SubtaskContext, plan: Plan, made: Build) -> None:
     """One index or constraint of the shadow, exactly once (see the module)."""
     faults.hit("rewrite.before_build")
+    _after(ctx, plan, made.final, builds.needed_by(made, plan.builds))
     with long_statements.session(ctx, autocommit=False) as conn:
         if made.validate is None:
             ctx.commit(lambda c: _make(c, plan, made), on=conn)
@@ -137,6 +148,18 @@ def _make(conn: Connection, plan: Plan, made: Build) -> Batch:
     return Batch(FIXED_SUBTASK_UNITS, 0)
 
 
+def _after(ctx: SubtaskContext, plan: Plan, what: str, needed: list[Build]) -> None:
+    """Raise NotReady unless every build in ``needed`` was made (committed:
+    a build commits what it made with its checkpoint)."""
+    if not needed:
+        return
+    with ctx.engine.connect() as conn:
+        missing = [b.final for b in needed if not _built(conn, plan, b)]
+    if missing:
+        raise NotReady(f"{what} waits for {missing[0]} of the shadow, which another build "
+                       "subtask makes", PREREQUISITE_WAIT_SECONDS)
+
+
 def _built(conn: Connection, plan: Plan, made: Build) -> bool:
     if made.kind == "index":
         return bool(conn.execute(text("SELECT to_regclass(:i) IS NOT NULL"),
@@ -148,7 +171,10 @@ def _built(conn: Connection, plan: Plan, made: Build) -> bool:
 
 def analyze(ctx: SubtaskContext, plan: Plan) -> None:
     """The shadow's statistics, so the new table is planned well from its
-    first statement after the swap (its statistics go with it)."""
+    first statement after the swap (its statistics go with it). After the
+    indexes: an index on an expression gets statistics of its expression
+    from the ANALYZE of its table, only if it exists by then."""
+    _after(ctx, plan, "ANALYZE", [b for b in plan.builds if b.makes_index])
     with long_statements.session(ctx) as conn:
         run(conn, f"ANALYZE {plan.shadow}")
     ctx.commit(lambda conn: Batch(ctx.end_key, 0))

@@ -331,6 +331,24 @@ def release_if_held(db: Database, conn: Connection, claim: Claim) -> bool:
     ).rowcount == 1
 
 
+def release_until_if_held(db: Database, conn: Connection, claim: Claim, note: str,
+                          seconds: float) -> bool:
+    """Hand the subtask back, not claimable for ``seconds`` (``NotReady``:
+    what it needs is not there yet). Its attempt is given back, as a
+    voluntary release's; ``note`` (what it waits for) shows as its error
+    until it finishes."""
+    return conn.execute(
+        db.sql(f"""
+            UPDATE {{s}}.background_subtask SET
+                state = 'pending', exec_id = NULL, exec_expired = NULL, error = :note,
+                attempts = greatest(attempts - 1, 0),
+                not_before = clock_timestamp() + make_interval(secs => :seconds),
+                updated_at = clock_timestamp()
+            WHERE {_held(S.PENDING)}"""),
+        {**claim.fence(), "note": note, "seconds": seconds},
+    ).rowcount == 1
+
+
 def retry_later_if_held(
     db: Database, conn: Connection, claim: Claim, error: str, backoff_seconds: float
 ) -> bool:

@@ -412,3 +412,104 @@ def test_a_job_submitted_by_the_tables_owner_runs_its_sql_as_them(db, settings, 
     after = catalogue(url)
     assert after["table"] == before["table"]  # owner rw_owner, no grant left on it
     assert leftovers(url) == []
+
+
+# --- the build step's order -----------------------------------------------------------
+
+
+def test_a_foreign_key_of_t_to_itself_is_built_after_the_shadows_key(db, settings):
+    """Issue 24. The build step's subtasks run at once on several workers;
+    on the shadow a foreign key of T to T references the shadow's own key,
+    which another build subtask makes. Owner and workers driven by hand: the
+    key's build is held before its statement while a second worker takes
+    the foreign key's: that one is handed back (its attempt given back, to
+    be claimed again after a back-off), never failed, and once the key is
+    built it is built too."""
+    import threading
+
+    from framework.owner import Owner
+    from framework.worker import WorkerPool
+
+    url = settings.database_url
+    make_table(url, BIGINT, 400)
+    execute(url, "ALTER TABLE items ADD COLUMN up bigint REFERENCES items (id); "
+                 "UPDATE items SET up = id - 1 WHERE id > 1")
+    before = catalogue(url)
+    job_id = submit(db, rewrite()).job_id
+    owner, first, second = Owner(db, "o"), WorkerPool(db, "w1", 1), WorkerPool(db, "w2", 1)
+
+    def build_subtask(name: str) -> tuple:
+        return rows(db, "SELECT state, attempts, not_before > clock_timestamp(), exec_id "
+                        "FROM {s}.background_subtask WHERE job_id = :j AND step = 2 "
+                        "AND meta->'build'->>'final' = :n", j=job_id, n=name)[0]
+
+    def at_build() -> bool:  # prepare, then the copy, up to the build step
+        owner.tick()
+        while job_of(db, job_id)["step"] == 1 and first.run_one():
+            pass
+        return job_of(db, job_id)["step"] == 2
+
+    wait_until(at_build, 60, "the job at its build step")
+    faults.arm("rewrite.before_build", "block@1")  # the first build claimed: the key's
+    holder = threading.Thread(target=first.run_one, daemon=True)
+    try:
+        holder.start()
+        faults.wait_blocked("rewrite.before_build")
+        assert build_subtask("items_pkey")[::3] == ("running", "w1")
+        assert second.run_one()  # the foreign key's build, before the key is there
+        fk = second.results[-1]
+        assert fk.outcome == "waiting", fk.error
+        assert "items_pkey" in (fk.error or "")  # what it waits for
+        assert build_subtask("items_up_fkey")[:3] == ("pending", 0, True)
+        # The ANALYZE too waits for the indexes (an index on an expression
+        # gets its statistics from it), rather than for their lock.
+        assert second.run_one()
+        assert second.results[-1].outcome == "waiting"
+        assert "ANALYZE waits for items_pkey" in (second.results[-1].error or "")
+        faults.release("rewrite.before_build")
+        holder.join(30)
+        assert first.results[-1].outcome == "succeeded"
+    finally:
+        faults.disarm_all()
+    wait_until(lambda: second.run_one() and second.results[-1].outcome == "succeeded", 30,
+               "the foreign key's build, claimed again after its back-off")
+
+    def done() -> bool:
+        owner.tick()
+        while first.run_one():
+            pass
+        return job_of(db, job_id)["state"] in ("succeeded", "failed", "reverted")
+
+    wait_until(done, 60, "the job's end")
+    job = job_of(db, job_id)
+    assert job["state"] == "succeeded", job["error"]
+    assert catalogue(url) == before  # the foreign key of the new T is to itself, validated
+    assert scalar(db, "SELECT count(*) FROM items WHERE up = id - 1") == 399
+    assert leftovers(url) == []
+
+
+# The file's foreign key to itself before its key: the submit's trial builds
+# in dependency order too.
+LIKE_SELF = """CREATE TABLE items (id bigint NOT NULL, a int, b text, c int,
+                                   up bigint REFERENCES items (id), PRIMARY KEY (id));"""
+
+
+@pytest.mark.parametrize("params", [
+    {"alter": "ADD COLUMN up bigint, ADD CONSTRAINT items_up FOREIGN KEY (up) REFERENCES items"},
+    {"like": LIKE_SELF}], ids=["alter", "like"])
+def test_a_foreign_key_to_itself_in_the_new_shape_is_of_the_new_table_to_itself(
+        db, settings, start_node, params):
+    """One an --alter or the --like file adds: made on the shadow to the
+    shadow, not to T (whose swap then failed on it, and the job reverted)."""
+    url = settings.database_url
+    make_table(url, BIGINT, 400)
+    job_id = submit(db, rewrite(**params)).job_id
+    start_node("n1", slots=2)
+    done = wait_state(db, job_id, timeout=60)
+    assert done["state"] == "succeeded", done["error"]
+    assert execute(url, "SELECT confrelid::regclass::text, convalidated FROM pg_constraint "
+                        "WHERE conrelid = 'items'::regclass AND contype = 'f'") == [("items", True)]
+    execute(url, "UPDATE items SET up = id - 1 WHERE id > 1")
+    with pytest.raises(psycopg.errors.ForeignKeyViolation):
+        execute(url, "UPDATE items SET up = 100000 WHERE id = 1")
+    assert leftovers(url) == []
