@@ -3,8 +3,9 @@ least any process that reads the database takes, and what each command
 imports (issue 25, target 6: ``reorg status JOB`` ≤ 250 ms on an idle
 machine, ≤ 1.3x the floor under load).
 
-    python -m bench.command_latency [--rounds 7] [--import-runs 5]
+    python -m bench.command_latency [--rounds 7] [--import-runs 5] [--baseline PATH]
                                     [--load-rows 500000] [--load-subtasks 100000] [--no-load]
+                                    [--only 'status JOB']
 
 On a throwaway durable local PostgreSQL (fsync and synchronous_commit on; or
 ``--db``): ``reorg db upgrade``, a finished ``sql-update`` job and a finished
@@ -16,8 +17,9 @@ before anything is timed). Then:
   ``--import-runs`` times with ``python -X importtime``; the median of each
   module's own time, summed, and by package: a module's time goes to the
   nearest package on its import chain that is not the standard library's
-  (``typer`` for the ``inspect`` typer imports); the heavy packages it loads
-  (SQLAlchemy, rich, alembic, APScheduler, pyspark, the worker's node...);
+  (``typer`` for the ``inspect`` typer imports); how many modules it loads
+  (steady where times are not); the heavy packages it loads (SQLAlchemy,
+  rich, alembic, APScheduler, pyspark, the worker's node...);
 - **idle**: no worker running, ``--rounds`` rounds; in each, every command
   once, each beside a run of the floor at the same moment (their order
   alternating by round): a Python process that only connects with psycopg
@@ -32,8 +34,11 @@ Each command runs as a user runs it: the ``reorg`` script beside this Python
 (or ``python -m cli.main``), this checkout's code first on the path
 (byte-compiled first, as an installed package is). Wall time, and the CPU
 time the process used (user + system: steadier on a shared machine); medians.
-The ratio is the median over the rounds of command / floor at the same
-moment. Printed as markdown, not written: copy what matters into
+The ratios are medians over the rounds of command / floor at the same
+moment, of wall and of CPU time. ``--baseline PATH``: another checkout's
+commands (e.g. main's) take their turn in each round too, each against the
+same floor run, and get import profiles of their own (its system tables must
+be at this checkout's migration head). Printed as markdown, not written: copy what matters into
 docs/benchmarks.md.
 """
 
@@ -117,17 +122,18 @@ def floor_argv(url: str, python_flags: tuple[str, ...] = ()) -> list[str]:
     return [sys.executable, *python_flags, "-c", FLOOR, url]
 
 
-def env() -> dict[str, str]:
-    # This checkout's code first on the path: the script's `import cli.main`
-    # and everything it imports come from here, not from the installed tree.
-    return clean_env(PYTHONPATH=str(REPO))
+def env(checkout: Path = REPO) -> dict[str, str]:
+    # The checkout's code first on the path: the script's `import cli.main`
+    # and everything it imports come from there, not from the installed tree.
+    return clean_env(PYTHONPATH=str(checkout))
 
 
-def run(argv: list[str], exit_codes: frozenset[int] = frozenset({0})) -> tuple[float, float, str]:
+def run(argv: list[str], exit_codes: frozenset[int] = frozenset({0}),
+        checkout: Path = REPO) -> tuple[float, float, str]:
     """(wall seconds, CPU seconds, stderr) of one process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     began = time.perf_counter()
-    done = subprocess.run(argv, cwd=REPO, env=env(), capture_output=True, text=True,
+    done = subprocess.run(argv, cwd=checkout, env=env(checkout), capture_output=True, text=True,
                           stdin=subprocess.DEVNULL)
     wall = time.perf_counter() - began
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -195,11 +201,12 @@ def parse_importtime(stderr: str) -> tuple[dict[str, int], dict[str, str]]:
     return own, parent
 
 
-def import_profile(argv: list[str], runs: int, exit_codes: frozenset[int]) -> ImportProfile:
+def import_profile(argv: list[str], runs: int, exit_codes: frozenset[int],
+                   checkout: Path = REPO) -> ImportProfile:
     samples: dict[str, list[int]] = defaultdict(list)
     parent: dict[str, str] = {}
     for _ in range(runs):
-        own, parents = parse_importtime(run(argv, exit_codes)[2])
+        own, parents = parse_importtime(run(argv, exit_codes, checkout)[2])
         for module, us in own.items():
             samples[module].append(us)
         parent.update(parents)
@@ -216,29 +223,42 @@ class Times:
     wall: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
     floor: list[float] = field(default_factory=list)  # the floor's wall time beside each
+    floor_cpu: list[float] = field(default_factory=list)
 
     def ratios(self) -> list[float]:
         return [w / f for w, f in zip(self.wall, self.floor, strict=True)]
 
+    def cpu_ratios(self) -> list[float]:
+        return [c / f for c, f in zip(self.cpu, self.floor_cpu, strict=True)]
 
-def rounds(url: str, count: int, jobs: Callable[[], dict[str, int]],
-           times: dict[str, Times], plain: Times) -> None:
-    """``count`` rounds: every timed command beside a floor run, and ``python -c pass``."""
+
+def rounds(url: str, count: int, commands: list[Command], jobs: Callable[[], dict[str, int]],
+           checkouts: dict[str, Path], times: dict[str, Times], plain: Times) -> None:
+    """``count`` rounds: every timed command of each checkout beside a floor
+    run (the order turning by round), and ``python -c pass``. ``times`` is
+    keyed by command label, then `` (LABEL)`` for a checkout but the first."""
     for r in range(count):
-        for command in COMMANDS:
+        for command in commands:
             if not command.timed:
                 continue
             argv = reorg_argv(url, *command.argv(jobs()))
-            t = times.setdefault(command.label, Times())
-            pair = [("floor", floor_argv(url)), ("command", argv)]
-            for kind, line in pair if r % 2 == 0 else pair[::-1]:
-                wall, cpu, _ = run(line, command.exit_codes if kind == "command" else
-                                   frozenset({0}))
-                if kind == "floor":
-                    t.floor.append(wall)
+            runs: list[tuple[str, Path | None]] = [("floor", None), *(
+                (command.label + ("" if i == 0 else f" ({name})"), path)
+                for i, (name, path) in enumerate(checkouts.items()))]
+            shift = r % len(runs)
+            floor_wall = floor_cpu = 0.0
+            measured = []
+            for label, path in runs[shift:] + runs[:shift]:
+                if path is None:
+                    floor_wall, floor_cpu, _ = run(floor_argv(url))
                 else:
-                    t.wall.append(wall)
-                    t.cpu.append(cpu)
+                    measured.append((label, run(argv, command.exit_codes, path)))
+            for label, (wall, cpu, _) in measured:
+                t = times.setdefault(label, Times())
+                t.wall.append(wall)
+                t.cpu.append(cpu)
+                t.floor.append(floor_wall)
+                t.floor_cpu.append(floor_cpu)
         wall, cpu, _ = run([sys.executable, "-c", "pass"])
         plain.wall.append(wall)
         plain.cpu.append(cpu)
@@ -314,7 +334,8 @@ def load(url: str, db: Database, args: argparse.Namespace, log_dir: Path) -> Ite
         job = LoadJob(url, db, args.load_rows, args.load_subtasks)
         job.running()
         yield job
-        if job.job_id is not None:  # a --db is left without a job running on
+        # A --db is left without a job running on (one ended meanwhile is left as it is).
+        if job.job_id is not None and job_status(db, job.job_id)["state"] not in JOB_TERMINAL:
             control.cancel(db, job.job_id)
 
 
@@ -326,13 +347,13 @@ def ms(seconds: float) -> str:
 
 
 def times_table(times: dict[str, Times], plain: Times, loaded: bool) -> list[str]:
-    lines = ["| command | wall, median | floor beside it, median | ratio, median (min-max) "
-             "| CPU, median | target |",
-             "| --- | ---: | ---: | ---: | ---: | --- |"]
+    lines = ["| command | wall, median | floor beside it | wall / floor, median (min-max) "
+             "| CPU, median (floor's) | CPU / floor's | target |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
     for label, t in times.items():
         ratios = t.ratios()
         target = ""
-        if label == "reorg status JOB":
+        if label.startswith("reorg status JOB") and not label.startswith("reorg status JOB --"):
             target = (f"≤ {STATUS_TARGET_RATIO}x the floor" if loaded
                       else f"≤ {STATUS_TARGET_IDLE_MS} ms")
             met = (statistics.median(ratios) <= STATUS_TARGET_RATIO if loaded
@@ -341,25 +362,33 @@ def times_table(times: dict[str, Times], plain: Times, loaded: bool) -> list[str
         lines.append(f"| `{label}` | {ms(statistics.median(t.wall))} | "
                      f"{ms(statistics.median(t.floor))} | {statistics.median(ratios):.2f}x "
                      f"({min(ratios):.2f}-{max(ratios):.2f}) | {ms(statistics.median(t.cpu))} "
-                     f"| {target} |")
+                     f"({ms(statistics.median(t.floor_cpu))}) | "
+                     f"{statistics.median(t.cpu_ratios()):.2f}x | {target} |")
     lines.append(f"| `python -c pass` | {ms(statistics.median(plain.wall))} | | | "
-                 f"{ms(statistics.median(plain.cpu))} | |")
+                 f"{ms(statistics.median(plain.cpu))} | | |")
     return lines
 
 
 def imports_table(profiles: dict[str, ImportProfile], top: int) -> list[str]:
-    lines = ["| command | imports, total | by package (top) | of note, loaded |",
-             "| --- | ---: | --- | --- |"]
+    lines = ["| command | modules | imports, total | by package (top) | of note, loaded |",
+             "| --- | ---: | ---: | --- | --- |"]
     for label, p in profiles.items():
         packages = ", ".join(f"{name} {value:.0f}" for name, value in p.by_package()[:top])
-        lines.append(f"| `{label}` | {p.total_ms:.0f} ms | {packages} | "
+        lines.append(f"| `{label}` | {len(p.own_us)} | {p.total_ms:.0f} ms | {packages} | "
                      f"{', '.join(p.heavy()) or '-'} |")
     return lines
 
 
 def measure(url: str, args: argparse.Namespace, log_dir: Path) -> list[str]:
-    subprocess.run([sys.executable, "-m", "compileall", "-q", "framework", "backfill", "cli",
-                    "migrations"], cwd=REPO, check=True, stdout=subprocess.DEVNULL)
+    commands = [c for c in COMMANDS if not args.only or any(o in c.label for o in args.only)]
+    checkouts = {"this checkout": REPO}
+    if args.baseline:
+        checkouts["baseline"] = args.baseline.resolve()
+    for checkout in checkouts.values():
+        # Byte-compiled as an installed package is (PYTHONDONTWRITEBYTECODE
+        # would otherwise have every run compile its modules).
+        subprocess.run([sys.executable, "-m", "compileall", "-q", "framework", "backfill", "cli",
+                        "migrations"], cwd=checkout, check=True, stdout=subprocess.DEVNULL)
     subprocess.run(reorg_argv(url, "db", "upgrade"), cwd=REPO, env=env(), check=True,
                    capture_output=True)
     with system_tables(url) as db:
@@ -368,17 +397,21 @@ def measure(url: str, args: argparse.Namespace, log_dir: Path) -> list[str]:
         flags = ("-X", "importtime")
         profiles = {"floor: connect + SELECT 1": import_profile(
             floor_argv(url, flags), args.import_runs, frozenset({0}))}
-        for command in COMMANDS:
-            profiles[command.label] = import_profile(
-                reorg_argv(url, *command.argv(jobs), python_flags=flags), args.import_runs,
-                command.exit_codes)
+        for i, (name, checkout) in enumerate(checkouts.items()):
+            for command in commands:
+                profiles[command.label + ("" if i == 0 else f" ({name})")] = import_profile(
+                    reorg_argv(url, *command.argv(jobs), python_flags=flags), args.import_runs,
+                    command.exit_codes, checkout)
         print("idle", file=sys.stderr, flush=True)
         idle: dict[str, Times] = {}
         idle_plain = Times()
         load_before = os.getloadavg()[0]
-        rounds(url, args.rounds, lambda: jobs, idle, idle_plain)
+        rounds(url, args.rounds, commands, lambda: jobs, checkouts, idle, idle_plain)
+        baseline = (f"; baseline: {git_head(checkouts['baseline'])} at {args.baseline}"
+                    if args.baseline else "")
         report = [
-            f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {git_head()}, {os.cpu_count()} CPUs, "
+            f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {git_head(REPO)}{baseline}, "
+            f"{os.cpu_count()} CPUs, "
             f"`{' '.join(['python -m bench.command_latency', *sys.argv[1:]])}`; entry: "
             f"{'the `reorg` script' if SCRIPT.exists() else 'python -m cli.main'}",
             "", f"Imports (`python -X importtime`, median of {args.import_runs} runs; ms):", "",
@@ -392,8 +425,8 @@ def measure(url: str, args: argparse.Namespace, log_dir: Path) -> list[str]:
                 loaded: dict[str, Times] = {}
                 loaded_plain = Times()
                 load_before = os.getloadavg()[0]
-                rounds(url, args.rounds, lambda: {**jobs, "JOB": job.running()}, loaded,
-                       loaded_plain)
+                rounds(url, args.rounds, commands, lambda: {**jobs, "JOB": job.running()},
+                       checkouts, loaded, loaded_plain)
                 report += [
                     "", f"Under load: `sql-update --set c=md5(b)` of {args.load_rows:,} rows in "
                     f"{args.load_subtasks:,} subtasks on 2 workers x 2 slots, running throughout "
@@ -403,10 +436,10 @@ def measure(url: str, args: argparse.Namespace, log_dir: Path) -> list[str]:
     return report
 
 
-def git_head() -> str:
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                          text=True, check=False)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+def git_head(checkout: Path) -> str:
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=checkout,
+                          capture_output=True, text=True, check=False)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=checkout,
                            capture_output=True, text=True, check=False).stdout.strip()
     return (done.stdout.strip() or "unknown commit") + (" (with changes)" if dirty else "")
 
@@ -423,6 +456,12 @@ def main() -> None:
     parser.add_argument("--load-rows", type=int, default=500_000)
     parser.add_argument("--load-subtasks", type=int, default=100_000)
     parser.add_argument("--no-load", action="store_true", help="the idle figures only")
+    parser.add_argument("--only", action="append", metavar="TEXT",
+                        help="only the commands whose label holds TEXT (repeat for more), "
+                             "e.g. --only 'status JOB'")
+    parser.add_argument("--baseline", type=Path,
+                        help="a checkout whose commands take turns with this one's "
+                             "(e.g. `git worktree add --detach /tmp/base main`)")
     args = parser.parse_args()
     if not 1 <= args.load_subtasks <= args.load_rows:
         parser.error("--load-subtasks must be between 1 and --load-rows")
