@@ -95,18 +95,19 @@ def differing_rows(url: str) -> int:
 
 
 @contextlib.contextmanager
-def workers(url: str, db: Database, processes: int, slots: int,
-            log_dir: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
+def workers(url: str, db: Database, processes: int, slots: int, log_dir: Path,
+            name: str = "cancel") -> Iterator[list[subprocess.Popen[bytes]]]:
     """``processes`` ``reorg worker --slots SLOTS`` processes, as the command
     runs them, until each is registered and one of them is the owner;
-    stopped (SIGTERM, then drained) at the end."""
+    stopped (SIGTERM, then drained) at the end. Their node ids and logs are
+    ``NAME-0``, ``NAME-1``..."""
     procs = []
     try:
         for i in range(processes):
-            with open(log_dir / f"cancel-{i}.log", "wb") as out:
+            with open(log_dir / f"{name}-{i}.log", "wb") as out:
                 procs.append(subprocess.Popen(
                     [sys.executable, "-m", "cli.main", "worker", "--slots", str(slots),
-                     "--node-id", f"cancel-{i}"],
+                     "--node-id", f"{name}-{i}"],
                     cwd=REPO, env=clean_env(REORG_DATABASE_URL=url), stdin=subprocess.DEVNULL,
                     stdout=out, stderr=subprocess.STDOUT))
 
@@ -114,7 +115,7 @@ def workers(url: str, db: Database, processes: int, slots: int,
             if any(p.poll() is not None for p in procs):
                 raise BenchError(f"a worker exited; see {log_dir}")
             nodes = control.nodes(db)
-            return (sum(n["node_id"].startswith("cancel-") for n in nodes) == processes
+            return (sum(n["node_id"].startswith(f"{name}-") for n in nodes) == processes
                     and any(n["is_owner"] for n in nodes))
 
         wait_for("the workers registered, one of them the owner", ready, 120)

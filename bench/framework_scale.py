@@ -15,7 +15,8 @@ database's own timestamps where it can:
   ``SELECT 1``, at the same moment (what the busy slots leave any command);
 - owner tick: the job's start tick (its split planned, the first chunk of
   ranges inserted), then p50 / p95 / max while the job runs and while its
-  subtasks move to history, and what the slowest running ticks did;
+  subtasks move to history, and what the slowest running ticks did; how long
+  after the job's end its last subtask reached history;
 - pickup latency: idle workers, one small job submitted at a time, submit to
   its first subtask running (p50 / max);
 - the floor: ``pgbench`` on the same server just before the job, 16 clients
@@ -256,6 +257,7 @@ def measure(url: str, args: argparse.Namespace, postmaster: int | None) -> dict[
         job = timings(db, job_id)
         run_end = time.time()
         wait_until_moved(db, job_id)
+        moved_seconds = time.time() - run_end
         pickups = [pickup(db, i) for i in range(args.pickups)]
     finally:
         for p in procs:
@@ -290,6 +292,9 @@ def measure(url: str, args: argparse.Namespace, postmaster: int | None) -> dict[
         "owner_tick_ms_start": ms_summary([t["seconds"] for t in starting]),
         "owner_tick_ms_running": ms_summary([t["seconds"] for t in running]),
         "owner_tick_ms_after": ms_summary(moving),
+        # From the job's end (as seen here) until its last subtask is in
+        # history: what the owner's moves left for after the run.
+        "history_moved_seconds_after_end": round(moved_seconds, 2),
         # Where the time of the slowest tenth of the running ticks went: mean
         # ms per tick of each owner statement (by the function sending it).
         "owner_tick_slowest_tenth_ms": statement_means(slowest),

@@ -32,13 +32,8 @@ import typer
 
 from cli import logs
 from framework.config import ConfigError
-from framework.db import DatabaseUnreachable, SchemaBehind
 from framework.errors import InvalidParams, one_line
-from framework.localpg.cluster import PostgresError, PostgresNotFound
-from framework.migrate import UpgradeBlocked
-from framework.pgversion import UnsupportedServer
 from framework.redact import redact
-from framework.store.jobs import ActiveJobExists
 
 JOB_DID_NOT_SUCCEED = 1
 BAD_INPUT = 2
@@ -81,6 +76,14 @@ def handle(exc: BaseException, *, debug: bool) -> int:
 
 def classify(exc: BaseException) -> tuple[str, int, str | None]:
     """(one-line message, exit code, hint) for an exception."""
+    # Imported when a run fails, not by every run: `reorg status` needs
+    # neither the local server's module nor the job store's writes.
+    from framework.db import DatabaseUnreachable, SchemaBehind
+    from framework.localpg.cluster import PostgresError, PostgresNotFound
+    from framework.migrate import UpgradeBlocked
+    from framework.pgversion import UnsupportedServer
+    from framework.store.jobs import ActiveJobExists
+
     if isinstance(exc, CliFailure):
         return one_line(str(exc), limit=None), exc.exit_code, None
     if isinstance(exc, typer.TyperException):  # click usage errors, vendored by typer

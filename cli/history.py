@@ -2,22 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from cli.context import cli_state
 from cli.output import count, print_rows
-from framework.db import Database
 from framework.errors import InvalidParams
 from framework.keys import decode, shown
 from framework.store import history as history_store
 from framework.store import jobs
 
+if TYPE_CHECKING:
+    from framework.directdb import DirectDatabase
+
 app = typer.Typer()
 
 
-def finished_subtasks(db: Database, job_id: int | None, limit: int) -> list[dict[str, Any]]:
+def finished_subtasks(db: DirectDatabase, job_id: int | None, limit: int) -> list[dict[str, Any]]:
     with db.begin() as conn:
         if job_id is not None and jobs.state(db, conn, job_id) is None:
             raise InvalidParams(f"job {job_id} does not exist; `reorg status` lists jobs")
@@ -33,7 +35,7 @@ def history(
     limit: Annotated[int, typer.Option(min=1, help="Show at most N subtasks.")] = 100,
 ) -> None:
     """Finished subtasks: their range, rows, attempts and error."""
-    rows = finished_subtasks(cli_state(ctx).database(), job_id, limit)
+    rows = finished_subtasks(cli_state(ctx).read_database(), job_id, limit)
     print_rows(rows, as_json=as_json, empty="no finished subtasks yet", columns={
         "ID": True, "JOB": True, "ORDINAL": True, "STATE": False, "RANGE": False, "ROWS": True,
         "ATTEMPTS": True, "ERROR": False,

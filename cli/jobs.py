@@ -17,7 +17,7 @@ from cli.errors import (
     TIMEOUT,
     CliFailure,
 )
-from cli.output import console, count, print_json
+from cli.output import colour_wanted, count, print_json, print_table
 from framework import control
 from framework.durations import duration
 
@@ -56,15 +56,15 @@ def status(
         return
     jobs = control.status(db, job_id, limit)
     if not jobs:
-        console.print("no jobs; submit one with `reorg submit`")
+        print("no jobs; submit one with `reorg submit`")
     else:
-        console.print(progress.status_table(jobs))
+        print(progress.status_table(jobs, colour=colour_wanted()))
         for job in jobs:
             for line in progress.throttle_lines(job):
-                console.print(line, markup=False)
+                print(line)
         found = plugin.status_line(state.database, jobs[0]) if job_id is not None else None
         if found:
-            console.print(found, markup=False)
+            print(found)
 
 
 @app.command()
@@ -167,17 +167,11 @@ def alter(
 @app.command()
 def events(ctx: typer.Context, job_id: JobArg, as_json: JsonOpt = False) -> None:
     """The audit log of a job: every state change, who made it and why."""
-    rows = control.events(cli_state(ctx).database(), job_id)
+    rows = control.events(cli_state(ctx).read_database(), job_id)
     if as_json:
         print_json(rows)
         return
-    from rich.table import Table
-
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for name in ("AT", "ACTOR", "FROM", "TO", "DETAIL"):
-        table.add_column(name, overflow="fold")
-    for e in rows:
-        table.add_row(e["at"].isoformat(timespec="seconds"), e["actor"],
-                      e["from_state"] or "-", e["to_state"], e["detail"] or "")
-    console.print(table)
+    print_table(dict.fromkeys(("AT", "ACTOR", "FROM", "TO", "DETAIL"), False), [
+        (e["at"].isoformat(timespec="seconds"), e["actor"], e["from_state"] or "-",
+         e["to_state"], e["detail"] or "") for e in rows])
 

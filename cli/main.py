@@ -1,8 +1,8 @@
 """The ``reorg`` command: global options, the command groups, and ``main``.
 
 A run imports only the command groups its arguments name (``reorg status``
-loads neither the worker nor Spark): start-up is most of a short
-command's time. Besides cli/'s own groups, job types add commands through the
+loads neither the worker nor Spark), and builds only the commands it names:
+start-up is most of a short command's time. Besides cli/'s own groups, job types add commands through the
 ``reorg.commands`` entry point (``cli.plugin``), imported the same way: only
 when a run names them, or for ``--help``. ``app`` (the module attribute) has
 every group.
@@ -55,6 +55,8 @@ def build_app(args: Sequence[str] | None = None) -> typer.Typer:
     )
     app.callback()(global_options)
     named = set(args or ())
+    if "--version" in named and not named & ALL_COMMANDS:
+        return app  # an eager option: it prints and exits before any command
     wanted = [m for m, (_, commands) in GROUPS.items() if named & set(commands)]
     # The installed distributions are scanned for commands only when no command
     # of cli/'s own is named (``--help``, or a job type's command).
@@ -64,11 +66,26 @@ def build_app(args: Sequence[str] | None = None) -> typer.Typer:
     for module in GROUPS if everything else wanted:
         name = GROUPS[module][0]
         group = importlib.import_module(f"cli.{module}").app
-        app.add_typer(group, name=name) if name else app.add_typer(group)
+        if name:
+            app.add_typer(group, name=name)
+        else:
+            app.add_typer(group if everything else only(group, named))
     for command in contributed if everything else wanted_plugins:
         if command not in ALL_COMMANDS:  # cli/'s own commands win a clash of names
             app.add_typer(contributed[command].load())
     return app
+
+
+def only(group: typer.Typer, names: set[str]) -> typer.Typer:
+    """The commands of a merged group that ``names`` names: typer turns every
+    command it is given into click's, signature by signature, and the run
+    needs one (``reorg status`` builds neither ``cancel`` nor ``alter``)."""
+    picked = typer.Typer()
+    picked.registered_commands = [
+        c for c in group.registered_commands
+        if (c.name or typer.main.get_command_name(c.callback.__name__ if c.callback else ""))
+        in names]
+    return picked
 
 
 def __getattr__(name: str) -> Any:

@@ -1,7 +1,12 @@
-"""Output helpers shared by every command: JSON for scripts, compact numbers
-for people (durations are ``framework.durations``', shared with the owner's
-log line). rich's console is made on first use: a command that prints JSON
-or plain lines never imports rich."""
+"""Output helpers shared by every command: JSON for scripts, tables and
+compact numbers for people (durations are ``framework.durations``', shared
+with the owner's log line).
+
+The read commands' tables (``status``, ``events``, ``nodes``, ``history``)
+are plain aligned columns (``table_text``), not rich's: importing rich is a
+fifth of ``reorg status JOB``'s time (issue 25). rich draws what needs it
+(``status --watch``'s live bars, the demo) and its console is made on first
+use, so a command that prints JSON, lines or tables never imports it."""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ import re
 import sys
 from datetime import date, datetime, timedelta
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -77,22 +82,67 @@ def rate(per_sec: float | None) -> str:
     return "-" if not per_sec else f"{per_sec:,.0f}"
 
 
+class Styled(NamedTuple):
+    """A table cell drawn in a style on a terminal (``STYLES``), e.g. a job's
+    state in its colour."""
+
+    text: str
+    style: str
+
+
+Cell = str | Styled
+
+# SGR codes of the few styles the tables use.
+STYLES = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "cyan": "36"}
+
+
+def colour_wanted() -> bool:
+    """Styles on a terminal, as rich decides: not in a pipe or a file, not
+    with NO_COLOR set or on a dumb terminal."""
+    return (sys.stdout.isatty() and "NO_COLOR" not in os.environ
+            and os.environ.get("TERM") != "dumb")
+
+
+def table_text(columns: dict[str, bool], rows: list[tuple[Cell, ...]], *,
+               colour: bool = False) -> str:
+    """``rows`` under a header of ``columns`` (name -> right-aligned), each
+    column as wide as its widest cell, two spaces apart; the header bold and
+    styled cells in their style when ``colour``. A cell is one line (line
+    breaks become spaces); a row wider than the terminal wraps as the
+    terminal wraps it."""
+    header = tuple(Styled(name, "bold") for name in columns)
+    lines = [header, *rows]
+    texts = [[_plain(cell) for cell in line] for line in lines]
+    widths = [max(len(row[i]) for row in texts) for i in range(len(columns))]
+    out = []
+    for line, row in zip(lines, texts, strict=True):
+        cells = []
+        for cell, text, width, right in zip(line, row, widths, columns.values(), strict=True):
+            pad = " " * (width - len(text))
+            if colour and isinstance(cell, Styled) and text:
+                text = f"\x1b[{STYLES[cell.style]}m{text}\x1b[0m"
+            cells.append(pad + text if right else text + pad)
+        out.append("  ".join(cells).rstrip())
+    return "\n".join(out)
+
+
+def _plain(cell: Cell) -> str:
+    text = cell.text if isinstance(cell, Styled) else cell
+    return " ".join(text.splitlines())
+
+
+def print_table(columns: dict[str, bool], rows: list[tuple[Cell, ...]]) -> None:
+    print(table_text(columns, rows, colour=colour_wanted()))
+
+
 def print_rows(rows: list[dict[str, Any]], *, as_json: bool, empty: str,
                columns: dict[str, bool], cells: Any) -> None:
     """A read command's output: ``rows`` as JSON for scripts, else ``empty``
     when there are none, else a table with ``columns`` (name -> right-aligned)
     whose row cells ``cells(row)`` gives."""
-    from rich.table import Table
-
     if as_json:
         print_json(rows)
-        return
-    if not rows:
-        console.print(empty)
-        return
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for name, right in columns.items():
-        table.add_column(name, overflow="fold", justify="right" if right else "left")
-    for row in rows:
-        table.add_row(*cells(row))
-    console.print(table)
+    elif not rows:
+        print(empty)
+    else:
+        print_table(columns, [tuple(cells(row)) for row in rows])

@@ -48,8 +48,7 @@ import importlib
 import inspect
 import json
 from collections.abc import Callable
-from importlib.metadata import EntryPoint
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -57,8 +56,13 @@ from cli.context import cli_state
 from cli.output import count, print_json, table_name
 from framework.db import Database
 from framework.durations import duration
+from framework.entry_points import installed_entry_points
 from framework.errors import InvalidParams
-from framework.jobtype import installed_entry_points
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
+
+    from framework.directdb import DirectDatabase
 
 COMMANDS_GROUP = "reorg.commands"
 STATUS_LINES_GROUP = "reorg.status_lines"
@@ -73,12 +77,19 @@ AllowUserTriggersOpt = Annotated[bool, typer.Option(
          "row (an updated_at stamp, an audit log); without it such a table is refused.")]
 
 __all__ = ["AllowUserTriggersOpt", "Params", "TableOpt", "count", "database", "duration", "generic_options",
-           "print_json", "table_name"]
+           "print_json", "read_database", "table_name"]
 
 
 def database(ctx: typer.Context) -> Database:
     """The database the ``reorg`` global options name (migrated, reachable)."""
     return cli_state(ctx).database()
+
+
+def read_database(ctx: typer.Context) -> DirectDatabase:
+    """The same database for a command that only reads the system tables
+    through the framework's read functions: one psycopg connection, without
+    SQLAlchemy (``framework.directdb``; ``database`` for anything else)."""
+    return cli_state(ctx).read_database()
 
 
 def generic_options(

@@ -1,6 +1,7 @@
 """How jobs look: the status table, live progress bars, and waiting for a
 job to finish. Shared by ``status``, ``wait`` and ``demo``. rich is imported
-by what draws: ``status --json`` and ``wait`` draw nothing."""
+by what draws live (``--watch``, the demo): the table is plain columns
+(``cli.output.table_text``)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,13 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from cli.output import console, count, rate, table_name
+from cli.output import Cell, Styled, console, count, rate, table_name, table_text
 from framework import control
 from framework.db import Database
 from framework.durations import duration
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
-    from rich.table import Table
     from rich.text import Text
 
     from framework.directdb import DirectDatabase
@@ -71,6 +71,11 @@ def _state(job: dict[str, Any]) -> Text:
     return Text(job["state"], style=_STATE_STYLE.get(job["state"], ""))
 
 
+def _state_cell(job: dict[str, Any]) -> Cell:
+    style = _STATE_STYLE.get(job["state"])
+    return Styled(job["state"], style) if style else job["state"]
+
+
 def step_label(job: dict[str, Any]) -> str:
     """The step: of a job type of several steps its name, place and percent
     (``verify 2/3 (40.0%)``), of a type of one its number; while a job
@@ -114,22 +119,23 @@ def throttle_lines(job: dict[str, Any]) -> list[str]:
     return lines
 
 
-def status_table(jobs: list[dict[str, Any]]) -> Table:
-    from rich.table import Table
+STATUS_COLUMNS = {  # name -> right-aligned
+    "ID": True, "TYPE": False, "TABLE": False, "STATE": False, "STEP": True, "%": True,
+    "ROWS": False, "ROWS/S": True, "ETA": False, "SUBTASKS P/R/S/F": False, "NODES": False,
+    "ERROR": False,
+}
 
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for name in ("ID", "TYPE", "TABLE", "STATE", "STEP", "%", "ROWS", "ROWS/S", "ETA",
-                 "SUBTASKS P/R/S/F", "NODES", "ERROR"):
-        numeric = name in ("ID", "STEP", "%", "ROWS/S")
-        table.add_column(name, justify="right" if numeric else "left", overflow="fold")
-    for job in jobs:
-        table.add_row(
-            str(job["id"]), job["type"], table_name(job["target_table"]), _state(job),
-            step_label(job), f"{job['percent']:.1f}", _rows(job),
-            rate(job["rows_per_sec"]), duration(job["eta_seconds"]), _subtasks(job),
-            ", ".join(job["nodes"]) or "-", job["error"] or "",
-        )
-    return table
+
+def status_table(jobs: list[dict[str, Any]], *, colour: bool = False) -> str:
+    """``reorg status``'s table: a line per job, the state in its colour when
+    ``colour``."""
+    return table_text(STATUS_COLUMNS, [(
+        str(job["id"]), job["type"], table_name(job["target_table"]),
+        _state_cell(job),
+        step_label(job), f"{job['percent']:.1f}", _rows(job),
+        rate(job["rows_per_sec"]), duration(job["eta_seconds"]), _subtasks(job),
+        ", ".join(job["nodes"]) or "-", job["error"] or "",
+    ) for job in jobs], colour=colour)
 
 
 def progress_view(jobs: list[dict[str, Any]]) -> RenderableType:

@@ -18,8 +18,8 @@ from framework.db import Database, ReadConnection, ReadDatabase
 from framework.errors import InvalidParams
 from framework.redact import redact_all
 from framework.states import JOB_CANCELLABLE, JOB_TERMINAL, JobState
-from framework.store import jobs, owner_lease, progress, steps
-from framework.throttle import HEALTH_INTERVAL_SECONDS
+from framework.store import jobs, owner_lease, progress
+from framework.store import nodes as node_store
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
@@ -107,6 +107,10 @@ def resume(db: Database, job_id: int, *, actor: str | None = None) -> JobState:
 
     def resume_unless_failed(db: Database, conn: Connection, job_id: int) -> JobState | None:
         # Resumed as it is, it would pause on the same failure at once.
+        # Imported here, by the two requests that read or change subtasks:
+        # the reads (`reorg status`) would otherwise build its classes for nothing.
+        from framework.store import steps
+
         if steps.has_failed(db, conn, job_id):
             raise InvalidParams(f"job {job_id} has failed subtasks; fix the cause, then "
                                 f"`reorg retry {job_id}` re-queues them and resumes "
@@ -127,6 +131,8 @@ def retry(db: Database, job_id: int, *, actor: str | None = None) -> int:
             hint = "; wait until it is paused" if state is J.PAUSING else ""
             raise InvalidParams(
                 f"job {job_id} is {state}; only a paused job can be retried{hint}")
+        from framework.store import steps  # as in resume
+
         requeued = steps.requeue_failed(db, conn, job_id)
         if not requeued:
             raise InvalidParams(f"job {job_id} has no failed subtasks to retry; "
@@ -177,8 +183,11 @@ def alter(db: Database, job_id: int, *, batch_rows: int | None = None,
 
 
 # A "throttled" note no worker has refreshed for this long is stale (its
-# worker stopped or moved on): status shows it no more.
-THROTTLED_NOTE_FRESH_SECONDS = 10 * HEALTH_INTERVAL_SECONDS
+# worker stopped or moved on): status shows it no more. Ten of the intervals
+# a held slot refreshes it at (``throttle.HEALTH_INTERVAL_SECONDS``, 1 s),
+# written out: importing the worker's throttle would cost every `reorg
+# status` its classes (tests/unit/test_throttle.py holds the two together).
+THROTTLED_NOTE_FRESH_SECONDS = 10.0
 
 
 def throttled_now(job: dict[str, Any]) -> str | None:
@@ -204,12 +213,9 @@ def status(db: Database | DirectDatabase, job_id: int | None = None,
     return found
 
 
-def nodes(db: Database) -> list[dict[str, Any]]:
+def nodes(db: Database | DirectDatabase) -> list[dict[str, Any]]:
     """Every node: host, pid, slots, state, heartbeat age, running subtasks,
     and whether it is the owner (with the owner lease's revision)."""
-    # Imported here: store.nodes needs SQLAlchemy, which `reorg status` runs without.
-    from framework.store import nodes as node_store
-
     with db.begin() as conn:
         rows = node_store.list_all(db, conn)
         revision = cast(int, owner_lease.current(db, conn)["revision"])
@@ -220,7 +226,7 @@ def nodes(db: Database) -> list[dict[str, Any]]:
     return rows
 
 
-def events(db: Database, job_id: int) -> list[dict[str, Any]]:
+def events(db: Database | DirectDatabase, job_id: int) -> list[dict[str, Any]]:
     with db.begin() as conn:
         _state_or_fail(db, conn, job_id)
         return jobs.events(db, conn, job_id)

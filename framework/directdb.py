@@ -34,6 +34,7 @@ from framework.db import (
     unreachable,
 )
 
+ISOLATION_LEVELS = frozenset({"READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE"})
 # SQLAlchemy's bind-parameter pattern for text(): ":name", not "::type" casts.
 _BIND = re.compile(r"(?<![:\w\\]):(\w+)(?!:)")
 
@@ -59,9 +60,23 @@ class DirectResult:
         row = self._cursor.fetchone() if self._cursor.description else None
         return row[0] if row else None
 
-    def mappings(self) -> list[dict[str, Any]]:
+    def mappings(self) -> DirectMappings:
         names = [c.name for c in self._cursor.description or ()]
-        return [dict(zip(names, row, strict=True)) for row in self._cursor.fetchall()]
+        return DirectMappings(dict(zip(names, row, strict=True))
+                              for row in self._cursor.fetchall())
+
+
+class DirectMappings(list[dict[str, Any]]):
+    """Rows as dicts, with the part of SQLAlchemy's ``MappingResult`` the
+    read-only store functions use besides iterating."""
+
+    def first(self) -> dict[str, Any] | None:
+        return self[0] if self else None
+
+    def one(self) -> dict[str, Any]:
+        if len(self) != 1:
+            raise LookupError(f"expected one row, got {len(self)}")
+        return self[0]
 
 
 class DirectConnection:
@@ -87,10 +102,16 @@ class DirectDatabase:
         return psycopg_sql(template, self.schema)
 
     @contextmanager
-    def begin(self) -> Iterator[DirectConnection]:
-        """A transaction, committed at the end (rolled back on an error)."""
+    def begin(self, isolation_level: str | None = None) -> Iterator[DirectConnection]:
+        """A transaction, committed at the end (rolled back on an error); at
+        ``isolation_level`` (e.g. ``"REPEATABLE READ"``: its reads one
+        snapshot) as ``Database.begin``'s."""
         conn = self._connection()
         with conn.transaction():
+            if isolation_level is not None:
+                if isolation_level not in ISOLATION_LEVELS:
+                    raise ValueError(f"no isolation level {isolation_level!r}")
+                conn.execute(f"SET TRANSACTION ISOLATION LEVEL {isolation_level}")
             yield DirectConnection(conn)
 
     def schema_revision(self) -> str | None:

@@ -14,14 +14,13 @@ and ``test-fill-verify`` with steps).
 
 from __future__ import annotations
 
-import functools
 import importlib
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection
-from importlib.metadata import EntryPoints, entry_points
 from typing import TYPE_CHECKING, Any
 
+from framework.entry_points import installed_entry_points
 from framework.errors import InvalidParams
 from framework.records import ONE_STEP, STEP_PREPARED, STEP_REVERT, Job, Step, Target
 
@@ -224,19 +223,6 @@ def get(name: str) -> JobType:
 def names() -> list[str]:
     _load_entry_points()
     return sorted(_registry)
-
-
-@functools.cache
-def _all_entry_points() -> Any:
-    # EntryPoints, or on Python 3.11 SelectableGroups: both ``select`` alike.
-    return entry_points()
-
-
-def installed_entry_points(group: str) -> EntryPoints:
-    """The installed entry points of ``group``. Every group is read in one scan
-    of the installed distributions, once per process (tens of milliseconds
-    each: most of a short command's start-up beside its imports)."""
-    return _all_entry_points().select(group=group)  # type: ignore[no-any-return]
 
 
 def _load_entry_points(name: str | None = None) -> None:

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
+from backfill.checksum.report import KINDS, META_KEY
 from backfill.spark import keyset_read
 from backfill.spark.pipeline import Batch, RangePipeline, key_between
 from backfill.spark.sizing import READ_ONLY_RANGE_ABOVE
@@ -67,8 +68,6 @@ log = logging.getLogger("reorg.spark.checksum")
 
 MAX_KEYS = 1000  # keys recorded per subtask (range); every mismatch is counted
 MAX_RANGES = 1000  # mismatching batch ranges recorded per subtask
-KINDS = ("missing_in_target", "missing_in_source", "different")
-META_KEY = "checksum"
 
 
 @dataclass(frozen=True)

@@ -13,16 +13,19 @@ The exit code is the verdict, so scripts can gate on it:
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from cli.plugin import count, database, print_json, table_name
+from cli.plugin import count, print_json, read_database, table_name
 from framework.db import Database
 from framework.errors import InvalidParams
 from framework.keys import decode, shown
 from framework.states import JobState
 from framework.store import history, jobs
+
+if TYPE_CHECKING:
+    from framework.directdb import DirectDatabase
 
 app = typer.Typer()
 
@@ -40,7 +43,7 @@ _KIND_MEANING = {
 }
 
 
-def load_report(db: Database, job_id: int, max_keys: int) -> dict[str, Any]:
+def load_report(db: Database | DirectDatabase, job_id: int, max_keys: int) -> dict[str, Any]:
     """``backfill.checksum.report.report`` of a job: the job and all its subtasks
     read in one snapshot."""
     from backfill.checksum.report import report
@@ -76,7 +79,7 @@ def checksum_report(
     4 not complete yet (findings so far are shown).
     """
     limit = max_keys if max_keys is not None else (JSON_KEYS if as_json else HUMAN_KEYS)
-    found = load_report(database(ctx), job_id, limit)
+    found = load_report(read_database(ctx), job_id, limit)
     if as_json:
         print_json(found)
     else:

@@ -6,9 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from backfill.checksum.batches import KINDS, META_KEY
 from framework.errors import InvalidParams
 from framework.records import Job
+
+# What a subtask's batches record in its meta (``batches.Findings``), under
+# META_KEY: a count per kind of mismatch, ranges and keys. Defined here, with
+# the reader, so that ``reorg checksum-report`` imports neither Spark's nor
+# the batch loop's modules.
+KINDS = ("missing_in_target", "missing_in_source", "different")
+META_KEY = "checksum"
 
 
 def report(job: Job, subtasks: list[dict[str, Any]], max_keys: int = 1000) -> dict[str, Any]:

@@ -8,12 +8,15 @@ runs, which keeps the live table to the work still to do.
 
 from __future__ import annotations
 
-from sqlalchemy.engine import Connection
+from typing import TYPE_CHECKING
 
-from framework.db import Database
+from framework.db import Database, ReadConnection, ReadDatabase
 from framework.records import STEP_REVERT
 from framework.states import JOB_TERMINAL
 from framework.store.owner_lease import FENCE, OwnerTerm
+
+if TYPE_CHECKING:  # `reorg history` and `checksum-report` read through psycopg alone
+    from sqlalchemy.engine import Connection
 
 _TERMINAL_SQL = ", ".join(f"'{s}'" for s in sorted(JOB_TERMINAL))
 
@@ -24,7 +27,8 @@ SUBTASK_COLUMNS = (
 )
 
 
-def subtasks_of_job(db: Database, conn: Connection, job_id: int) -> list[dict[str, object]]:
+def subtasks_of_job(db: ReadDatabase, conn: ReadConnection,
+                    job_id: int) -> list[dict[str, object]]:
     """Every subtask of a job, live and moved to history, in step and range
     order. One statement, so one snapshot: a move meanwhile can neither hide
     nor repeat a subtask. ``moved_at`` is None for a live one."""
@@ -122,7 +126,7 @@ def delete_older_than(
 
 
 def list_finished(
-    db: Database, conn: Connection, job_id: int | None, limit: int
+    db: ReadDatabase, conn: ReadConnection, job_id: int | None, limit: int
 ) -> list[dict[str, object]]:
     """Newest finished subtasks, or all of one job in range order (both orders
     follow an index: history_job, history_moved_at)."""

@@ -602,7 +602,7 @@ def ended_before(db: Database, conn: Connection, job_ids: list[int],
     ).scalars())
 
 
-def get(db: Database, conn: Connection, job_id: int) -> Job | None:
+def get(db: ReadDatabase, conn: ReadConnection, job_id: int) -> Job | None:
     row = conn.execute(
         db.sql(f"SELECT {JOB_COLUMNS} FROM {{s}}.jobs WHERE id = :id"), {"id": job_id}
     ).mappings().first()
@@ -626,7 +626,7 @@ def live(db: Database, conn: Connection) -> list[dict[str, Any]]:
     return [dict(r) for r in rows]
 
 
-def events(db: Database, conn: Connection, job_id: int) -> list[dict[str, Any]]:
+def events(db: ReadDatabase, conn: ReadConnection, job_id: int) -> list[dict[str, Any]]:
     rows = conn.execute(
         db.sql("""
             SELECT at, actor, from_state, to_state, detail FROM {s}.job_events

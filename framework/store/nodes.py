@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from sqlalchemy.engine import Connection
+from typing import TYPE_CHECKING, Any
 
 from framework.db import Database, ReadConnection, ReadDatabase
+
+if TYPE_CHECKING:  # `reorg nodes` reads this table through psycopg alone
+    from sqlalchemy.engine import Connection
 
 
 def register(
@@ -94,7 +95,7 @@ def mark_dead(db: Database, conn: Connection, older_than_seconds: float, *,
     ).scalars())
 
 
-def list_all(db: Database, conn: Connection) -> list[dict[str, Any]]:
+def list_all(db: ReadDatabase, conn: ReadConnection) -> list[dict[str, Any]]:
     rows = conn.execute(
         db.sql("""
             SELECT n.node_id, n.host, n.pid, n.version, n.slots, n.state, n.started_at,

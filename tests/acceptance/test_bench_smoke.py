@@ -108,6 +108,48 @@ def test_framework_scale_benchmark_runs_end_to_end(fresh_db):
     for figure in ("status_ms_in_process", "status_ms_command", "status_floor_ms_command",
                    "owner_tick_ms_start", "owner_tick_ms_running", "pickup_ms"):
         assert report[figure]["n"] > 0 and report[figure]["p50"] > 0, figure
+    assert report["history_moved_seconds_after_end"] >= 0
+
+
+@pytest.mark.slow
+def test_command_latency_benchmark_times_and_profiles_every_read_command(fresh_db):
+    """``python -m bench.command_latency`` with one round of each phase, the
+    load a job of 400 subtasks, three of the commands: each timed beside the
+    floor, idle and under load, and its imports reported."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.command_latency", "--db", fresh_db, "--rounds", "1",
+         "--import-runs", "1", "--load-rows", "4000", "--load-subtasks", "400",
+         "--only", "status JOB", "--only", "checksum"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = done.stdout
+    assert out.count("| `reorg status JOB` |") == 3  # imports, idle, under load
+    assert out.count("| `reorg checksum-report JOB` |") == 3
+    assert "| `reorg nodes` |" not in out  # not asked for
+    assert "| `floor: connect + SELECT 1` |" in out and "Under load:" in out
+    imports = out.split("Idle (")[0]
+    status_line = next(line for line in imports.splitlines()
+                       if line.startswith("| `reorg status JOB` |"))
+    assert "sqlalchemy" not in status_line and "rich" not in status_line
+
+
+@pytest.mark.slow
+def test_wal_volume_benchmark_counts_every_contender(fresh_db):
+    """``python -m bench.wal_volume`` on 20,000 rows: each contender wrote
+    WAL, reorg's jobs ran their subtasks (the redo rate needs a throwaway
+    server: not with --db)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.wal_volume", "--db", fresh_db, "--rows", "20000",
+         "--rows-per-subtask", "5000"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    import json
+
+    # The document between chunked SQL's lap lines and the markdown table.
+    report = json.loads(done.stdout[done.stdout.index("{\n"):done.stdout.index("\n| contender")])
+    for label, r in report["contenders"].items():
+        assert r["bytes"] > 0, label
+        assert r["subtasks"] in (None, 4), label
 
 
 @pytest.mark.slow

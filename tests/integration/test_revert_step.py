@@ -8,7 +8,6 @@ from __future__ import annotations
 import time
 
 import sqlalchemy as sa
-from rich.console import Console
 from support import fill, job_of, make_items, rows, scalar, table_rows, wait_state, wait_until
 
 from cli.progress import status_table
@@ -25,12 +24,6 @@ def _revert_rows(db, job_id: int) -> list[tuple]:
     select = "SELECT state, attempts, row_count FROM {s}.%s WHERE job_id = :j AND step = :step"
     return rows(db, select % "background_subtask" + " UNION ALL "
                 + select % "background_subtask_history", j=job_id, step=STEP_REVERT)
-
-
-def _rendered(table) -> str:
-    console = Console(width=250, record=True)
-    console.print(table)
-    return console.export_text()
 
 
 def test_a_failing_restore_batch_keeps_the_job_reverting_and_is_retried_until_it_passes(
@@ -96,7 +89,7 @@ def test_status_shows_revert_progress_apart_from_the_forward_counts(db, start_no
                             "AND step = 1 AND curr_key > start_key", j=job_id)
     assert job["revert_total"] == progressed >= 2
     assert (job["revert_done"], job["revert_percent"]) == (0, 0.0)
-    shown = _rendered(status_table([job]))
+    shown = status_table([job])
     assert f"revert 0/{progressed} (0.0%)" in shown and "reverting" in shown
     forward = {k: job[k] for k in ("succeeded", "cancelled", "failed", "rows_done")}
     faults.release("worker.in_restore_batch")

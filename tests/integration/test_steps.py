@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
-from rich.console import Console
 from support import fill, job_of, make_items, scalar, table_rows, wait_state, wait_until
 
 from cli.progress import status_table
@@ -45,12 +44,6 @@ def _index_valid(db, name: str) -> bool | None:
 
 def _index(job_id: int) -> str:
     return f"reorg_{job_id}_d_idx"  # support.fill.index_name
-
-
-def _rendered(table) -> str:
-    console = Console(width=250, record=True)
-    console.print(table)
-    return console.export_text()
 
 
 def _counting_ticks(node) -> list[object]:
@@ -230,7 +223,7 @@ def test_status_shows_the_step_by_name_with_its_percent_and_the_schema_state(db,
     # Percent of the step by its rows; of the job, the share of its steps.
     assert 0 < job["step_percent"] < 100
     assert job["percent"] == round(100 * (1 + job["step_percent"] / 100) / 3, 1)
-    shown = _rendered(status_table([job]))
+    shown = status_table([job])
     assert f"verify 2/3 ({job['step_percent']:.1f}%)" in shown
     assert "write-reorg" in shown
     faults.release("worker.after_batch")

@@ -1,5 +1,6 @@
-"""``reorg`` imports only the command groups a run names (cli.main.GROUPS):
-the map must list every command of every group, or a command would vanish."""
+"""``reorg`` imports only the command groups a run names (cli.main.GROUPS)
+and builds only the commands it names: the map must list every command of
+every group, or a command would vanish."""
 
 from __future__ import annotations
 
@@ -30,10 +31,12 @@ def test_the_group_map_names_every_command_of_its_module():
     assert _commands(build_app()) == {c for _, cs in GROUPS.values() for c in cs} | contributed
 
 
-def test_a_named_command_gets_its_group_and_help_gets_all():
-    assert _commands(build_app(["--db", "postgresql://x/y", "status", "7"])) == set(
-        GROUPS["jobs"][1])
+def test_a_named_command_is_built_alone_and_help_gets_all():
+    assert _commands(build_app(["--db", "postgresql://x/y", "status", "7"])) == {"status"}
+    assert _commands(build_app(["wait", "7", "--timeout", "5"])) == {"wait"}
+    assert _commands(build_app(["db", "current"])) == {"db"}  # a named group: all of it
     assert _commands(build_app(["--help"])) == _commands(build_app())
+    assert _commands(build_app(["--version"])) == set()  # eager: printed before any command
 
 
 def test_a_job_type_command_is_loaded_alone_when_named():

@@ -173,3 +173,11 @@ def test_a_replica_lag_reading_is_exported_per_standby_and_goes_when_no_job_read
     assert lag("b") == 8.0  # read just now: kept
     metrics.drop_stale_replica_lag(0.0)
     assert (lag("a"), lag("b")) == (None, None)
+
+
+def test_status_takes_a_throttled_note_as_stale_after_ten_refresh_intervals():
+    """control writes the figure out so as not to import this module; it
+    must follow the interval a held slot refreshes its note at."""
+    from framework import control, throttle
+
+    assert control.THROTTLED_NOTE_FRESH_SECONDS == 10 * throttle.HEALTH_INTERVAL_SECONDS
