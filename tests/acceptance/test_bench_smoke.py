@@ -111,7 +111,8 @@ def test_framework_scale_benchmark_runs_end_to_end(fresh_db):
     assert report["history_moved_seconds_after_end"] >= 0
 
 
-@pytest.mark.slow
+# ~30 s; in the matrix: what it guards in CI is test_command_imports.py.
+@pytest.mark.matrix
 def test_command_latency_benchmark_times_and_profiles_every_read_command(fresh_db):
     """``python -m bench.command_latency`` with one round of each phase, the
     load a job of 400 subtasks, three of the commands: each timed beside the
