@@ -506,10 +506,18 @@ def test_parameters_submitter_limits_chart_and_the_page_fits_1280_px(
     # running slowly, and the nodes.
     second = submit_sql_update(migrated_db, "--table", LONG_TABLE, "--set", "c = upper(c)",
                                "--where", LONG_WHERE, "--max-rows-per-sec", "30")
-    browser.get(dash.base + "/")
     # 4,500 rows at 30 rows/s: running for minutes, on a loaded machine too.
-    wait_for(browser, lambda: text_of(browser, f"#job-{second} .state") == "running"
-             and "w1" in text_of(browser, "#nodes"), 60, "the second job running")
+    # The database first, so that a failure says which side was late.
+    wait_state(db, second, {"running"}, timeout=60)
+    browser.get(dash.base + "/")
+    try:
+        wait_for(browser, lambda: text_of(browser, f"#job-{second} .state") == "running"
+                 and "w1" in text_of(browser, "#nodes"), 60, "the second job running")
+    except Exception as exc:
+        raise AssertionError(f"the page shows job {second} as "
+                             f"{text_of(browser, f'#job-{second} .state')!r} and nodes "
+                             f"{text_of(browser, '#nodes')!r}; the database: "
+                             f"{job_of(db, second)['state']}") from exc
     assert_no_horizontal_overflow(browser)
     screenshot(browser, "dashboard-jobs-1280.png", whole_page=True)
 

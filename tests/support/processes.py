@@ -27,8 +27,9 @@ TEST_JOB_TYPES = "support.fill:register"
 
 
 # Kept by clean_env: where the tests' Spark class-data archive is (or "off"),
-# so that no command a test runs builds one in $HOME (support.spark_archive).
-KEPT = ("REORG_SPARK_CDS",)
+# so that no command a test runs builds one in $HOME (support.spark_archive),
+# and the test JVMs' settings (tests/conftest.py).
+KEPT = ("REORG_SPARK_CDS", "REORG_SPARK_CONF")
 
 
 def clean_env(**extra: str) -> dict[str, str]:
