@@ -88,10 +88,20 @@ class DirectDatabase:
 
     @contextmanager
     def begin(self) -> Iterator[DirectConnection]:
-        """A transaction, committed at the end (rolled back on an error)."""
+        """A transaction, committed at the end (rolled back on an error; on
+        a Ctrl-C the connection is closed instead)."""
         conn = self._connection()
         with conn.transaction():
-            yield DirectConnection(conn)
+            try:
+                yield DirectConnection(conn)
+            except BaseException as stopped:
+                if not isinstance(stopped, Exception):
+                    # A Ctrl-C may have left a statement's result unread: a
+                    # ROLLBACK would fail on it ("another command is already
+                    # in progress", which psycopg prints as a warning). Closed,
+                    # there is nothing to roll back; a next use connects again.
+                    self.dispose()
+                raise
 
     def schema_revision(self) -> str | None:
         try:
