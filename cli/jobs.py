@@ -42,15 +42,16 @@ def status(
 ) -> None:
     """Progress of jobs: state, percent, rows, rows/s, ETA, subtasks, nodes."""
     state = cli_state(ctx)
-    db = state.read_database()
     if watch and not as_json:
         try:
-            progress.watch(db, job_id, limit)
+            progress.watch(state.read_database(), job_id, limit)
         except KeyboardInterrupt:
-            # How a watch is left: nothing to explain, but not a success for
-            # a script that waited on it (`reorg wait` is for that).
+            # How a watch is left (from its first moment: connecting too):
+            # nothing to explain, but not a success for a script that waited
+            # on it (`reorg wait` is for that).
             raise typer.Exit(INTERRUPTED) from None
         return
+    db = state.read_database()
     if as_json:
         print_json(progress.status_for_json(db, job_id, limit))
         return
@@ -88,9 +89,14 @@ def job_goes_on_if_interrupted(job_id: int) -> Iterator[None]:
     try:
         yield
     except KeyboardInterrupt:
-        raise CliFailure(f"interrupted; job {job_id} goes on: `reorg cancel {job_id}` "
-                         f"cancels it, `reorg wait {job_id}` waits for it again",
-                         INTERRUPTED) from None
+        raise job_goes_on(job_id, waited=True) from None
+
+
+def job_goes_on(job_id: int, *, waited: bool) -> CliFailure:
+    """What a Ctrl-C that stops a command, not the job, says (exit 130)."""
+    again = " again" if waited else ""
+    return CliFailure(f"interrupted; job {job_id} goes on: `reorg cancel {job_id}` "
+                      f"cancels it, `reorg wait {job_id}` waits for it{again}", INTERRUPTED)
 
 
 def wait_until_ended(db: Database | DirectDatabase, job_id: int,

@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import gc
 import importlib
+import logging
 import sys
 from collections.abc import Sequence
 from typing import Annotated, Any, NoReturn
 
 import typer
+from typer.core import TyperGroup
 
-from cli import coercion, plugin
+from cli import coercion, plugin, started
 from cli.context import CliState, GlobalOptions
-from cli.errors import debug_requested, handle
+from cli.errors import INTERRUPTED, CliFailure, debug_requested, handle
 from framework.config import Settings
 
 # Module of cli/ -> (the name it is added under, or None to merge its
@@ -41,10 +43,22 @@ ALL_COMMANDS = frozenset(c for _, commands in GROUPS.values() for c in commands)
 coercion.install()
 
 
+class Commands(TyperGroup):
+    """``reorg``'s own group: a Ctrl-C that no command explains is said
+    in one line too, as every error is (typer would exit 130 silently)."""
+
+    def invoke(self, ctx: typer.Context) -> Any:  # type: ignore[override]
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise CliFailure("interrupted", INTERRUPTED) from None
+
+
 def build_app(args: Sequence[str] | None = None) -> typer.Typer:
     """The ``reorg`` app with the groups whose commands appear in ``args``
     (every group when ``args`` is None or names none, e.g. ``--help``)."""
     app = typer.Typer(
+        cls=Commands,
         name="reorg",
         help="Distributed online backfill and reorg jobs on large PostgreSQL tables.",
         no_args_is_help=True,
@@ -141,12 +155,26 @@ def global_options(
 def run(argv: Sequence[str] | None = None) -> int:
     """Run ``reorg`` with ``argv``; returns the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
+    started()
+    if not debug_requested(args):
+        _quiet_library_warnings()
     try:
         # standalone_mode=False: errors reach our handler instead of click's.
         code = build_app(args)(args=args, prog_name="reorg", standalone_mode=False)
     except (Exception, KeyboardInterrupt) as exc:
         return handle(exc, debug=debug_requested(args))
     return code if isinstance(code, int) else 0
+
+
+def _quiet_library_warnings() -> None:
+    """A command's failure is one line: the database libraries' own warnings
+    (psycopg's "query cancellation failed" after a Ctrl-C under load, the
+    pool's "Exception during reset") would reach stderr through logging's
+    last resort. A configured log (the worker's) still gets them."""
+    for name in ("psycopg", "sqlalchemy"):
+        log = logging.getLogger(name)
+        if not any(isinstance(h, logging.NullHandler) for h in log.handlers):
+            log.addHandler(logging.NullHandler())
 
 
 def main() -> NoReturn:

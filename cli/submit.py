@@ -21,7 +21,8 @@ from typer.core import TyperGroup
 
 from cli import plugin
 from cli.context import cli_state
-from cli.jobs import job_goes_on_if_interrupted, succeeded_line, wait_until_ended
+from cli.errors import INTERRUPTED, CliFailure
+from cli.jobs import job_goes_on, succeeded_line, wait_until_ended
 from cli.output import console, count, print_json, table_name
 from cli.plugin import Params
 from cli.stderr import child_stderr_hidden
@@ -30,7 +31,7 @@ from framework.control import local_actor
 from framework.errors import InvalidParams
 from framework.keys import Key, shown, stored_json
 from framework.splitting import SplitPlan
-from framework.submit import SubmitRequest, SubmitResult, submit
+from framework.submit import SubmitInterrupted, SubmitRequest, SubmitResult, submit
 
 
 class JobTypeCommands(TyperGroup):
@@ -137,20 +138,23 @@ def submit_command(name: str, to_params: Callable[..., Params]) -> Any:
         params = {k: v for k, v in to_params(**options).items() if v not in (None, [])}
         request = SubmitRequest(type=name, params=params, actor=local_actor(), **common)
         state = cli_state(ctx)
-        db = state.database()
-        with child_stderr_hidden(enabled=not state.options.debug):
-            result = submit(db, request)
-        if not (wait and result.job_id is not None):
-            _report(result, as_json)
-            return
-        # A Ctrl-C from the moment the id may show (stdout may be unbuffered)
-        # names the job. The wait runs in this process: a second one (`reorg
-        # wait`) would start while the job's first batches run, and take the
-        # CPU they need.
-        with job_goes_on_if_interrupted(result.job_id):
-            _report(result, as_json, waiting=True)
+        result: SubmitResult | None = None
+        shown = False  # the id is on stdout
+        try:
+            db = state.database()
+            with child_stderr_hidden(enabled=not state.options.debug):
+                result = submit(db, request)
+            _report(result, as_json, waiting=wait)
+            shown = True
+            if not (wait and result.job_id is not None):
+                return
             sys.stdout.flush()  # the id first
+            # The wait runs in this process: a second one (`reorg wait`) would
+            # start while the job's first batches run, and take the CPU they need.
             job = wait_until_ended(state.read_database(), result.job_id, timeout)
+        except KeyboardInterrupt as interrupt:
+            raise _interrupted(interrupt, result, shown=shown, as_json=as_json,
+                               waited=shown and wait) from None
         typer.echo(succeeded_line(job), err=True)
 
     # typer reads the signature: the type's own options, then the shared ones.
@@ -163,6 +167,20 @@ def submit_command(name: str, to_params: Callable[..., Params]) -> Any:
     single = typer.Typer(add_completion=False)
     single.command(name, help=to_params.__doc__, no_args_is_help=True)(command)
     return typer.main.get_command(single)
+
+
+def _interrupted(interrupt: KeyboardInterrupt, result: SubmitResult | None, *, shown: bool,
+                 as_json: bool, waited: bool) -> CliFailure:
+    """A Ctrl-C of a submit says whether a job was submitted, and if so
+    prints its id as a submit does and says that the job goes on."""
+    if isinstance(interrupt, SubmitInterrupted):
+        result = interrupt.result
+    if result is None or result.job_id is None:
+        return CliFailure("interrupted; nothing was submitted", INTERRUPTED)
+    if not shown:
+        _report(result, as_json, waiting=True)
+    sys.stdout.flush()  # the id before the error line
+    return job_goes_on(result.job_id, waited=waited)
 
 
 def _report(result: SubmitResult, as_json: bool, *, waiting: bool = False) -> None:

@@ -103,16 +103,26 @@ class DirectDatabase:
 
     @contextmanager
     def begin(self, isolation_level: str | None = None) -> Iterator[DirectConnection]:
-        """A transaction, committed at the end (rolled back on an error); at
-        ``isolation_level`` (e.g. ``"REPEATABLE READ"``: its reads one
-        snapshot) as ``Database.begin``'s."""
+        """A transaction, committed at the end (rolled back on an error; on
+        a Ctrl-C the connection is closed instead); at ``isolation_level``
+        (e.g. ``"REPEATABLE READ"``: its reads one snapshot) as
+        ``Database.begin``'s."""
         conn = self._connection()
         with conn.transaction():
-            if isolation_level is not None:
-                if isolation_level not in ISOLATION_LEVELS:
-                    raise ValueError(f"no isolation level {isolation_level!r}")
-                conn.execute(f"SET TRANSACTION ISOLATION LEVEL {isolation_level}")
-            yield DirectConnection(conn)
+            try:
+                if isolation_level is not None:
+                    if isolation_level not in ISOLATION_LEVELS:
+                        raise ValueError(f"no isolation level {isolation_level!r}")
+                    conn.execute(f"SET TRANSACTION ISOLATION LEVEL {isolation_level}")
+                yield DirectConnection(conn)
+            except BaseException as stopped:
+                if not isinstance(stopped, Exception):
+                    # A Ctrl-C may have left a statement's result unread: a
+                    # ROLLBACK would fail on it ("another command is already
+                    # in progress", which psycopg prints as a warning). Closed,
+                    # there is nothing to roll back; a next use connects again.
+                    self.dispose()
+                raise
 
     def schema_revision(self) -> str | None:
         try:

@@ -84,6 +84,9 @@ POINTS: tuple[str, ...] = (
     "throttle.held",              # health gate: a slot holds a job's next batch (unhealthy)
     "spark.before_apply",         # Spark pipeline: batch read and computed, not yet applied
     "spark.after_stage",          # Spark backfill: batch staged in PostgreSQL, merge not run
+    "submit.before_insert",       # submit: the input validated, nothing written yet
+    "submit.in_insert",           # submit: the job inserted, its transaction not committed
+    "submit.after_insert",        # submit: the job committed, its id not yet returned
 )
 
 _POLL_SECONDS = 0.02

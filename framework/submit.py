@@ -21,15 +21,26 @@ and for a dry run (which writes nothing), submit runs the analysis itself
 ``verdict_seconds`` (an owner starting Spark for the first time on a loaded
 host), submit prints the id anyway and says the job awaits its checks;
 ``reorg wait`` then reports a rejection as a failed job.
+
+A Ctrl-C (KeyboardInterrupt) never leaves a job its submitter does not know
+of: one during the insert's commit is held until the commit returns, and one
+from then on comes out as ``SubmitInterrupted`` naming the job (which goes
+on: a job awaiting its verdict, rejected later, stays reverted with its
+error, as one of a killed submit). Any other KeyboardInterrupt out of
+``submit`` means that nothing was submitted.
 """
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from framework import jobtype, privileges
+from framework import faults, jobtype, privileges
 from framework.control import local_actor
 from framework.db import Database
 from framework.errors import InvalidParams
@@ -139,30 +150,76 @@ def submit(db: Database, request: SubmitRequest) -> SubmitResult:
         owner_checks = False
     if request.dry_run:
         return SubmitResult(None, False, target.table, plan, dry_run=True, notes=notes)
-    with db.connect() as conn:
-        with conn.begin():
+    faults.hit("submit.before_insert")
+    job_id, created = None, False
+    try:
+        with db.connect() as conn:
+            # The job and its id, both or neither: a Ctrl-C during the
+            # insert's commit (whose outcome it would leave unknown) is
+            # taken once the commit has returned.
+            with _interrupts_deferred(), conn.begin():
+                if owner_checks:
+                    # In the insert's transaction: listening from its commit on,
+                    # before the owner can see the job, so no verdict is missed.
+                    conn.execute(db.sql(f'LISTEN "{jobs.verdict_channel(db)}"'))
+                job_id, created = jobs.insert(
+                    db, conn, type=request.type, params=params, target_table=target.table,
+                    key_column=target.key_column, job_key=request.job_key,
+                    priority=request.priority, concurrency=request.concurrency,
+                    batch_rows=request.batch_rows, max_rows_per_sec=request.max_rows_per_sec,
+                    max_replica_lag=request.max_replica_lag,
+                    max_active_sessions=request.max_active_sessions,
+                    on_failure=request.on_failure, actor=request.actor or local_actor(),
+                    key=target.key,
+                )
+                faults.hit("submit.in_insert")
+            faults.hit("submit.after_insert")
             if owner_checks:
-                # In the insert's transaction: listening from its commit on,
-                # before the owner can see the job, so no verdict is missed.
-                conn.execute(db.sql(f'LISTEN "{jobs.verdict_channel(db)}"'))
-            job_id, created = jobs.insert(
-                db, conn, type=request.type, params=params, target_table=target.table,
-                key_column=target.key_column, job_key=request.job_key,
-                priority=request.priority, concurrency=request.concurrency,
-                batch_rows=request.batch_rows, max_rows_per_sec=request.max_rows_per_sec,
-                max_replica_lag=request.max_replica_lag,
-                max_active_sessions=request.max_active_sessions, on_failure=request.on_failure,
-                actor=request.actor or local_actor(), key=target.key,
-            )
-        if owner_checks:
-            try:
-                if created:
-                    return _await_verdict(db, conn, job_id, target.table,
-                                          request.verdict_seconds)
-            finally:  # the connection goes back to the pool listening to nothing
-                with conn.begin():
-                    conn.execute(db.sql("UNLISTEN *"))
-    return SubmitResult(job_id, created, target.table)
+                try:
+                    if created:
+                        return _await_verdict(db, conn, job_id, target.table,
+                                              request.verdict_seconds)
+                except KeyboardInterrupt:
+                    conn.invalidate()  # closed, not pooled: no statement after a Ctrl-C
+                    raise
+                finally:  # the connection goes back to the pool listening to nothing
+                    if not conn.invalidated:
+                        with conn.begin():
+                            conn.execute(db.sql("UNLISTEN *"))
+        return SubmitResult(job_id, created, target.table)
+    except KeyboardInterrupt as interrupt:
+        if job_id is None:
+            raise  # nothing was submitted
+        raise SubmitInterrupted(SubmitResult(
+            job_id, created, target.table, awaiting_verdict=owner_checks and created)) from interrupt
+
+
+class SubmitInterrupted(KeyboardInterrupt):
+    """A Ctrl-C once the job exists: it goes on, and this names it
+    (``result``). Any other KeyboardInterrupt out of ``submit`` means that
+    nothing was submitted."""
+
+    def __init__(self, result: SubmitResult) -> None:
+        super().__init__(f"interrupted; job {result.job_id} was submitted")
+        self.result = result
+
+
+@contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """Hold a SIGINT that comes in the block until its end, then act on it
+    as it would have (KeyboardInterrupt). Only the main thread receives
+    signals: elsewhere (the dashboard's) a no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    before = signal.signal(signal.SIGINT, lambda signum, _frame: pending.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+    if pending and callable(before):
+        before(signal.SIGINT, None)
 
 
 def _owner_live(db: Database) -> bool:

@@ -8,12 +8,16 @@ environment cleared of ``REORG_*`` so nothing reaches the embedded default.
 from __future__ import annotations
 
 import json
+import os
+import pty
+import signal
 import subprocess
+import threading
 from typing import Any
 
 import psycopg
 from psycopg import sql
-from support import make_items
+from support import make_items, wait_until
 from support.processes import REORG, clean_env
 
 from framework.config import Settings
@@ -29,6 +33,77 @@ def reorg(url: str, *args: str, timeout: float = 60) -> subprocess.CompletedProc
     assert REORG, "the `reorg` command is not installed; run `pip install -e .`"
     return subprocess.run([REORG, "--db", url, *args], capture_output=True, text=True,
                           timeout=timeout, env=clean_env(), stdin=subprocess.DEVNULL)
+
+
+class Running:
+    """``reorg --db URL ARGS...`` running, its stdout (a pipe, or a terminal
+    with ``terminal=True``) and stderr read as they come, to the end: a
+    process writing to a pipe or terminal nobody reads would block in that
+    write (a ``status --watch`` redraws four times a second)."""
+
+    def __init__(self, url: str, *args: str, terminal: bool = False, **env: str) -> None:
+        assert REORG, "the `reorg` command is not installed; run `pip install -e .`"
+        main, stdout = pty.openpty() if terminal else (-1, subprocess.PIPE)
+        self.proc = subprocess.Popen([REORG, "--db", url, *args], stdout=stdout,
+                                     stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                     env=clean_env(**env))
+        if terminal:
+            os.close(stdout)
+        else:
+            assert self.proc.stdout is not None
+            main = self.proc.stdout.fileno()
+        assert self.proc.stderr is not None
+        self._stdout, self._stderr = main, self.proc.stderr.fileno()
+        self._chunks: dict[int, list[bytes]] = {main: [], self._stderr: []}
+        self._terminal = terminal
+        self._readers = [threading.Thread(target=self._read, args=(fd,), daemon=True)
+                         for fd in self._chunks]
+        for reader in self._readers:
+            reader.start()
+
+    def _read(self, fd: int) -> None:
+        try:
+            while chunk := os.read(fd, 65536):
+                self._chunks[fd].append(chunk)
+        except OSError:  # a terminal whose last writer has gone (EIO)
+            pass
+
+    def stdout(self) -> str:
+        return b"".join(self._chunks[self._stdout]).decode(errors="replace")
+
+    def stderr(self) -> str:
+        return b"".join(self._chunks[self._stderr]).decode(errors="replace")
+
+    def wait_for(self, text: str, timeout: float = 60) -> None:
+        """Until ``text`` is on stdout; fails if the process ends first."""
+        wait_until(lambda: text in self.stdout() or self.proc.poll() is not None, timeout,
+                   f"{text!r} on stdout")
+        assert text in self.stdout(), (self.proc.returncode, self.stdout(), self.stderr())
+
+    def interrupt(self, timeout: float = 60) -> int:
+        """Ctrl-C (SIGINT); its exit code once it has ended, all its output read."""
+        self.proc.send_signal(signal.SIGINT)
+        return self.end(timeout)
+
+    def end(self, timeout: float = 60) -> int:
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"still running {timeout:g}s on: {self.stderr()}") from None
+        for reader in self._readers:
+            reader.join(timeout)
+        return code
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        for reader in self._readers:
+            reader.join(10)
+        if self._terminal:
+            os.close(self._stdout)
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
 
 
 def ok(result: subprocess.CompletedProcess[str]) -> str:

@@ -3,23 +3,22 @@ user runs them: a job paused on a failure (``--on-failure pause``) ends both
 ``reorg submit --wait`` and ``reorg wait`` with its own exit code and one line
 naming the failure and the way out; ``submit --wait`` takes ``--timeout`` as
 ``wait`` does; Ctrl-C (SIGINT) of ``submit --wait`` says the job goes on and
-how to cancel it, of ``status --watch`` exits 130 quietly; ``reorg db
+how to cancel it (before the id is out too: or that nothing was submitted),
+of ``status --watch`` exits 130 quietly; ``reorg db
 current`` exits non-zero when the schema is not at the head."""
 
 from __future__ import annotations
 
 import json
-import os
-import pty
-import select
 import signal
-import subprocess
 import time
 
-from cli_support import assert_one_error_line, dump, job_status, reorg, reorg_json
-from support import execute, make_items
-from support.processes import REORG, Workers, clean_env
+import pytest
+from cli_support import Running, assert_one_error_line, dump, job_status, reorg, reorg_json
+from support import execute, make_items, wait_until
+from support.processes import Workers
 
+from framework.faults import Gates
 from framework.revisions import head_revision, known_revisions
 
 # The documented exit codes (README, "Exit codes").
@@ -51,18 +50,6 @@ def test_a_job_paused_on_a_failure_ends_submit_wait_and_wait_with_the_way_out(
     assert time.monotonic() - started < 15
 
 
-def _sigint_after(proc: subprocess.Popen, ready: str, read) -> str:
-    """Send SIGINT once ``read()`` (the command's output so far) shows
-    ``ready``; returns that output."""
-    seen = ""
-    deadline = time.monotonic() + 30
-    while ready not in seen:
-        assert proc.poll() is None and time.monotonic() < deadline, seen
-        seen += read()
-    proc.send_signal(signal.SIGINT)
-    return seen
-
-
 def test_ctrl_c_of_submit_wait_says_the_job_goes_on_and_of_status_watch_exits_130(
         migrated_db: str) -> None:
     url = migrated_db
@@ -79,41 +66,65 @@ def test_ctrl_c_of_submit_wait_says_the_job_goes_on_and_of_status_watch_exits_13
     assert line == "error: --timeout applies to --wait; add --wait, or drop --timeout"
     assert dump(url) == before
 
-    assert REORG
-    waiting = subprocess.Popen([REORG, "--db", url, *args[:2], "--table", "other", *args[4:]],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=clean_env(), stdin=subprocess.DEVNULL)
+    # Ctrl-C once the id is out, while it waits: the wait stops, the job goes on.
+    waiting = Running(url, *args[:2], "--table", "other", *args[4:])
     try:
-        assert waiting.stdout is not None
-        job = int(_sigint_after(waiting, "\n", waiting.stdout.readline))
-        stdout, stderr = waiting.communicate(timeout=30)
+        waiting.wait_for("\n")
+        job = int(waiting.stdout())
+        assert waiting.interrupt() == INTERRUPTED, waiting.stderr()
     finally:
         waiting.kill()
-    assert (waiting.returncode, stdout) == (INTERRUPTED, ""), stderr
-    assert stderr.splitlines() == [
-        f"error: interrupted; job {job} goes on: `reorg cancel {job}` cancels it, "
-        f"`reorg wait {job}` waits for it again"], stderr
+    assert waiting.stdout() == f"{job}\n"
+    assert waiting.stderr().splitlines() == [_goes_on(job, waited=True)], waiting.stderr()
     assert job_status(url, job)["state"] == "queued"
 
     # `status --watch` on a terminal, until Ctrl-C: exit 130, nothing on stderr.
-    main, terminal = pty.openpty()
-    watching = subprocess.Popen([REORG, "--db", url, "status", str(job), "--watch"],
-                                stdout=terminal, stderr=subprocess.PIPE, text=True,
-                                env=clean_env(), stdin=subprocess.DEVNULL)
-    os.close(terminal)
-
-    def read_terminal() -> str:
-        if select.select([main], [], [], 0.2)[0]:
-            return os.read(main, 4096).decode(errors="replace")
-        return ""
-
+    watching = Running(url, "status", str(job), "--watch", terminal=True)
     try:
-        _sigint_after(watching, f"job {job}", read_terminal)
-        _, stderr = watching.communicate(timeout=30)
+        watching.wait_for(f"job {job}")
+        assert watching.interrupt() == INTERRUPTED, watching.stderr()
     finally:
         watching.kill()
-        os.close(main)
-    assert (watching.returncode, stderr) == (INTERRUPTED, "")
+    assert watching.stderr() == ""
+
+
+@pytest.mark.parametrize("point", ["submit.before_insert", "submit.in_insert",
+                                   "submit.after_insert"])
+def test_ctrl_c_while_submitting_says_whether_a_job_was_submitted(
+        migrated_db: str, gates: Gates, point: str) -> None:
+    """Before the id is out: held at each stage of the submit, a Ctrl-C ends
+    it with the one line that says whether a job now exists. One during the
+    insert's commit waits for the commit: never a job nobody was told of."""
+    url = migrated_db
+    make_items(url, 100)
+    before = dump(url)
+    submitting = Running(url, "submit", "sql-update", "--table", "items", "--set", "c=md5(b)",
+                         "--wait", REORG_FAULTS=f"{point}=block", **gates.env())
+    try:
+        wait_until(lambda: gates.blocked(point) or submitting.proc.poll() is not None, 60,
+                   f"the submit held at {point}")
+        assert gates.blocked(point), submitting.stderr()
+        submitting.proc.send_signal(signal.SIGINT)
+        if point == "submit.in_insert":
+            gates.release(point)  # the commit goes on, then the Ctrl-C is taken
+        code = submitting.end()
+    finally:
+        submitting.kill()
+    assert code == INTERRUPTED, submitting.stderr()
+    if point == "submit.before_insert":
+        assert submitting.stderr() == "error: interrupted; nothing was submitted\n"
+        assert submitting.stdout() == ""
+        assert dump(url) == before
+        return
+    job = int(submitting.stdout())  # the id on stdout, as a submit prints it
+    assert submitting.stderr().splitlines() == [_goes_on(job, waited=False)]
+    assert job_status(url, job)["state"] == "queued"
+
+
+def _goes_on(job: int, *, waited: bool) -> str:
+    again = " again" if waited else ""
+    return (f"error: interrupted; job {job} goes on: `reorg cancel {job}` cancels it, "
+            f"`reorg wait {job}` waits for it{again}")
 
 
 def test_db_current_exits_non_zero_when_the_schema_is_not_at_the_head(

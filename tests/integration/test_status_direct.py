@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 
+import psycopg
 import pytest
 from support import TERMINAL, fill, make_items, wait_state, wait_until
 
@@ -87,5 +88,26 @@ def test_wait_hears_the_job_end_instead_of_polling_for_it(db, settings, start_no
         waiter.join(120)
         assert not waiter.is_alive(), "wait did not hear the job end"
         assert waited[0]["state"] == "succeeded"
+    finally:
+        direct.dispose()
+
+
+def test_a_ctrl_c_inside_a_transaction_closes_the_connection_without_a_rollback(
+        settings, caplog):
+    """A Ctrl-C can leave a statement's result unread (it lands between the
+    statement's send and its read). A ROLLBACK on that connection failed, and
+    psycopg printed that as a warning: a second line under `reorg wait`'s
+    one. Closed instead, and the next read connects again."""
+    direct = DirectDatabase(settings)
+    try:
+        with pytest.raises(KeyboardInterrupt), direct.begin() as conn:
+            assert conn.execute("SELECT 1").scalar() == 1
+            pgconn = direct._conn.pgconn
+            pgconn.send_query(b"SELECT pg_sleep(0.1)")  # sent, its result never read
+            raise KeyboardInterrupt
+        assert [r.getMessage() for r in caplog.records if r.name.startswith("psycopg")] == []
+        assert pgconn.status != psycopg.pq.ConnStatus.OK  # closed
+        with direct.begin() as conn:
+            assert conn.execute("SELECT 2").scalar() == 2
     finally:
         direct.dispose()
