@@ -44,7 +44,7 @@ from backfill.batch_bounds import next_bound
 from backfill.rewrite import names
 from backfill.rewrite.capture import Capture
 from backfill.rewrite.shadow import Plan
-from backfill.rewrite.work import DENSE_SHARE, logged
+from backfill.rewrite.work import DENSE_SHARE, batch_settings, logged
 from backfill.schema.sql import run
 from framework import faults
 from framework.keys import END, Key, quote, shown
@@ -77,6 +77,7 @@ class VerifyFailed(RuntimeError):
 def verify_batch(ctx: SubtaskContext, conn: Connection, plan: Plan, capture: Capture) -> Batch:
     if ctx.curr_key == ctx.start_key:
         faults.hit("rewrite.before_verify")
+    batch_settings(conn)
     lo, end, n = ctx.curr_key, ctx.end_key, ctx.job.batch_rows
     fixed = plan.copy_key.arithmetic and end is not END and not ctx.batch_state.get(_SPARSE)
     # On dense integer keys [lo, lo + n) with no key scan, as the copy's batches.
