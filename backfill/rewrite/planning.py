@@ -150,15 +150,16 @@ def describe(conn: Connection, job: Job, plan: Plan) -> list[str]:
     for build in plan.builds:
         lines += [f"  {_one_line(st)}" for st in (*build.statements,
                                                    *filter(None, [build.validate]))]
-    lines.append(f"  ANALYZE {plan.shadow}")
     lines += [f"  note: {note}" for note in plan.notes]
     lines.append("catch-up (write-reorg): log rows taken oldest first, each key's shadow row "
-                 "deleted and T's current row copied again, until less than a batch is left:")
+                 "deleted and T's current row copied again, until less than a batch is left; "
+                 "beside the replay:")
+    lines.append(f"  ANALYZE {plan.shadow}")
     lines.append(f"  DELETE FROM {s.capture.log} ... RETURNING key; DELETE FROM {plan.shadow} "
                  "WHERE key IN (...); " + _one_line(plan.insert_into(
                      plan.shadow, plan.select("key IN (...)"))))
-    lines.append("verify (write-reorg, by range): md5 of the range's rows in T and in the "
-                 "shadow (keys in the log left to the replay); a range that differs is "
+    lines.append("verify (write-reorg, by range): a checksum of the range's rows in T and in "
+                 "the shadow (keys in the log left to the replay); a range that differs is "
                  "copied again, then must match")
     lines.append("swap (public: one transaction, lock_timeout 2s, retried with backoff"
                  + (", blockers terminated" if job.params.get("kill_blockers") else "") + "):")

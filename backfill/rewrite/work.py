@@ -18,12 +18,15 @@ committed, on any host.
   own, then validated with the checkpoint (the NOT VALID add locks the
   referenced table only for a moment). A build whose prerequisite
   (``builds.needed_by``: a foreign key of T to T needs the shadow's key)
-  is not built yet, and the ANALYZE while an index is not, hand their
-  subtask back (``NotReady``) to be claimed again after
-  ``PREREQUISITE_WAIT_SECONDS``;
+  is not built yet hands its subtask back (``NotReady``) to be claimed
+  again after ``PREREQUISITE_WAIT_SECONDS``;
 - catch-up: replay rounds (``capture.Capture.replay``) until less than a
   batch is left in the log (at most CATCH_UP_LEFT rows): what the swap
-  replays under its lock is then small. Several subtasks replay at once;
+  replays under its lock is then small. Several subtasks replay at once,
+  and one ANALYZEs the shadow (after the build step, so after every index:
+  an index on an expression gets its statistics from its table's ANALYZE;
+  and the ANALYZE's lock would wait for a CREATE INDEX's, not for the
+  replay's writes);
 - swapped: validate the foreign keys the swap re-made NOT VALID on other
   tables, then wait out ``--keep-old`` by the database's clock, showing the
   share of it gone as the subtask's progress; the owner's ``advance`` then
@@ -190,8 +193,8 @@ def _built(conn: Connection, plan: Plan, made: Build) -> bool:
 def analyze(ctx: SubtaskContext, plan: Plan) -> None:
     """The shadow's statistics, so the new table is planned well from its
     first statement after the swap (its statistics go with it). After the
-    indexes: an index on an expression gets statistics of its expression
-    from the ANALYZE of its table, only if it exists by then."""
+    indexes (see the module); a job from before the ANALYZE moved to the
+    catch-up step runs it in the build step, where it waits for them."""
     _after(ctx, plan, "ANALYZE", [b for b in plan.builds if b.makes_index])
     with long_statements.session(ctx) as conn:
         run(conn, f"ANALYZE {plan.shadow}")
