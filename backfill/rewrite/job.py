@@ -55,6 +55,11 @@ class Rewrite(JobType):
     name = NAME
     keys_of_any_type = True
     submit_options = "backfill.rewrite.options:rewrite"
+    # A batch reads T and writes only the shadow (no lock on T's rows): one
+    # batch a range of the split's default 50,000 rows. Batches of 10,000
+    # made the copy of 1,000,000 rows ~20 % slower (a commit, a checkpoint
+    # and a statement's start each), and the verify likewise.
+    default_batch_rows = 50_000
     steps = (Step("copy", restore=False, schema_state="write-reorg"),
              Step("build", ranges=False, restore=False, schema_state="write-reorg"),
              Step("catch-up", ranges=False, restore=False, schema_state="write-reorg"),

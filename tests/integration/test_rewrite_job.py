@@ -330,6 +330,22 @@ def test_a_dry_run_prints_every_state_and_submits_nothing(db, settings):
     assert rows(db, "SELECT id FROM {s}.jobs") == [] and leftovers(url) == []
 
 
+def test_a_rewrite_takes_batches_of_50000_rows_unless_told(db, settings):
+    """A rewrite's batch reads T and writes only the shadow: its type's
+    default is a range's 50,000 rows; --batch-rows still wins, and other
+    types keep 10,000."""
+    for table in ("items", "told", "other"):
+        make_table(settings.database_url, BIGINT, 50, table=table)
+
+    def batch_rows(request: SubmitRequest) -> int:
+        return job_of(db, submit(db, request).job_id)["batch_rows"]
+
+    params = {"order_by": None, "alter": None, "sets": []}
+    assert batch_rows(SubmitRequest("rewrite", {"table": "items", **params})) == 50_000
+    assert batch_rows(SubmitRequest("rewrite", {"table": "told", **params}, batch_rows=700)) == 700
+    assert batch_rows(SubmitRequest("sql-update", {"table": "other", "set": "a=a"})) == 10_000
+
+
 # --- verify -------------------------------------------------------------------------------
 
 
