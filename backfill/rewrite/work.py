@@ -85,9 +85,13 @@ def batch_settings(conn: Connection) -> None:
     it too, WAL being written in order. A copy of 10,000 rows writes ~1.5
     MB of WAL: each waiting for its flush cost the copy ~10 % (and the
     application's commits queued behind those flushes). No JIT: a batch's
-    statement runs for tens of milliseconds, a compile takes about as long."""
+    statement runs for tens of milliseconds, a compile takes about as long.
+    No parallel workers: the job runs its batches in parallel already, and
+    a verify batch of 50,000 rows planned two for each table it reads (four
+    more processes a batch, on top of the other slots' batches)."""
     conn.execute(text("SELECT set_config('synchronous_commit', 'off', true), "
-                      "set_config('jit', 'off', true)"))
+                      "set_config('jit', 'off', true), "
+                      "set_config('max_parallel_workers_per_gather', '0', true)"))
 
 
 # --- copy ------------------------------------------------------------------------
