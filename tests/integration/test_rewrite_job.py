@@ -302,6 +302,7 @@ def test_revert_after_the_swap_keeps_the_writes_made_since(db, settings, start_n
     ({"alter": "DROP COLUMN c", "keep_old": "10m"}, "--keep-old: column c is not in the new shape"),
     ({"sets": ["zz=1"]}, "--set zz: the new shape has no column zz"),
     ({"keep_old": "soon"}, "--keep-old 'soon' is not a duration"),
+    ({"verify": "sometimes"}, "--verify 'sometimes': give one of full, off"),
     ({"alter": "ALTER COLUMN id TYPE text"}, ""),
 ])
 def test_bad_input_is_refused_in_one_line_and_changes_nothing(db, settings, params, says):
@@ -381,6 +382,36 @@ def test_verify_copies_a_differing_range_again_and_keeps_a_ledger(db, settings, 
     assert shown[0].endswith("100 rows in T, 99 in the shadow"), shown
     assert shown[1].endswith("100 rows in T, 100 in the shadow, their contents differ"), shown
     assert all(len(m["checksum"]) == 32 for m in ledgers)
+
+
+def test_verify_off_compares_nothing_and_keeps_every_write(db, settings, start_node):
+    """--verify off (as pg_repack): each verify range replays the log and
+    compares nothing, not even a shadow gone wrong; the applications'
+    writes all reach the new table through the log."""
+    url = settings.database_url
+    make_table(url, BIGINT, ROWS)
+    app = started_app(url, BIGINT)
+    faults.arm("rewrite.before_verify", "block")
+    job_id = submit(db, rewrite(verify="off")).job_id
+    start_node("n1", slots=2)
+    faults.wait_blocked("rewrite.before_verify")
+    more_writes(app, 100)
+    app.stop()
+    # A row of the shadow gone wrong behind the job's back, not in the log.
+    (key, a), = execute(url, f"SELECT id, a FROM reorg_{job_id}_items WHERE id NOT IN "
+                             f"(SELECT k0 FROM reorg.rewrite_{job_id}_log) ORDER BY id LIMIT 1")
+    execute(url, f"UPDATE reorg_{job_id}_items SET b = 'wrong', c = 5 WHERE id = {key}")
+    faults.release("rewrite.before_verify")
+    done = wait_state(db, job_id, timeout=60)
+    assert done["state"] == "succeeded", done["error"]
+    ledgers = [m for (m,) in rows(db, """
+        SELECT meta FROM {s}.background_subtask WHERE job_id = :j AND step = 4 UNION ALL
+        SELECT meta FROM {s}.background_subtask_history WHERE job_id = :j AND step = 4""",
+        j=job_id)]
+    assert ledgers and all(m == {"verify": "off"} for m in ledgers)
+    # Not compared, so not mended; every other row is the applications'.
+    assert table_as_oracle(url, BIGINT[0]) == {**app.oracle, (key,): (a, "wrong")}
+    assert leftovers(url) == []
 
 
 def test_everything_the_table_has_is_carried_through_a_job(db, settings, start_node):
