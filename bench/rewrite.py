@@ -18,8 +18,9 @@ TPS), then through the contender. The forms (``--forms``):
 - repack: ``VACUUM FULL pgbench_accounts`` (offline: it locks the table, so
   no application; the floor), ``pg_repack --no-order --table
   pgbench_accounts`` (1.4.8; the server needs the extension: Debian's
-  ``postgresql-15-repack``) and ``reorg submit rewrite --table
-  pgbench_accounts``;
+  ``postgresql-15-repack``), ``reorg submit rewrite --table
+  pgbench_accounts`` (the default: every range verified) and the same
+  with ``--verify off`` (nothing compared, as pg_repack);
 - alter: ``ALTER TABLE pgbench_accounts ALTER COLUMN aid TYPE bigint``
   (offline) and ``reorg submit rewrite --alter "ALTER COLUMN aid TYPE
   bigint"``.
@@ -285,6 +286,8 @@ def contenders(forms: list[str], repack_binary: str | None,
         if repack_binary:
             chosen.append(("pg_repack 1.4.8 --no-order", pg_repack(repack_binary), True))
         chosen.append((f"reorg rewrite{paced}", reorg_rewrite(rate), True))
+        chosen.append((f"reorg rewrite --verify off{paced}", reorg_rewrite(rate, verify="off"),
+                       True))
     if "alter" in forms:
         chosen.append((f"ALTER TABLE ... {ALTER} (offline)",
                        offline(f"ALTER TABLE pgbench_accounts {ALTER}"), False))
