@@ -36,8 +36,8 @@ def rewrite(
     verify: Annotated[str, typer.Option(
         "--verify", metavar="full|off",
         help="full: before the swap, compare every range of the table with the new one by "
-             "checksum (a range that differs is copied again); off: compare nothing (as "
-             "pg_repack), about a third less time.")] = "full",
+             "checksum, reading every row of both again (a range that differs is copied "
+             "again); off: compare nothing, as pg_repack.")] = "full",
     kill_blockers: Annotated[bool, typer.Option(
         "--kill-blockers", help="When a session's lock keeps the swap waiting, end that "
                                 "session (pg_terminate_backend) instead of only waiting.")] = False,
