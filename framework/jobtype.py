@@ -55,6 +55,8 @@ class JobType(ABC):
     # by ``reorg submit`` alone, so workers never import typer. None:
     # ``--table`` and ``--param KEY=VALUE``.
     submit_options: str | Callable[..., dict[str, Any]] | None = None
+    # Rows per batch when the submit gives no --batch-rows.
+    default_batch_rows: int = 10_000
 
     # --- planner: the owner's side, and submit's --------------------------
 

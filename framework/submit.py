@@ -70,7 +70,7 @@ class SubmitRequest:
     job_key: str | None = None
     priority: int = 0
     concurrency: int = 16
-    batch_rows: int = 10_000
+    batch_rows: int | None = None  # None: the job type's default_batch_rows
     max_rows_per_sec: int | None = None
     # Health throttles (framework.throttle): hold batches while any standby
     # lags more than this many seconds / more sessions than this are active.
@@ -88,7 +88,7 @@ class SubmitRequest:
 
     def check_limits(self) -> None:
         for name, value in (("--concurrency", self.concurrency), ("--batch-rows", self.batch_rows)):
-            if value < 1:
+            if value is not None and value < 1:
                 raise InvalidParams(f"{name} must be at least 1, got {value}")
         if self.max_rows_per_sec is not None and self.max_rows_per_sec < 1:
             raise InvalidParams(
@@ -166,8 +166,8 @@ def submit(db: Database, request: SubmitRequest) -> SubmitResult:
                     db, conn, type=request.type, params=params, target_table=target.table,
                     key_column=target.key_column, job_key=request.job_key,
                     priority=request.priority, concurrency=request.concurrency,
-                    batch_rows=request.batch_rows, max_rows_per_sec=request.max_rows_per_sec,
-                    max_replica_lag=request.max_replica_lag,
+                    batch_rows=_batch_rows(request, kind),
+                    max_rows_per_sec=request.max_rows_per_sec, max_replica_lag=request.max_replica_lag,
                     max_active_sessions=request.max_active_sessions,
                     on_failure=request.on_failure, actor=request.actor or local_actor(),
                     key=target.key,
@@ -222,6 +222,11 @@ def _interrupts_deferred() -> Iterator[None]:
         before(signal.SIGINT, None)
 
 
+def _batch_rows(request: SubmitRequest, kind: JobType) -> int:
+    """The request's --batch-rows, else its job type's default."""
+    return request.batch_rows if request.batch_rows is not None else kind.default_batch_rows
+
+
 def _owner_live(db: Database) -> bool:
     with db.begin() as conn:
         return bool(owner_lease.current(db, conn)["live"])
@@ -253,7 +258,8 @@ def _draft(request: SubmitRequest, target: Target, params: dict[str, Any]) -> Jo
     key = target.key
     return Job(id=0, type=request.type, state=str(JobState.QUEUED), step=0, params=params,
                target_table=target.table, key_column=target.key_column,
-               batch_rows=request.batch_rows, max_rows_per_sec=request.max_rows_per_sec,
+               batch_rows=_batch_rows(request, jobtype.get(request.type)),
+               max_rows_per_sec=request.max_rows_per_sec,
                row_estimate=None, concurrency=request.concurrency,
                key_columns=list(key.columns) if key else None,
                key_types=list(key.types) if key else None)

@@ -20,8 +20,13 @@ began, so the shadow can be brought to T's current rows (DESIGN 14).
   and one that commits can never apply a change twice. Delete-then-insert
   works with and without the shadow's indexes. Replays may run
   concurrently: each takes other log rows (SKIP LOCKED), and a transaction
-  lock per key (``pg_advisory_xact_lock(job, hashtext(key))``) orders two
-  replays of the same key, the second reading T after the first committed.
+  lock per bucket of keys (``pg_advisory_xact_lock(job, hashtext(key) %
+  REPLAY_LOCK_BUCKETS)``, taken in order) orders two replays of the same
+  key, the second reading T after the first committed. Buckets, not keys:
+  PostgreSQL's lock table holds about 64 locks per connection in all, and
+  a replay of 10,000 keys took 10,000 (four at once on a server of 100
+  connections: "out of shared memory"); two replays of many keys each now
+  take turns. A replay takes at most ``REPLAY_MAX_ROWS`` log rows.
   Each replay also holds the job's replay lock shared (``names.replay_lock``):
   a verify that copies a range again holds it exclusive, so no replay
   interleaves with that copy.
@@ -47,6 +52,11 @@ from backfill.rewrite.shadow import Plan
 from backfill.schema.sql import run
 from framework.keys import KeySpec, decode
 from framework.privileges import as_role
+
+# Locks a replay takes at most, and log rows (see the module): the keys go
+# into the replay's statements as literals.
+REPLAY_LOCK_BUCKETS = 256
+REPLAY_MAX_ROWS = 10_000
 
 
 @dataclass(frozen=True)
@@ -106,9 +116,10 @@ class Capture:
 
     def replay(self, conn: Connection, limit: int, lo: int | None = None,
                hi: int | None = None) -> int:
-        """Take up to ``limit`` log rows (seq in ``[lo, hi)`` when given),
-        oldest first, and bring the shadow's rows of their keys to T's; in
-        the caller's transaction. Returns the log rows taken."""
+        """Take up to ``limit`` log rows (at most ``REPLAY_MAX_ROWS``; seq in
+        ``[lo, hi)`` when given), oldest first, and bring the shadow's rows
+        of their keys to T's; in the caller's transaction. Returns the log
+        rows taken."""
         bounds = " AND ".join(filter(None, ["seq >= :lo" if lo is not None else "",
                                             "seq < :hi" if hi is not None else ""])) or "true"
         taken = conn.execute(text(f"""
@@ -118,16 +129,17 @@ class Capture:
                     FOR UPDATE SKIP LOCKED)
                 RETURNING {self.log_key.order_by()})
             SELECT count(*) OVER (), {self.log_key.read()} FROM taken"""),
-            {"lo": lo, "hi": hi, "n": limit}).all()
+            {"lo": lo, "hi": hi, "n": min(limit, REPLAY_MAX_ROWS)}).all()
         if not taken:
             return 0
         keys = sorted({row[1] for row in taken})
         conn.execute(text("SELECT pg_advisory_xact_lock_shared(:k)"),
                      {"k": names.replay_lock(self.plan.job_id)})
         conn.execute(text("""
-            SELECT pg_advisory_xact_lock(:job, h) FROM (
-                SELECT DISTINCT hashtext(k) AS h FROM unnest(CAST(:keys AS text[])) k
-                ORDER BY 1) ordered"""), {"job": self.plan.job_id, "keys": keys})
+            SELECT pg_advisory_xact_lock(:job, b) FROM (
+                SELECT DISTINCT abs(hashtext(k) % :buckets) AS b
+                FROM unnest(CAST(:keys AS text[])) k ORDER BY 1) ordered"""),
+            {"job": self.plan.job_id, "keys": keys, "buckets": REPLAY_LOCK_BUCKETS})
         self._rewrite(conn, keys)
         return int(taken[0][0])
 

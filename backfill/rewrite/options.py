@@ -33,6 +33,11 @@ def rewrite(
                                                "this long (e.g. 30m, 2h), so `reorg revert JOB` "
                                                "can swap back with every write made since; "
                                                "0: drop it at once.")] = "0",
+    verify: Annotated[str, typer.Option(
+        "--verify", metavar="full|off",
+        help="full: before the swap, compare every range of the table with the new one by "
+             "checksum, reading every row of both again (a range that differs is copied "
+             "again); off: compare nothing, as pg_repack.")] = "full",
     kill_blockers: Annotated[bool, typer.Option(
         "--kill-blockers", help="When a session's lock keeps the swap waiting, end that "
                                 "session (pg_terminate_backend) instead of only waiting.")] = False,
@@ -43,7 +48,7 @@ def rewrite(
     verified, then one short swap; the old table can be kept for `reorg revert`."""
     return {"table": table, "order_by": order_by, "alter": alter,
             "like": _read(like) if like is not None else None, "sets": list(set_ or []),
-            "keep_old": keep_old, "kill_blockers": kill_blockers}
+            "keep_old": keep_old, "kill_blockers": kill_blockers, "verify": verify}
 
 
 def _read(path: Path) -> str:

@@ -21,6 +21,9 @@ from framework.keys import quote
 from framework.privileges import run_as
 from framework.records import Job
 
+# --verify: "full" compares every range of T with the shadow before the
+# swap; "off" compares nothing (as pg_repack): the change log alone.
+VERIFY_CHOICES = ("full", "off")
 _DURATION = re.compile(r"^\s*(\d+)\s*(s|sec|m|min|h|d)?\s*$")
 _UNIT_SECONDS = {None: 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
 
@@ -52,6 +55,10 @@ def normalised(params: dict[str, Any]) -> dict[str, Any]:
             for s in params.get("sets") or []]
     if len({c for c, _ in sets}) != len(sets):
         raise InvalidParams("--set names a column twice; give each column one --set")
+    verify = params.get("verify") or "full"
+    if verify not in VERIFY_CHOICES:
+        raise InvalidParams(f"--verify {verify!r}: give one of {', '.join(VERIFY_CHOICES)} "
+                            "(full: every range compared before the swap)")
     alter = params.get("alter")
     if alter is not None and not alter.strip():
         raise InvalidParams("--alter is empty; give the actions of one ALTER TABLE, or leave "
@@ -60,7 +67,7 @@ def normalised(params: dict[str, Any]) -> dict[str, Any]:
             "like": params.get("like"), "sets": sets,
             "keep_old_seconds": keep_old_seconds(params.get("keep_old_seconds",
                                                             params.get("keep_old", 0))),
-            "kill_blockers": bool(params.get("kill_blockers"))}
+            "kill_blockers": bool(params.get("kill_blockers")), "verify": verify}
 
 
 def checked_plan(conn: Connection, table: str, job_id: int, params: dict[str, Any]) -> Plan:
@@ -150,19 +157,24 @@ def describe(conn: Connection, job: Job, plan: Plan) -> list[str]:
     for build in plan.builds:
         lines += [f"  {_one_line(st)}" for st in (*build.statements,
                                                    *filter(None, [build.validate]))]
-    lines.append(f"  ANALYZE {plan.shadow}")
     lines += [f"  note: {note}" for note in plan.notes]
     lines.append("catch-up (write-reorg): log rows taken oldest first, each key's shadow row "
-                 "deleted and T's current row copied again, until less than a batch is left:")
+                 "deleted and T's current row copied again, until less than a batch is left; "
+                 "beside the replay:")
+    lines.append(f"  ANALYZE {plan.shadow}")
     lines.append(f"  DELETE FROM {s.capture.log} ... RETURNING key; DELETE FROM {plan.shadow} "
                  "WHERE key IN (...); " + _one_line(plan.insert_into(
                      plan.shadow, plan.select("key IN (...)"))))
-    lines.append("verify (write-reorg, by range): md5 of the range's rows in T and in the "
-                 "shadow (keys in the log left to the replay); a range that differs is "
-                 "copied again, then must match")
+    if job.params.get("verify", "full") == "off":
+        lines.append("verify (write-reorg, by range): off (--verify off): nothing compared; "
+                     "each range replays a batch of the log")
+    else:
+        lines.append("verify (write-reorg, by range): a checksum of the range's rows in T and "
+                     "in the shadow (keys in the log left to the replay); a range that differs "
+                     "is copied again, then must match")
     lines.append("swap (public: one transaction, lock_timeout 2s, retried with backoff"
                  + (", blockers terminated" if job.params.get("kill_blockers") else "") + "):")
-    lines.append(f"  LOCK TABLE {plan.table}, {plan.shadow} IN ACCESS EXCLUSIVE MODE; the "
+    lines.append(f"  LOCK TABLE {plan.shadow}, {plan.table} IN ACCESS EXCLUSIVE MODE; the "
                  "last log rows replayed; capture triggers dropped; T's indexes renamed away")
     lines.append(f"  ALTER TABLE {plan.table} RENAME TO "
                  f"{quote(names.old_table(plan.job_id, plan.table_name))}")

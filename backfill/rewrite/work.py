@@ -18,12 +18,15 @@ committed, on any host.
   own, then validated with the checkpoint (the NOT VALID add locks the
   referenced table only for a moment). A build whose prerequisite
   (``builds.needed_by``: a foreign key of T to T needs the shadow's key)
-  is not built yet, and the ANALYZE while an index is not, hand their
-  subtask back (``NotReady``) to be claimed again after
-  ``PREREQUISITE_WAIT_SECONDS``;
+  is not built yet hands its subtask back (``NotReady``) to be claimed
+  again after ``PREREQUISITE_WAIT_SECONDS``;
 - catch-up: replay rounds (``capture.Capture.replay``) until less than a
   batch is left in the log (at most CATCH_UP_LEFT rows): what the swap
-  replays under its lock is then small. Several subtasks replay at once;
+  replays under its lock is then small. Several subtasks replay at once,
+  and one ANALYZEs the shadow (after the build step, so after every index:
+  an index on an expression gets its statistics from its table's ANALYZE;
+  and the ANALYZE's lock would wait for a CREATE INDEX's, not for the
+  replay's writes);
 - swapped: validate the foreign keys the swap re-made NOT VALID on other
   tables, then wait out ``--keep-old`` by the database's clock, showing the
   share of it gone as the subtask's progress; the owner's ``advance`` then
@@ -70,11 +73,33 @@ PREREQUISITE_WAIT_SECONDS = 1.0
 WAIT_CHECKPOINT_SECONDS = 5.0
 
 
+# --- every batch ------------------------------------------------------------------
+
+
+def batch_settings(conn: Connection) -> None:
+    """Settings of a copy, verify or replay batch's transaction. The commit
+    does not wait for its WAL to reach disk: the batch writes only the
+    shadow and the log, and commits with its checkpoint, so a server crash
+    can lose only whole batches with their checkpoints, which are redone;
+    a durable commit after it (the owner's step change, the swap) flushes
+    it too, WAL being written in order. A copy of 10,000 rows writes ~1.5
+    MB of WAL: each waiting for its flush cost the copy ~10 % (and the
+    application's commits queued behind those flushes). No JIT: a batch's
+    statement runs for tens of milliseconds, a compile takes about as long.
+    No parallel workers: the job runs its batches in parallel already, and
+    a verify batch of 50,000 rows planned two for each table it reads (four
+    more processes a batch, on top of the other slots' batches)."""
+    conn.execute(text("SELECT set_config('synchronous_commit', 'off', true), "
+                      "set_config('jit', 'off', true), "
+                      "set_config('max_parallel_workers_per_gather', '0', true)"))
+
+
 # --- copy ------------------------------------------------------------------------
 
 
 def copy_batch(ctx: SubtaskContext, conn: Connection, capture: Capture) -> Batch:
     """Copy the batch from ``ctx.curr_key`` into the shadow."""
+    batch_settings(conn)
     plan = capture.plan
     key, curr, end, n = plan.copy_key, ctx.curr_key, ctx.end_key, ctx.job.batch_rows
     if key.arithmetic and end is not END and not ctx.batch_state.get(_SPARSE):
@@ -172,8 +197,8 @@ def _built(conn: Connection, plan: Plan, made: Build) -> bool:
 def analyze(ctx: SubtaskContext, plan: Plan) -> None:
     """The shadow's statistics, so the new table is planned well from its
     first statement after the swap (its statistics go with it). After the
-    indexes: an index on an expression gets statistics of its expression
-    from the ANALYZE of its table, only if it exists by then."""
+    indexes (see the module); a job from before the ANALYZE moved to the
+    catch-up step runs it in the build step, where it waits for them."""
     _after(ctx, plan, "ANALYZE", [b for b in plan.builds if b.makes_index])
     with long_statements.session(ctx) as conn:
         run(conn, f"ANALYZE {plan.shadow}")
@@ -201,6 +226,7 @@ def _replay_round(ctx: SubtaskContext, conn: Connection, capture: Capture,
     """One replay of up to a batch of log rows; done once at most
     ``left_at_most`` are left, else progress is the share of the backlog at
     the subtask's start replayed since."""
+    batch_settings(conn)
     taken = capture.replay(conn, ctx.job.batch_rows)
     backlog = log_rows(conn, capture, cap=1_000_000)
     meta = dict(ctx.meta)

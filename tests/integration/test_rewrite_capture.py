@@ -26,7 +26,7 @@ from support.rewrite import (
 )
 
 from backfill.rewrite import shadow
-from backfill.rewrite.capture import Capture
+from backfill.rewrite.capture import REPLAY_LOCK_BUCKETS, REPLAY_MAX_ROWS, Capture
 from backfill.schema.sql import run
 
 # Depends on the catalog or on lock levels: run on every supported major (README).
@@ -129,6 +129,25 @@ def test_replay_rolled_back_leaves_its_log_rows(fresh_db):
             assert capture.replay(conn, 5) == 5  # oldest first, in parts
             assert capture.replay_all(conn) == 8
             assert differences(conn, capture.plan) == []
+
+
+def test_a_replay_of_many_keys_takes_a_bounded_number_of_locks(fresh_db):
+    """PostgreSQL's lock table holds about 64 locks per connection in all: a
+    lock per replayed key made a few replays of 10,000 keys at once fail
+    with "out of shared memory". A replay locks buckets of keys, at most
+    REPLAY_LOCK_BUCKETS."""
+    make_table(fresh_db, BIGINT, 3 * REPLAY_LOCK_BUCKETS)
+    eng = engine(fresh_db)
+    capture = prepare(eng, shadow.Request())
+    copy_all(eng, capture.plan, parts=1, threads=1)
+    execute(fresh_db, "UPDATE items SET b = 'changed'")
+    with eng.connect() as conn, conn.begin():
+        pid = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar()
+        assert capture.replay(conn, REPLAY_MAX_ROWS + 1) == 3 * REPLAY_LOCK_BUCKETS
+        locks = execute(fresh_db, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                                  f"AND pid = {pid} AND objsubid = 2")[0][0]
+        assert 0.9 * REPLAY_LOCK_BUCKETS <= locks <= REPLAY_LOCK_BUCKETS
+        assert differences(conn, capture.plan) == []
 
 
 def test_truncate_of_the_table_truncates_the_shadow(fresh_db):

@@ -97,6 +97,42 @@ def test_swap_with_applications_writing_throughout(fresh_db):
     assert took < 3.0, took
 
 
+def test_a_swap_waiting_for_the_shadow_keeps_no_application_waiting(fresh_db):
+    """Autovacuum takes a freshly filled shadow; a lock waiting for it waits
+    until deadlock_timeout (1 s) cancels it. The swap locks the shadow
+    before T: while it waits there, the applications write on."""
+    make_table(fresh_db, BIGINT, 2000)
+    eng = engine(fresh_db)
+    apps = apps_running(fresh_db)
+    s = prepared(eng)
+    caught_up(eng, s)
+    writes_on(apps, 50)
+    with psycopg.connect(fresh_db) as vacuum:  # as autovacuum holds it
+        vacuum.execute(f"LOCK TABLE {s.plan.shadow} IN SHARE UPDATE EXCLUSIVE MODE")
+        for app in apps:
+            app.longest = 0.0
+        swapping = threading.Thread(target=lambda: _swap(eng, s))
+        swapping.start()
+        wait_until(lambda: execute(fresh_db, "SELECT count(*) FROM pg_locks WHERE NOT granted "
+                                             f"AND relation = '{s.plan.shadow}'::regclass")[0][0],
+                   10, "the swap waiting for the shadow")
+        waiting = time.monotonic()
+        writes_on(apps, 100)  # the applications go on meanwhile
+        time.sleep(1.2)  # held longer than autovacuum would be
+        held = time.monotonic() - waiting
+    swapping.join(30)
+    writes_on(apps, 50)
+    oracle = stopped(apps)
+    assert table_as_oracle(fresh_db, BIGINT[0]) == oracle
+    longest = max(a.longest for a in apps)
+    assert longest < held - 0.6, (longest, held)  # the swap's own short lock of T only
+
+
+def _swap(eng: sa.Engine, s: swap.Swap) -> None:
+    with eng.begin() as conn:
+        swap.swap(conn, s, keep_old=False)
+
+
 def test_swap_blocked_by_a_long_transaction_names_it_and_changes_nothing(fresh_db):
     make_table(fresh_db, BIGINT, 300)
     eng = engine(fresh_db)
