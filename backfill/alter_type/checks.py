@@ -6,7 +6,9 @@ its lock (DESIGN 15).
 
 Refused, because a swap of columns cannot carry them over safely:
 partitioned tables, partitions and tables with inheritance parents or
-children; identity and generated columns; a column referenced by a foreign
+children; generated columns; an identity column to any type but a wider
+integer (its sequence is re-created on the new column by the cut-over);
+a column referenced by a foreign
 key; a column a view, materialized view, generated column, trigger,
 policy, rule, extended statistics or a publication's column list or row
 filter depend on; an exclusion constraint on the column; a column of the
@@ -67,6 +69,7 @@ def check(conn: Connection, params: dict[str, Any]) -> Target:
                             "if it is a leftover")
     where = f"column {column} of {table.display}"
     _check_key_column(conn, table, column, type_name, where)
+    _check_identity(conn, facts, type_name, where)
     check_swappable(conn, table.qualified, table.display, facts)
     normalised: dict[str, Any] = {"table": table.display, "column": column, "type": type_name,
                   "shadow": shadow}
@@ -84,6 +87,20 @@ def check(conn: Connection, params: dict[str, Any]) -> Target:
         normalised["verify_as_text"] = True
     _check_rewrites(conn, table.qualified, table.key_sql, normalised, facts.attnum, where)
     return Target(table.qualified, table.key_sql, normalised, key=table.key_spec)
+
+
+def _check_identity(conn: Connection, facts: catalog.ColumnFacts, type_name: str,
+                    where: str) -> None:
+    """An identity column keeps its identity on the new column (the cut-over
+    re-creates its sequence there, at the same value): only on an integer
+    type at least as wide, whose range holds every value the sequence had."""
+    if not facts.identity:
+        return
+    old, new = (catalog.integer_width(conn, t) for t in (facts.type, type_name))
+    if new is None or old is None or new < old:
+        raise InvalidParams(f"{where} is an identity column of type {facts.type}; alter-type "
+                            "keeps its identity on a wider integer type only (e.g. bigint); "
+                            f"{USE_ALTER}")
 
 
 def _check_key_column(conn: Connection, table: TableInfo, column: str, type_name: str,
@@ -120,9 +137,6 @@ def check_swappable(conn: Connection, table: str, display: str,
     lock (``cutover``), since any of it may appear while the job runs."""
     refuse_table_kind(conn, table, display)
     where = f"column {facts.name} of {display}"
-    if facts.identity:
-        raise InvalidParams(f"{where} is an identity column; alter-type cannot move its "
-                            f"sequence to a new column; {USE_ALTER}")
     if facts.generated:
         raise InvalidParams(f"{where} is a generated column; {USE_ALTER}")
     if not facts.not_null_valid:

@@ -13,9 +13,11 @@ the job by name, and its rollback leaves the table as it was (DESIGN 15).
 The shadow column takes the old column's place and keeps what it had: name,
 NOT NULL (proved by the validated CHECK, so SET NOT NULL does not scan),
 default, the sequences it owns (widened to the new integer type, ``plan.
-sequence_widenings``), its indexes (built beforehand, in their tablespace,
-renamed to the old names; a PRIMARY KEY or UNIQUE constraint attached USING
-INDEX; statistics targets, CLUSTER ON and REPLICA IDENTITY set again), its
+sequence_widenings``), its identity (made again on it with the old
+sequence's name, settings and value, ``plan.identity_statements``), its
+indexes (built beforehand, in their tablespace, renamed to the old names;
+a PRIMARY KEY or UNIQUE constraint attached USING INDEX; statistics
+targets, CLUSTER ON and REPLICA IDENTITY set again), its
 CHECK and FOREIGN KEY constraints (validated beforehand, renamed), the
 comments of all of them, the privileges granted on the column itself, its
 statistics target and its attribute options (``n_distinct``). It moves to
@@ -58,6 +60,7 @@ def cut_over(conn: Connection, job: Job) -> None:
         raise CutOverBlocked(f"column {p['column'] if old is None else p['shadow']} of "
                              f"{p['table']} is gone; the job cannot finish")
     settings = catalog.column_settings(conn, t, old.attnum)
+    identity = catalog.identity(conn, t, old.attnum)  # read before the drop takes it
     indexes = catalog.covering_indexes(conn, t, old.attnum)
     constraints = catalog.covering_constraints(conn, t, old.attnum)
     _refuse_what_changed(conn, job, old, new, indexes, constraints)
@@ -73,6 +76,9 @@ def cut_over(conn: Connection, job: Job) -> None:
     faults.hit("alter_type.in_cutover")
     if old.default is not None:
         _set_default(conn, t, column, old.default, p["type"])
+    if identity is not None:
+        for statement in plan.identity_statements(t, column, identity):
+            run(conn, statement)
     _set_settings(conn, t, column, settings)
     for index in indexes:
         if index.valid:

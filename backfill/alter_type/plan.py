@@ -90,6 +90,18 @@ def sequence_widenings(conn: Connection, job: Job, facts: catalog.ColumnFacts) -
     return widened
 
 
+def identity_statements(table: str, column: str, identity: catalog.IdentityFacts) -> list[str]:
+    """The identity of the old column re-created on the new one (its sequence
+    went with the old column's drop): the same kind, sequence name and
+    settings, at the value the old sequence had, so no key is handed out
+    twice. On a wider type a default MAXVALUE becomes the wider type's, as
+    a plain ``ALTER TABLE ... TYPE`` makes it."""
+    return [f"ALTER TABLE {table} ALTER COLUMN {column} ADD GENERATED {identity.kind} "
+            f"AS IDENTITY ({identity.options()})",
+            f"SELECT setval('{identity.sequence}', {identity.last_value}, "
+            f"{'true' if identity.is_called else 'false'})"]
+
+
 def prepare_statements(job: Job, not_null: bool, clones: list[ConstraintClone]) -> list[str]:
     """Write-only: the shadow column, its NOT VALID checks (the trigger comes next)."""
     t, p = job.target_table, job.params
@@ -112,6 +124,7 @@ def describe(conn: Connection, job: Job) -> list[str]:
     clones = constraint_clones(conn, job, facts.attnum)
     builds = index_builds(conn, job, facts.attnum)
     settings = catalog.column_settings(conn, t, facts.attnum)
+    identity = catalog.identity(conn, t, facts.attnum)
     shadow = quote(p["shadow"])
     lines = ["write-only (prepare, one short transaction):"]
     lines += [f"  {s}" for s in prepare_statements(job, facts.not_null, clones)]
@@ -137,6 +150,7 @@ def describe(conn: Connection, job: Job) -> list[str]:
         f"ALTER TABLE {t} DROP COLUMN {quote(p['column'])}",
         f"ALTER TABLE {t} RENAME COLUMN {shadow} TO {quote(p['column'])}",
         f"SET DEFAULT {facts.default}" if facts.default else "",
+        *(identity_statements(t, quote(p["column"]), identity) if identity else []),
         "indexes and constraints renamed to their old names"
         + (" (PRIMARY KEY / UNIQUE attached USING INDEX)" if builds else ""),
         *(mark for index in catalog.covering_indexes(conn, t, facts.attnum) if index.valid

@@ -1,5 +1,5 @@
 """What the catalogue says about one column of a table: its own facts (type,
-NOT NULL, default, comment, sequences it owns), its settings (privileges
+NOT NULL, default, comment, sequences it owns, its identity), its settings (privileges
 granted on it, statistics target, attribute options), the indexes and constraints
 that cover it, and the objects that depend on it which a column swap cannot
 carry over (views, foreign keys of other tables, triggers, policies, ...)."""
@@ -28,6 +28,36 @@ class ColumnFacts:
     not_null_constraint: str | None = None
     not_null_comment: str | None = None
     not_null_valid: bool = True  # 18 on: NOT NULL ... NOT VALID leaves it False
+
+
+@dataclass(frozen=True)
+class IdentityFacts:
+    """An identity column's sequence, as ``ADD GENERATED ... AS IDENTITY``
+    takes it again: the sequence goes with its column, so a swap of columns
+    re-creates it on the new one."""
+
+    kind: str  # ALWAYS or BY DEFAULT
+    sequence: str  # schema-qualified, quoted
+    increment: int
+    start: int
+    cache: int
+    cycle: bool
+    # None where it is the default of the sequence's type (NO MINVALUE /
+    # NO MAXVALUE): on a wider new type it becomes the wider type's default,
+    # as a plain ALTER TABLE ... TYPE makes it; a value the user set stays.
+    minimum: int | None
+    maximum: int | None
+    last_value: int
+    is_called: bool
+
+    def options(self) -> str:
+        return (f"SEQUENCE NAME {self.sequence} INCREMENT BY {self.increment} "
+                f"{_bound('MINVALUE', self.minimum)} {_bound('MAXVALUE', self.maximum)} "
+                f"START WITH {self.start} CACHE {self.cache} {'' if self.cycle else 'NO '}CYCLE")
+
+
+def _bound(word: str, value: int | None) -> str:
+    return f"NO {word}" if value is None else f"{word} {value}"
 
 
 @dataclass(frozen=True)
@@ -115,6 +145,45 @@ def column_facts(conn: Connection, table: str, column: str) -> ColumnFacts | Non
     return ColumnFacts(column, row.attnum, row.type, row.attnotnull, row.default_expr,
                        row.comment, row.identity, row.generated, tuple(sequences),
                        row.not_null_constraint, row.not_null_comment, row.not_null_valid)
+
+
+def identity(conn: Connection, table: str, attnum: int) -> IdentityFacts | None:
+    """The identity of the column and its sequence's settings and state; None
+    if it is not an identity column."""
+    row = conn.execute(text("""
+        WITH seq AS (
+            SELECT a.attidentity, format('%I.%I', n.nspname, c.relname) AS name, s.*,
+                   CASE s.seqtypid WHEN 'int2'::regtype THEN 32767
+                                   WHEN 'int4'::regtype THEN 2147483647
+                                   ELSE 9223372036854775807 END AS typemax
+            FROM pg_attribute a
+            JOIN pg_depend dep ON dep.refclassid = 'pg_class'::regclass
+                 AND dep.refobjid = a.attrelid AND dep.refobjsubid = a.attnum
+                 AND dep.classid = 'pg_class'::regclass AND dep.deptype = 'i'
+            JOIN pg_class c ON c.oid = dep.objid AND c.relkind = 'S'
+            JOIN pg_namespace n ON n.oid = c.relnamespace
+            JOIN pg_sequence s ON s.seqrelid = c.oid
+            WHERE a.attrelid = to_regclass(:t) AND a.attnum = :n AND a.attidentity <> '')
+        SELECT CASE attidentity WHEN 'a' THEN 'ALWAYS' ELSE 'BY DEFAULT' END AS kind, name,
+               seqincrement, seqstart, seqcache, seqcycle,
+               nullif(seqmin, CASE WHEN seqincrement > 0 THEN 1 ELSE -typemax - 1 END) AS minimum,
+               nullif(seqmax, CASE WHEN seqincrement > 0 THEN typemax ELSE -1 END) AS maximum
+        FROM seq"""), {"t": table, "n": attnum}).first()
+    if row is None:
+        return None
+    # The sequence's name comes from the catalogue, quoted by format('%I').
+    last_value, is_called = conn.execute(text(
+        f"SELECT last_value, is_called FROM {row.name}")).one()
+    return IdentityFacts(row.kind, row.name, row.seqincrement, row.seqstart, row.seqcache,
+                         row.seqcycle, row.minimum, row.maximum, last_value, is_called)
+
+
+def integer_width(conn: Connection, type_name: str) -> int | None:
+    """Bytes of ``type_name`` if it is smallint, integer or bigint, else None."""
+    return conn.execute(text("""
+        SELECT CASE to_regtype(:type) WHEN 'int2'::regtype THEN 2 WHEN 'int4'::regtype THEN 4
+                                      WHEN 'int8'::regtype THEN 8 END"""),
+        {"type": type_name}).scalar()
 
 
 def column_settings(conn: Connection, table: str, attnum: int) -> ColumnSettings:

@@ -235,6 +235,49 @@ def test_a_publication_naming_the_column_is_refused_as_a_plain_alter_refuses_it(
     assert scalar(db, "SELECT count(*) FROM {s}.jobs") == 0
 
 
+@pytest.mark.parametrize("kind", ["ALWAYS", "BY DEFAULT"])
+def test_int_to_bigint_keeps_the_identity_its_sequence_and_its_value(
+        db, settings, start_node, kind):
+    """The identity's sequence goes with the old column: the cut-over makes
+    it again on the new one, same kind, name and settings, at the value the
+    old one had (no key handed out twice), widened to bigint's range."""
+    url = settings.database_url
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE items (id int GENERATED {kind} AS IDENTITY "
+                     "(START WITH 10 INCREMENT BY 3 CACHE 2) PRIMARY KEY, a int NOT NULL, b text);"
+                     "INSERT INTO items (a, b) SELECT g, 'v' || g FROM generate_series(1, 500) g")
+    plan = submit(db, _alter_id(dry_run=True)).notes
+    assert any(f"ADD GENERATED {kind} AS IDENTITY (SEQUENCE NAME public.items_id_seq "
+               "INCREMENT BY 3" in line for line in plan), plan
+    app = App(url)
+    app.load()
+    app.start()
+    job_id = submit(db, _alter_id(rows_per_subtask=250)).job_id
+    start_node("n1", slots=2)
+    done = wait_state(db, job_id, timeout=60)
+    app.stop(at_least_ops=20)
+    assert done["state"] == "succeeded", done
+    assert app.errors == [] and table_as_oracle(url) == app.oracle
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert conn.execute(
+            "SELECT attidentity, format_type(atttypid, NULL) FROM pg_attribute "
+            "WHERE attrelid = 'items'::regclass AND attname = 'id'").fetchone() == (
+            "a" if kind == "ALWAYS" else "d", "bigint")
+        assert conn.execute("SELECT pg_get_serial_sequence('items', 'id')").fetchone() == (
+            "public.items_id_seq",)
+        assert conn.execute("SELECT seqstart, seqincrement, seqcache, seqmin FROM pg_sequence "
+                            "WHERE seqrelid = 'items_id_seq'::regclass").fetchone() == (10, 3, 2, 1)
+        assert _sequence(url) == ("bigint", 9_223_372_036_854_775_807)
+        top = conn.execute("SELECT max(id) FROM items").fetchone()[0]
+        [(after,)] = conn.execute("INSERT INTO items (a, b) VALUES (1, 'after') "
+                                  "RETURNING id").fetchall()
+        assert after > top and (after - 10) % 3 == 0, (after, top)
+        conn.execute("SELECT setval('items_id_seq', 2147483646)")
+        keys = [conn.execute("INSERT INTO items (a, b) VALUES (1, 'past') RETURNING id")
+                .fetchone()[0] for _ in range(3)]
+    assert keys == [2_147_483_649, 2_147_483_652, 2_147_483_655]
+
+
 def _sequence(url: str) -> tuple:
     with psycopg.connect(url) as conn:
         return conn.execute("SELECT format_type(seqtypid, NULL), seqmax FROM pg_sequence "

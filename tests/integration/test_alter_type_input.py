@@ -55,8 +55,11 @@ BAD = {
     "no usable key": ({"table": "nokey", "column": "a", "type": "bigint"}, "no primary key"),
     "partitioned table": ({"table": "parts", "column": "a", "type": "bigint"}, "partitioned"),
     "partition": ({"table": "parts_1", "column": "a", "type": "bigint"}, "inheritance tree"),
-    "identity column": ({"table": "ident", "column": "id", "type": "bigint"},
-                        "identity column"),
+    "identity column narrowed": ({"table": "ident", "column": "id", "type": "smallint"},
+                                 "identity column of type integer; alter-type keeps its "
+                                 "identity on a wider integer type only"),
+    "identity column to a non-integer": ({"table": "ident", "column": "id", "type": "numeric"},
+                                         "identity column of type integer"),
     "generated column depends": ({"table": "gen", "column": "a", "type": "bigint"},
                                  "used by generated column g"),
     "trigger depends": ({"table": "trig", "column": "a", "type": "bigint"}, "trigger trig_a"),
