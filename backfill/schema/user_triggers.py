@@ -10,14 +10,16 @@ sorts after that prefix (a name starting with ``~`` and a later character,
 or with a non-ASCII letter) is refused: at submit, in prepare, and at the
 cut-over, since one may be created or renamed during the job.
 
-Row triggers. A backfill is an UPDATE of every row of the table, so it fires
-the table's own row triggers for UPDATE on each row: an ``updated_at`` stamp
-changes on every row, an audit trigger logs every row as changed, where a
-plain ``ALTER TABLE`` fires none. A table with such triggers is refused at
-submit and in prepare unless the user accepts that (``--allow-user-triggers``,
-the ``allow_user_triggers`` param). Triggers that cannot fire on the job's
-UPDATE are not refused: disabled ones, those for replicas only, and those
-``UPDATE OF`` named columns (the job's column is new).
+Triggers an UPDATE fires. A backfill is an UPDATE of every row of the
+table, batch by batch, so it fires the table's own UPDATE triggers: a row
+trigger on each row (an ``updated_at`` stamp changes on every row, an audit
+trigger logs every row as changed), a statement trigger on each batch,
+where a plain ``ALTER TABLE`` fires none. A table with such triggers is
+refused at submit and in prepare unless the user accepts that
+(``--allow-user-triggers``, the ``allow_user_triggers`` param). Triggers
+that cannot fire on the job's UPDATE are not refused: disabled ones, those
+for replicas only, and those ``UPDATE OF`` named columns (the job's column
+is new).
 """
 
 from __future__ import annotations
@@ -38,11 +40,12 @@ ALLOW = "allow_user_triggers"
 # pg_trigger.tgtype bits
 _ROW, _BEFORE, _INSERT, _DELETE, _UPDATE = 1, 2, 4, 8, 16
 
-_USER_TRIGGERS = f"""
-    SELECT tgname FROM pg_trigger
-    WHERE tgrelid = to_regclass(:t) AND NOT tgisinternal AND tgname !~ '{_OURS}'
-      AND tgenabled IN ('O', 'A')  -- fire in an ordinary session ('D': disabled, 'R': replicas)
-      AND tgtype & {_ROW} <> 0"""
+# pg_trigger rows of the user's triggers on table :t that fire in an
+# ordinary session (tgenabled 'D': disabled, 'R': for replicas only).
+_USERS = f"""
+    tgrelid = to_regclass(:t) AND NOT tgisinternal AND tgname !~ '{_OURS}'
+    AND tgenabled IN ('O', 'A')
+"""
 
 
 class FiresAfterReorg(RuntimeError):
@@ -68,13 +71,20 @@ def check(conn: Connection, table: str, display: str, params: dict[str, Any]) ->
                             "(ALTER TRIGGER ... RENAME TO), or drop it, and submit again")
     if allowed(params):
         return
-    fired = update_row_triggers(conn, table)
+    fired = update_triggers(conn, table)
     if fired:
-        example = f"ALTER TABLE {display} DISABLE TRIGGER {fired[0]}"
+        rows = [name for name, per_row in fired if per_row]
+        statements = [name for name, per_row in fired if not per_row]
+        kind = ("row trigger" if not statements else "statement trigger" if not rows
+                else "trigger")
+        names = rows + [f"{name} (for each statement)" if rows else name for name in statements]
+        example = f"ALTER TABLE {display} DISABLE TRIGGER {fired[0][0]}"
         raise InvalidParams(
-            f"{display} has row trigger{'s' if len(fired) > 1 else ''} an UPDATE fires: "
-            f"{', '.join(fired)}; the job's backfill updates every row, so they would fire on "
-            "each row (a plain ALTER TABLE fires none): give --allow-user-triggers to accept "
+            f"{display} has {kind}{'s' if len(fired) > 1 else ''} an UPDATE fires: "
+            f"{', '.join(names)}; the job's backfill updates every row, so "
+            f"{'they' if len(fired) > 1 else 'it'} would fire on each "
+            f"{'row' if rows else 'batch'}{' or batch' if rows and statements else ''} "
+            "(a plain ALTER TABLE fires none): give --allow-user-triggers to accept "
             f"that, or disable them while the job runs ({example}; the application's writes "
             "skip them too meanwhile) and enable them after")
 
@@ -97,18 +107,20 @@ def later_before_triggers(conn: Connection, table: str) -> list[str]:
     one that skips a delete after ``add-column``'s booked it would leave the
     row without its ownership)."""
     return list(conn.execute(text(
-        f"{_USER_TRIGGERS} AND tgtype & {_BEFORE} <> 0 "
+        f"SELECT tgname FROM pg_trigger WHERE {_USERS} "
+        f"AND tgtype & {_ROW} <> 0 AND tgtype & {_BEFORE} <> 0 "
         f"AND tgtype & {_INSERT | _UPDATE | _DELETE} <> 0 "
         "AND tgname::text COLLATE \"C\" > :prefix COLLATE \"C\" ORDER BY 1"),
         {"t": table, "prefix": PREFIX}).scalars())
 
 
-def update_row_triggers(conn: Connection, table: str) -> list[str]:
-    """The user's row triggers (BEFORE or AFTER) that an UPDATE of a column
-    they do not name fires."""
-    return list(conn.execute(text(
-        f"{_USER_TRIGGERS} AND tgtype & {_UPDATE} <> 0 AND cardinality(tgattr::int2[]) = 0 "
-        "ORDER BY 1"), {"t": table}).scalars())
+def update_triggers(conn: Connection, table: str) -> list[tuple[str, bool]]:
+    """The user's triggers (row or statement, BEFORE or AFTER) that an UPDATE
+    of a column they do not name fires: (name, for each row), by name."""
+    return [(name, per_row) for name, per_row in conn.execute(text(
+        f"SELECT tgname, tgtype & {_ROW} <> 0 FROM pg_trigger WHERE {_USERS} "
+        f"AND tgtype & {_UPDATE} <> 0 AND cardinality(tgattr::int2[]) = 0 ORDER BY 1"),
+        {"t": table})]
 
 
 def _named(names: list[str], display: str) -> str:

@@ -184,6 +184,38 @@ def test_a_table_whose_row_triggers_an_update_fires_is_refused_naming_them(
 
 @pytest.mark.parametrize("request_of", [_alter_email, _add_column], ids=["alter-type",
                                                                          "add-column"])
+def test_a_statement_trigger_an_update_fires_is_refused_too(db, settings, request_of):
+    """Each backfill batch is an UPDATE statement: a FOR EACH STATEMENT
+    trigger would fire once a batch, which a plain ALTER TABLE never does."""
+    url = settings.database_url
+    _items(url, """
+        CREATE FUNCTION touched() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN PERFORM pg_notify('items_changed', ''); RETURN NULL; END $$;
+        CREATE TRIGGER items_changed AFTER UPDATE ON items
+            FOR EACH STATEMENT EXECUTE FUNCTION touched()""")
+    before = _unchanged(db, url)
+    with pytest.raises(InvalidParams) as raised:
+        submit(db, request_of())
+    message = str(raised.value)
+    assert "\n" not in message, message
+    assert "statement trigger an UPDATE fires: items_changed" in message, message
+    assert "on each batch" in message and "--allow-user-triggers" in message, message
+    assert _unchanged(db, url) == before
+    with_rows = STAMP_AND_AUDIT.replace("items_audit AFTER", "items_notify AFTER")
+    execute(url, "DROP TABLE items")
+    _items(url, with_rows.replace("CREATE FUNCTION audit", "CREATE OR REPLACE FUNCTION audit")
+           .replace("CREATE TABLE audit", "CREATE TABLE IF NOT EXISTS audit")
+           .replace("CREATE FUNCTION stamp", "CREATE OR REPLACE FUNCTION stamp"), """
+        CREATE TRIGGER items_changed AFTER UPDATE ON items
+            FOR EACH STATEMENT EXECUTE FUNCTION touched()""")
+    with pytest.raises(InvalidParams, match="has triggers an UPDATE fires: items_notify, "
+                       r"items_updated_at, items_changed \(for each statement\); .* on each "
+                       "row or batch"):
+        submit(db, request_of())
+
+
+@pytest.mark.parametrize("request_of", [_alter_email, _add_column], ids=["alter-type",
+                                                                         "add-column"])
 def test_with_allow_user_triggers_the_job_runs_and_its_values_are_right(
         db, settings, start_node, request_of):
     url = settings.database_url
