@@ -90,11 +90,15 @@ class AddColumn(JobType):
         if default:
             _check_default(conn, table, column, type_, default)
         user_triggers.check(conn, table.qualified, table.display, params)
-        return Target(table.qualified, table.key_sql, {
-            "table": table.display, "key": table.key, "column": column, "column_type": type_, "expr": expr,
-            "default": default, "not_null": bool(params.get("not_null")),
+        normalised: dict[str, Any] = {
+            "table": table.display, "key": table.key, "column": column, "column_type": type_,
+            "expr": expr, "default": default, "not_null": bool(params.get("not_null")),
             user_triggers.ALLOW: user_triggers.allowed(params),
-        }, key=table.key_spec)
+        }
+        partitions = catalog.leaf_partitions(conn, table.qualified)
+        if partitions:  # the cut-over fills those attached since (_fill_new_partitions)
+            normalised[PARTITIONS] = partitions
+        return Target(table.qualified, table.key_sql, normalised, key=table.key_spec)
 
     def describe(self, conn: Connection, job: Job) -> list[str]:
         params, table = job.params, job.target_table
@@ -145,6 +149,7 @@ class AddColumn(JobType):
         # Under the lock (SHARE ROW EXCLUSIVE at least: CREATE TRIGGER waits
         # for it too), no trigger is made or renamed before the commit.
         user_triggers.check_still_last(conn, job.target_table, job.params["table"])
+        _fill_new_partitions(conn, job)
         for stmt in ddl.cut_over():
             conn.execute(text(stmt))
 
@@ -209,6 +214,41 @@ class AddColumn(JobType):
 
 
 
+# params: the table's partitions at submit (a partitioned table only).
+PARTITIONS = "partitions"
+
+
+def _fill_new_partitions(conn: Connection, job: Job) -> None:
+    """The cut-over's fill of each partition the table has gained since the
+    submit. One created as a partition (``CREATE TABLE ... PARTITION OF``)
+    had the trigger, cloned by PostgreSQL, for every row; one attached
+    (``ATTACH PARTITION``) brought rows that never met it, in ranges the
+    backfill may have passed already. A batch over the whole partition, under
+    the cut-over's lock, gives them --value as the backfill would (only rows
+    still NULL, the application's explicit NULLs kept): a short scan for a
+    partition made during the job, as long as its size for an attached one."""
+    known = job.params.get(PARTITIONS)
+    if known is None:
+        return  # not partitioned at submit (or submitted by a version before)
+    ddl, key = _ddl(job), job.key
+    conn.execute(text(f"SELECT set_config('{JOB_SETTING}', :job, true)"), {"job": str(job.id)})
+    owned = relation_exists(conn, ddl.owned.table)
+    for partition in catalog.leaf_partitions(conn, job.target_table):
+        if partition in known:
+            continue
+        first = conn.execute(text(f"SELECT {key.read()} FROM {partition} "
+                                  f"ORDER BY {key.order_by()} LIMIT 1")).scalar()
+        if first is None:
+            continue
+        lo = {"lo": key.bind(decode(first))}
+        fill = UpdateSql(partition, alias_of(job.target_table), key, job.params["column"],
+                         job.params["expr"], f"{ddl.column} IS NULL", None, bounded=False)
+        conn.execute(text(fill.update()), lo)
+        if owned:
+            conn.execute(text(ddl.owned.fix_up(partition, alias_of(job.target_table),
+                                               job.params["column"], bounded=False)), lo)
+
+
 class CutOverRefused(RuntimeError):
     """The table changed during the job in a way the cut-over cannot carry:
     not retryable, so the job fails and is rolled back."""
@@ -218,7 +258,8 @@ def _refuse_inheritance_children(conn: Connection, table: str, display: str) -> 
     """A table with inheritance children: the column is added to them too,
     but the trigger is the table's own, so rows written to a child never get
     --value. (Partitions are carried: PostgreSQL clones the trigger to every
-    partition, those created or attached during the job too.)"""
+    partition, and the cut-over fills those attached during the job,
+    ``_fill_new_partitions``.)"""
     tree = catalog.inheritance(conn, table)
     if tree is not None and tree.children and not tree.partitioned:
         raise InvalidParams(

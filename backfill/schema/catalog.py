@@ -331,6 +331,14 @@ def inheritance(conn: Connection, table: str) -> Inheritance | None:
                        tuple(row.children))
 
 
+def leaf_partitions(conn: Connection, table: str) -> list[str]:
+    """The partitions holding the rows of a partitioned table, at every level
+    (as ``regclass`` prints them); none for another table."""
+    return list(conn.execute(text(
+        "SELECT relid::regclass::text FROM pg_partition_tree(to_regclass(:t)) "
+        "WHERE isleaf AND relid <> to_regclass(:t) ORDER BY 1"), {"t": table}).scalars())
+
+
 def constraint_names(conn: Connection, table: str) -> list[str]:
     return list(conn.execute(text(
         "SELECT conname FROM pg_constraint WHERE conrelid = to_regclass(:t) ORDER BY 1"),

@@ -164,6 +164,37 @@ def test_add_column_refuses_a_table_with_inheritance_children_at_submit(db, sett
     assert scalar(db, "SELECT count(*) FROM {s}.jobs") == 0
 
 
+def test_add_column_fills_a_partition_attached_during_the_job(db, settings, start_node):
+    """A partition attached while the job runs brings rows that never met
+    the job's trigger, in ranges the backfill has passed: the cut-over fills
+    them, keeping a NULL the application wrote there after the attach."""
+    url = settings.database_url
+    _execute(url, f"""
+        CREATE TABLE items (id int PRIMARY KEY, a int, b text) PARTITION BY RANGE (id);
+        CREATE TABLE items_1 PARTITION OF items FOR VALUES FROM (0) TO ({ROWS + 1});
+        INSERT INTO items SELECT g, g % 97, 'v' || g FROM generate_series(1, {ROWS}) g;
+        ANALYZE items""")
+    job_id = _held_at_cut_over(db, start_node, _add_d())
+    # Made with the job's new column (ATTACH needs every column of the
+    # table), its rows written before the attach: no trigger, d NULL; the
+    # backfill and its catch-up ranges are over.
+    _execute(url, f"""
+        CREATE TABLE items_2 (id int NOT NULL, a int, b text, d text);
+        INSERT INTO items_2 SELECT g, g % 97, 'w' || g
+            FROM generate_series({ROWS + 1}, {ROWS + 100}) g;
+        ALTER TABLE items_2 ADD PRIMARY KEY (id);
+        ALTER TABLE items ATTACH PARTITION items_2 FOR VALUES FROM ({ROWS + 1}) TO (MAXVALUE);
+        UPDATE items SET d = NULL WHERE id = {ROWS + 7};
+        INSERT INTO items VALUES ({ROWS + 500}, 1, 'after')""")
+    faults.release("owner.before_cutover")
+    done = wait_state(db, job_id, timeout=60)
+    assert done["state"] == "succeeded", done
+    assert scalar(db, "SELECT count(*) FROM items_2") == 101
+    assert scalar(db, f"SELECT count(*) FROM items WHERE d IS DISTINCT FROM {VALUE} "
+                      f"AND id <> {ROWS + 7}") == 0
+    assert scalar(db, f"SELECT d FROM items WHERE id = {ROWS + 7}") is None
+
+
 def test_add_column_carries_a_partition_created_during_the_job(db, settings, start_node):
     """PostgreSQL clones the trigger of a partitioned table to every partition,
     one created while the job runs too: its rows get --value."""
