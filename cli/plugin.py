@@ -73,11 +73,19 @@ TableOpt = Annotated[str, typer.Option("--table", help="Table to work on, e.g. p
 # Schema changes whose backfill updates every row (add-column, alter-type).
 AllowUserTriggersOpt = Annotated[bool, typer.Option(
     "--allow-user-triggers",
-    help="Accept that the backfill fires the table's own row triggers for UPDATE on every "
-         "row (an updated_at stamp, an audit log); without it such a table is refused.")]
+    help="Accept that the backfill fires the table's own triggers for UPDATE on every "
+         "row or batch (an updated_at stamp, an audit log); without it such a table is "
+         "refused.")]
 
-__all__ = ["AllowUserTriggersOpt", "Params", "TableOpt", "count", "database", "duration", "generic_options",
-           "print_json", "read_database", "table_name"]
+MethodOpt = Annotated[str, typer.Option(
+    "--method", metavar="column|rewrite",
+    help="column: change the table in place (a new column, a backfill UPDATE of every row, "
+         "a cut-over); rewrite: copy the table with the change into a new one and swap it "
+         "in (a rewrite job: the column keeps its place, no trigger fires, the table's size "
+         "again in disk).")]
+
+__all__ = ["AllowUserTriggersOpt", "MethodOpt", "Params", "TableOpt", "count", "database",
+           "duration", "generic_options", "print_json", "read_database", "table_name"]
 
 
 def database(ctx: typer.Context) -> Database:

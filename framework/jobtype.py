@@ -66,6 +66,13 @@ class JobType(ABC):
         raise InvalidParams (one line: what is wrong, how to fix it). Runs in
         a rolled-back transaction."""
 
+    def handed_over(self, params: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+        """Submit, before ``validate``: the job type and params of another
+        type that does this request (``alter-type --method rewrite`` is a
+        ``rewrite`` job), or None to take it. Pure: no database; the type
+        handed to validates the params it is given."""
+        return None
+
     def analyse(self, conn: Connection, job: Job) -> dict[str, Any]:
         """Checks ``validate`` leaves to the owner (e.g. on a warm Spark
         session) before the split, in a rolled-back transaction: the job's

@@ -37,7 +37,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from framework import faults, jobtype, privileges
@@ -126,6 +126,10 @@ class SubmitResult:
 def submit(db: Database, request: SubmitRequest) -> SubmitResult:
     request.check_limits()
     kind = jobtype.get(request.type)
+    handed = kind.handed_over(dict(request.params))
+    if handed is not None:
+        request = replace(request, type=handed[0], params=handed[1])
+        kind = jobtype.get(request.type)
     with db.connect(isolation_level="REPEATABLE READ") as conn, conn.begin() as tx:
         target = kind.validate(conn, dict(request.params))
         _check_key_kind(kind, request.type, target)

@@ -38,6 +38,7 @@ from sqlalchemy.exc import IntegrityError
 from backfill.add_column.ddl import BODY_QUOTE, JOB_SETTING, AddColumnDdl
 from backfill.expressions import embed, on_one_line, one_expression, optional_expression
 from backfill.ranged_update import UpdateSql, alias_of, check_update_statement
+from backfill.rewrite import handover
 from backfill.schema import catalog, user_triggers
 from backfill.tables import (
     TableInfo,
@@ -76,6 +77,9 @@ class AddColumn(JobType):
     trigger_covers_inserts = True
 
     # --- submit ------------------------------------------------------------------
+
+    def handed_over(self, params: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+        return handover.add_column(params)  # --method rewrite: a rewrite job
 
     def validate(self, conn: Connection, params: dict[str, Any]) -> Target:
         table = inspect_table(conn, params.get("table", ""), any_key=True)

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from cli.plugin import AllowUserTriggersOpt, Params, TableOpt
+from cli.plugin import AllowUserTriggersOpt, MethodOpt, Params, TableOpt
 
 
 def add_column(
@@ -21,8 +21,11 @@ def add_column(
         "--not-null", help="Make the column NOT NULL at the end (checked without a long lock).")
     ] = False,
     allow_user_triggers: AllowUserTriggersOpt = False,
+    method: MethodOpt = "column",
 ) -> Params:
     """Add a column and fill every row with a per-row value online; then its default
-    and NOT NULL. Dropped again on cancel or failure."""
+    and NOT NULL. Dropped again on cancel or failure. With --method rewrite: a rewrite
+    job (the table copied with the new column, then swapped)."""
     return {"table": table, "column": column, "value": value, "default": default,
-            "not_null": not_null, "allow_user_triggers": allow_user_triggers}
+            "not_null": not_null, "allow_user_triggers": allow_user_triggers,
+            "method": method}

@@ -10,6 +10,7 @@ from sqlalchemy.engine import Connection
 
 from backfill.alter_type import batches, checks, names, plan
 from backfill.alter_type.cutover import cut_over
+from backfill.rewrite import handover
 from backfill.schema import catalog, trigger, user_triggers
 from backfill.schema.sql import literal, run
 from backfill.tables import quote, set_ddl_lock_timeout
@@ -37,6 +38,9 @@ class AlterType(JobType):
     trigger_covers_inserts = True
 
     # --- planner -------------------------------------------------------------
+
+    def handed_over(self, params: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+        return handover.alter_type(params)  # --method rewrite: a rewrite job
 
     def validate(self, conn: Connection, params: dict[str, Any]) -> Target:
         return checks.check(conn, params)

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from cli.plugin import AllowUserTriggersOpt, Params, TableOpt
+from cli.plugin import AllowUserTriggersOpt, MethodOpt, Params, TableOpt
 
 
 def alter_type(
@@ -17,9 +17,11 @@ def alter_type(
         help="Expression of the row computing the new value (as ALTER TABLE ... USING); "
              "default: CAST(column AS TYPE).")] = None,
     allow_user_triggers: AllowUserTriggersOpt = False,
+    method: MethodOpt = "column",
 ) -> Params:
     """Change a column's type online (ALTER TABLE ... ALTER COLUMN ... TYPE without the
     long lock): shadow column and trigger, backfill, verify, indexes built beforehand,
-    then one short cut-over. The column moves to the end of SELECT *."""
+    then one short cut-over. The column moves to the end of SELECT *. With --method
+    rewrite: a rewrite job (the table copied with the change, then swapped)."""
     return {"table": table, "column": column, "type": type_, "using": using,
-            "allow_user_triggers": allow_user_triggers}
+            "allow_user_triggers": allow_user_triggers, "method": method}
