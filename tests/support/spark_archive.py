@@ -5,13 +5,14 @@ Tests marked ``spark`` start driver JVMs: the in-process session, every
 ``reorg worker`` process that runs a Spark subtask, every ``reorg submit``
 of a Spark job type (its dry run). Without an archive each of those starts
 loads and verifies Spark's classes from scratch (~8 s on 2 cores against
-~4.5 s with one, docs/benchmarks.md). So when the session has tests marked
-``spark``, the archive is built once before the first test runs (outside
-every test's timeout: the build takes a minute under load), in a session
-temp dir (never in $HOME), and ``REORG_SPARK_CDS`` points every process
-started after it there; child processes inherit it, ``clean_env`` keeps it.
-A session without such tests never pays for the build, and its workers keep
-``REORG_SPARK_CDS=off`` (conftest): no build of their own in the background.
+~4.5 s with one, docs/benchmarks.md). So the archive is built once, before
+the first test marked ``spark`` that the process runs (outside its timeout:
+the build takes a minute under load), in a session temp dir (never in
+$HOME), and ``REORG_SPARK_CDS`` points every process started after it
+there; child processes inherit it, ``clean_env`` keeps it. A process that
+runs no such test never pays for the build (in a parallel run, every
+process but the one given the ``spark`` group), and the workers it starts
+keep ``REORG_SPARK_CDS=off`` (conftest): no build of their own.
 """
 
 from __future__ import annotations
@@ -74,11 +75,18 @@ def build_session_archive() -> Path | None:
     return archive
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtestloop(session: pytest.Session) -> Iterator[None]:
-    if not session.config.option.collectonly and any(
-            item.get_closest_marker("spark") for item in session.items):
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    # Before the first test marked ``spark`` this process runs, outside its
+    # timeout (this wrapper is outermost): in a parallel run only the process
+    # given the ``spark`` group builds one, not every process that collected it.
+    if item.get_closest_marker("spark"):
         build_session_archive()
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_sessionfinish() -> Iterator[None]:
     yield
     directory = _built.get("directory")
     if directory is not None:
