@@ -228,3 +228,20 @@ def test_cancel_scale_benchmark_restores_the_table(fresh_db, tmp_path):
     assert report["restored_exactly"] and report["rows_differing"] == 0
     assert (0 < report["seconds_cancel_to_revert_step"]
             <= report["seconds_cancel_to_cancelled"]), report
+
+
+# ~1 min (six contenders, each on a fresh pgbench table): in the matrix.
+@pytest.mark.matrix
+def test_methods_benchmark_runs_every_contender(fresh_db):
+    """``python -m bench.methods`` at pgbench scale 1: every contender's row,
+    the two comparisons, on the test's database."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.methods", "--scale", "1", "--db", fresh_db],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for name in ("| ALTER TABLE", "| reorg alter-type --method column |",
+                 "| reorg alter-type --method rewrite |", "| UPDATE ... SET",
+                 "| reorg sql-update --set", "| reorg rewrite --set"):
+        assert name in done.stdout, (name, done.stdout[-3000:])
+    assert "the time of reorg alter-type --method column" in done.stdout
+    assert "the time of reorg sql-update" in done.stdout
