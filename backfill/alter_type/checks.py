@@ -6,8 +6,8 @@ its lock (DESIGN 15).
 
 Refused, because a swap of columns cannot carry them over safely:
 partitioned tables, partitions and tables with inheritance parents or
-children; generated columns; an identity column to any type but a wider
-integer (its sequence is re-created on the new column by the cut-over);
+children; generated columns; an identity column to any type but an integer
+at least as wide (its sequence is made again on the new column by the cut-over);
 a column referenced by a foreign
 key; a column a view, materialized view, generated column, trigger,
 policy, rule, extended statistics or a publication's column list or row
