@@ -28,9 +28,10 @@ TPS), then through the contender. The forms (``--forms``):
 reorg runs on one in-process node of 2 slots, default knobs (``--rate``:
 ``--max-rows-per-sec``), started and elected owner before the clock starts
 and drained after it stops, as a deployed ``reorg worker`` runs before and
-after a job: reorg's wall time is its job's, from the submit to its end. With ``--rounds N`` every contender runs N times,
-round after round (so a load on the machine falls on all of them alike),
-and the median of each figure is printed. The server is a durable
+after a job: reorg's wall time is its job's, from the submit to its end.
+With ``--rounds N`` every contender runs N times, round after round (so a
+load on the machine falls on all of them alike), and the median of each
+figure is printed. The server is a durable
 throwaway cluster (fsync, full-page writes) unless ``--db`` is given.
 
 Printed: wall time and its ratio to pg_repack's, to VACUUM FULL's and to
