@@ -26,9 +26,12 @@ TPS), then through the contender. The forms (``--forms``):
   bigint"``.
 
 reorg runs on one in-process node of 2 slots, default knobs (``--rate``:
-``--max-rows-per-sec``). With ``--rounds N`` every contender runs N times,
-round after round (so a load on the machine falls on all of them alike),
-and the median of each figure is printed. The server is a durable
+``--max-rows-per-sec``), started and elected owner before the clock starts
+and drained after it stops, as a deployed ``reorg worker`` runs before and
+after a job: reorg's wall time is its job's, from the submit to its end.
+With ``--rounds N`` every contender runs N times, round after round (so a
+load on the machine falls on all of them alike), and the median of each
+figure is printed. The server is a durable
 throwaway cluster (fsync, full-page writes) unless ``--db`` is given.
 
 Printed: wall time and its ratio to pg_repack's, to VACUUM FULL's and to
@@ -171,29 +174,59 @@ def size(url: str) -> int:
                    .fetchone()[0])  # type: ignore[index]
 
 
-# A contender: given the server's URL, runs to its end; returns reorg's steps
+class Window:
+    """The measured part of a contender's run, from ``open`` to ``close``:
+    the application's baseline TPS up to ``open``, its TPS, longest
+    statement and transaction, and the WAL written, between the two."""
+
+    def __init__(self, url: str, apps: list[Application]) -> None:
+        self.url, self.apps = url, apps
+        self.started = self.seconds = 0.0
+        self.lsn, self.wal = "", 0
+        self.baseline: float | None = None
+        self.during: list[tuple[int, float, float, float]] = []
+        self.ats: list[tuple[float, str]] = []
+
+    def open(self) -> None:
+        self.baseline = _tps([a.window() for a in self.apps])
+        self.lsn = wal_lsn(self.url)
+        self.started = time.monotonic()
+
+    def close(self) -> None:
+        self.seconds = time.monotonic() - self.started
+        self.wal = wal_since(self.url, self.lsn)
+        self.ats = [a.longest_statement_at for a in self.apps]
+        self.during = [a.window() for a in self.apps]
+
+
+# A contender: given the server's URL and the window to open when its work
+# begins and close when it ends, runs to its end; returns reorg's steps
 # (name, seconds, WAL bytes), or none.
-Contender = Callable[[str], list[tuple[str, float, int]]]
+Contender = Callable[[str, Window], list[tuple[str, float, int]]]
 
 
 def offline(statement: str) -> Contender:
-    def run(url: str) -> list[tuple[str, float, int]]:
+    def run(url: str, window: Window) -> list[tuple[str, float, int]]:
         with psycopg.connect(url, autocommit=True) as conn:
+            window.open()
             conn.execute(statement)  # type: ignore[arg-type]
+            window.close()
         return []
     return run
 
 
 def pg_repack(binary: str) -> Contender:
-    def run(url: str) -> list[tuple[str, float, int]]:
+    def run(url: str, window: Window) -> list[tuple[str, float, int]]:
         # pg_repack 1.4.8 takes no connection URI: its parts as options.
         at = psycopg.conninfo.conninfo_to_dict(url)
         options = [f"--{name}={at[key]}" for name, key in (
             ("host", "host"), ("port", "port"), ("username", "user"), ("dbname", "dbname"))
             if at.get(key)]
         env = {**os.environ, **({"PGPASSWORD": str(at["password"])} if at.get("password") else {})}
+        window.open()
         done = subprocess.run([binary, "--no-order", "--table", "pgbench_accounts", *options],
                               capture_output=True, text=True, env=env)
+        window.close()
         if done.returncode != 0:
             raise SystemExit(f"pg_repack failed: {done.stderr.strip()}")
         return []
@@ -201,11 +234,30 @@ def pg_repack(binary: str) -> Contender:
 
 
 def reorg_rewrite(rate: int | None, **params: object) -> Contender:
-    def run(url: str) -> list[tuple[str, float, int]]:
+    """The job from its submit to its end, on a node started before (as a
+    deployed ``reorg worker`` runs before and after a job: its start, the
+    owner's election and its drain are not the job's) and idle meanwhile."""
+    def run(url: str, window: Window) -> list[tuple[str, float, int]]:
         with node_in_process(url) as db:
-            return run_with_steps(db, url, SubmitRequest(
+            owner_elected(url)
+            window.open()
+            steps = run_with_steps(db, url, SubmitRequest(
                 "rewrite", {"table": "pgbench_accounts", **params}, max_rows_per_sec=rate))
+            window.close()
+        return steps
     return run
+
+
+def owner_elected(url: str, timeout: float = 30.0) -> None:
+    """Wait until the bench's node (``node_in_process``) holds the owner lease."""
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(url, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            if conn.execute("SELECT EXISTS (SELECT 1 FROM reorg.owner_lease "
+                            "WHERE owner_id = 'bench' AND expires_at > now())").fetchone()[0]:  # type: ignore[index]
+                return
+            time.sleep(0.05)
+    raise SystemExit("error: the bench node was not elected owner")
 
 
 def run_with_steps(db: Database, url: str, request: SubmitRequest) -> list[tuple[str, float, int]]:
@@ -245,14 +297,11 @@ def measure(url: str, scale: int, contender: Contender, with_app: bool) -> Resul
     for app in apps:
         app.start()
     time.sleep(BASELINE_SECONDS if apps else 0)
-    baseline = _tps([a.window() for a in apps])
-    lsn = wal_lsn(url)
-    started = time.monotonic()
-    steps = contender(url)
-    took = time.monotonic() - started
-    wal = wal_since(url, lsn)
-    ats = [a.longest_statement_at for a in apps]
-    during = [a.window() for a in apps]
+    window = Window(url, apps)
+    steps = contender(url, window)
+    took, wal, ats, during, started = (window.seconds, window.wal, window.ats, window.during,
+                                       window.started)
+    baseline = window.baseline
     for app in apps:
         app.stop_event.set()
         app.join(60)

@@ -108,11 +108,8 @@ class Rewrite(JobType):
         if step == BUILD:
             return [{"build": b.to_param()} for b in plan.builds]
         if step == CATCH_UP:
-            # The shadow's ANALYZE first (claimed first), beside the replay
-            # rounds: its lock does not conflict with their writes, where it
-            # would with the build step's CREATE INDEX.
-            return [{"analyze": True},
-                    *({"round": n} for n in range(min(job.concurrency, CATCH_UP_SUBTASKS)))]
+            # (The shadow's ANALYZE: in the verify step, ``work.analyze_once``.)
+            return [{"round": n} for n in range(min(job.concurrency, CATCH_UP_SUBTASKS))]
         if step == SWAPPED:
             return [work.swapped_meta(conn, job.params.get("keep_old_seconds") or 0,
                                       self._to_validate.pop(job.id, []))]
@@ -195,13 +192,14 @@ class Rewrite(JobType):
         step = ctx.job.step
         if step == COPY:
             ctx.run_batches(lambda conn: self.write_batch(ctx, conn))
-        elif "analyze" in ctx.meta:  # catch-up's (a job from before it moved there: build's)
+        elif "analyze" in ctx.meta:  # a job's from before it moved to the verify step
             work.analyze(ctx, _plan_of(ctx))
         elif step == BUILD:
             work.build(ctx, _plan_of(ctx), Build.from_param(ctx.meta["build"]))
         elif step == CATCH_UP:
             work.catch_up(ctx, planning.capture_of(ctx.job, _plan_of(ctx)))
         elif step == VERIFY:
+            work.analyze_once(ctx, _plan_of(ctx))  # by one subtask, the others go on
             capture = planning.capture_of(ctx.job, _plan_of(ctx))
             ctx.run_batches(lambda conn: verify_batch(ctx, conn, capture.plan, capture))
         elif step == SWAPPED:

@@ -114,6 +114,13 @@ def replay_lock(job_id: int) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
+def analyze_lock(job_id: int) -> int:
+    """The advisory lock (one bigint) of the verify subtask taking the
+    shadow's statistics: the others go on with their ranges meanwhile."""
+    digest = hashlib.md5(f"reorg rewrite analyze {job_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
 def reverse_broken_table(work_schema: str, job_id: int) -> str:
     """One row once a write to the new table could not be mirrored into the
     old one: the old table is out of step and revert refuses."""

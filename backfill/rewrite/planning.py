@@ -159,19 +159,18 @@ def describe(conn: Connection, job: Job, plan: Plan) -> list[str]:
                                                    *filter(None, [build.validate]))]
     lines += [f"  note: {note}" for note in plan.notes]
     lines.append("catch-up (write-reorg): log rows taken oldest first, each key's shadow row "
-                 "deleted and T's current row copied again, until less than a batch is left; "
-                 "beside the replay:")
-    lines.append(f"  ANALYZE {plan.shadow}")
+                 "deleted and T's current row copied again, until less than a batch is left:")
     lines.append(f"  DELETE FROM {s.capture.log} ... RETURNING key; DELETE FROM {plan.shadow} "
                  "WHERE key IN (...); " + _one_line(plan.insert_into(
                      plan.shadow, plan.select("key IN (...)"))))
+    analyze = f"; one subtask first takes the statistics: ANALYZE {plan.shadow}"
     if job.params.get("verify", "full") == "off":
         lines.append("verify (write-reorg, by range): off (--verify off): nothing compared; "
-                     "each range replays a batch of the log")
+                     "each range replays a batch of the log" + analyze)
     else:
         lines.append("verify (write-reorg, by range): a checksum of the range's rows in T and "
                      "in the shadow (keys in the log left to the replay); a range that differs "
-                     "is copied again, then must match")
+                     "is copied again, then must match" + analyze)
     lines.append("swap (public: one transaction, lock_timeout 2s, retried with backoff"
                  + (", blockers terminated" if job.params.get("kill_blockers") else "") + "):")
     lines.append(f"  LOCK TABLE {plan.shadow}, {plan.table} IN ACCESS EXCLUSIVE MODE; the "

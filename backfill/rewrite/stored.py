@@ -40,5 +40,22 @@ def load(conn: Connection, work_schema: str, job_id: int) -> Plan | None:
     return Plan.from_params(stored)
 
 
+# Set in the plan's row by the transaction that ANALYZEd the shadow (the
+# verify step's, ``work.analyze_once``): the statistics are taken once.
+ANALYZED = "analyzed"
+
+
+def analyzed(conn: Connection, work_schema: str, job_id: int) -> bool:
+    """Whether the shadow's statistics were taken (committed)."""
+    table = names.plan_table(work_schema, job_id)
+    return bool(conn.execute(text(f"SELECT coalesce(CAST(plan ->> '{ANALYZED}' AS boolean), "
+                                  f"false) FROM {table}")).scalar_one())
+
+
+def mark_analyzed(work_schema: str, job_id: int) -> str:
+    return (f"UPDATE {names.plan_table(work_schema, job_id)} "
+            f"SET plan = plan || jsonb_build_object('{ANALYZED}', true)")
+
+
 def drop(work_schema: str, job_id: int) -> str:
     return f"DROP TABLE IF EXISTS {names.plan_table(work_schema, job_id)}"

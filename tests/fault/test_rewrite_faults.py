@@ -112,9 +112,12 @@ def test_an_owner_killed_inside_the_swap_leaves_t_as_it_was_and_its_heir_swaps(
 
 
 @pytest.mark.matrix
-@pytest.mark.parametrize("point", ["rewrite.before_build=exit", "rewrite.before_replay=exit@3"],
-                         ids=["build", "catch-up"])
-def test_kill_9_of_a_worker_in_a_fixed_step_is_retried_by_another(db, settings, workers, point):
+@pytest.mark.parametrize(("point", "step"), [
+    ("rewrite.before_build=exit", 2), ("rewrite.before_replay=exit@3", 3),
+    ("rewrite.in_analyze=exit", 4),  # the verify step's ANALYZE, its mark not committed
+], ids=["build", "catch-up", "verify-analyze"])
+def test_kill_9_of_a_worker_in_a_fixed_step_is_retried_by_another(db, settings, workers, point,
+                                                                   step):
     url = settings.database_url
     make_table(url, COMPOSITE, ROWS)
     app = _started_app(url, COMPOSITE)
@@ -122,9 +125,11 @@ def test_kill_9_of_a_worker_in_a_fixed_step_is_retried_by_another(db, settings, 
     victim = workers.start("victim", slots=2, faults=point, REORG_JOB_TYPES=JOB_TYPES)
     victim.proc.wait(120)
     assert victim.proc.returncode == 137
-    assert job_of(db, job_id)["step"] == (2 if "build" in point else 3)
+    assert job_of(db, job_id)["step"] == step
     workers.start("heir", slots=2, REORG_JOB_TYPES=JOB_TYPES)
     _finished(db, settings, app, job_id, COMPOSITE)
+    # The new table has its statistics: the heir took them again.
+    assert scalar(db, "SELECT count(*) FROM pg_stats WHERE tablename = 'items'") > 0
 
 
 # --- PostgreSQL crashed (pg_ctl -m immediate) and restarted -------------------------------

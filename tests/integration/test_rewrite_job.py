@@ -384,6 +384,35 @@ def test_verify_copies_a_differing_range_again_and_keeps_a_ledger(db, settings, 
     assert all(len(m["checksum"]) == 32 for m in ledgers)
 
 
+@pytest.mark.parametrize("verify", ["full", "off"])
+def test_the_new_table_has_its_statistics_taken_once_in_the_verify_step(db, settings, start_node,
+                                                                        verify):
+    """One verify subtask ANALYZEs the shadow while the others verify their
+    ranges (several ranges, two slots): the new table has statistics from
+    its first statement after the swap, taken once, by hand (not autovacuum)."""
+    url = settings.database_url
+    make_table(url, BIGINT, ROWS)
+    job_id = submit(db, rewrite(verify=verify)).job_id
+    start_node("n1", slots=2)
+    done = wait_state(db, job_id, timeout=60)
+    assert done["state"] == "succeeded", done["error"]
+    verify_ranges = rows(db, """
+        SELECT count(*) FROM (SELECT id FROM {s}.background_subtask WHERE job_id = :j
+            AND step = 4 UNION ALL SELECT id FROM {s}.background_subtask_history
+            WHERE job_id = :j AND step = 4) x""", j=job_id)[0][0]
+    assert verify_ranges > 2
+    catch_up = rows(db, """
+        SELECT meta FROM {s}.background_subtask WHERE job_id = :j AND step = 3 UNION ALL
+        SELECT meta FROM {s}.background_subtask_history WHERE job_id = :j AND step = 3""",
+        j=job_id)
+    assert catch_up and all(set(m) <= {"round", "backlog", "backlog_at_start"}
+                            for (m,) in catch_up), catch_up  # replay rounds only
+    assert execute(url, "SELECT pg_stat_get_analyze_count('items'::regclass), "
+                        "pg_stat_get_autoanalyze_count('items'::regclass), "
+                        "(SELECT count(*) > 0 FROM pg_stats WHERE tablename = 'items')") == [
+        (1, 0, True)]
+
+
 def test_verify_off_compares_nothing_and_keeps_every_write(db, settings, start_node):
     """--verify off (as pg_repack): each verify range replays the log and
     compares nothing, not even a shadow gone wrong; the applications'
