@@ -35,21 +35,16 @@ import argparse
 import logging
 from typing import Any
 
+from bench import rewrite as rewrite_bench
 from bench.dataplane.server import database
-from bench.dataplane.tracking import node_in_process
-from bench.rewrite import ALTER, Contender, Result, median, offline, run, run_with_steps
-from framework.submit import SubmitRequest
+from bench.rewrite import ALTER, Contender, Result, median, offline, run
 
 SET = "filler = md5(aid::text)"
 FORMS = ("alter", "set")
 
 
 def reorg_job(job_type: str, **params: Any) -> Contender:
-    def run_job(url: str) -> list[tuple[str, float, int]]:
-        with node_in_process(url) as db:
-            return run_with_steps(db, url, SubmitRequest(
-                job_type, {"table": "pgbench_accounts", **params}))
-    return run_job
+    return rewrite_bench.reorg_job(job_type, None, **params)
 
 
 def contenders(forms: list[str]) -> list[tuple[str, Contender, bool]]:

@@ -234,6 +234,10 @@ def pg_repack(binary: str) -> Contender:
 
 
 def reorg_rewrite(rate: int | None, **params: object) -> Contender:
+    return reorg_job("rewrite", rate, **params)
+
+
+def reorg_job(job_type: str, rate: int | None, **params: object) -> Contender:
     """The job from its submit to its end, on a node started before (as a
     deployed ``reorg worker`` runs before and after a job: its start, the
     owner's election and its drain are not the job's) and idle meanwhile."""
@@ -242,7 +246,7 @@ def reorg_rewrite(rate: int | None, **params: object) -> Contender:
             owner_elected(url)
             window.open()
             steps = run_with_steps(db, url, SubmitRequest(
-                "rewrite", {"table": "pgbench_accounts", **params}, max_rows_per_sec=rate))
+                job_type, {"table": "pgbench_accounts", **params}, max_rows_per_sec=rate))
             window.close()
         return steps
     return run
