@@ -55,7 +55,7 @@ class UpdateSql:
     # of its own per batch (``backfill.batch_bounds``).
     scanning: bool = False
     # Overwrite mode: the statement writes only if every matching row's old
-    # value is NULL, which needs no image (``null_old_values``); else it
+    # value is NULL, which needs no image (``_null_old_values``); else it
     # writes nothing and ``update`` with ``skip_written`` does the batch.
     only_null_old: bool = False
     # Overwrite mode: leave out rows this transaction already wrote (those of
@@ -106,11 +106,13 @@ class UpdateSql:
                 UPDATE {t} AS {a} SET {col} = {embed(self.expr)} FROM reorg_read
                 WHERE {a}.ctid = reorg_read.reorg_tid AND {self._in_range()}
                 RETURNING {self._kept_keys("reorg_read")}, reorg_read.reorg_old AS old)""",
-                f"reorg_kept AS ({self.kept.keep('reorg_updated')})"]
-            returned += ["(SELECT count(*) FROM reorg_read) AS seen",
+                f"reorg_kept AS ({self.kept.keep('reorg_updated')})",
+                """reorg_seen AS (
+                SELECT count(*) AS seen, count(*) FILTER (WHERE num_nulls(reorg_old) = 0) AS kept
+                FROM reorg_read)"""]
+            returned += ["(SELECT seen FROM reorg_seen) AS seen",
                          "(SELECT count(*) FROM reorg_updated) AS written",
-                         "(SELECT count(*) FROM reorg_read WHERE num_nulls(reorg_old) = 0) "
-                         "AS kept"]
+                         "(SELECT kept FROM reorg_seen) AS kept"]
         source = " FROM reorg_bound" if self.scanning else ""
         joined = ",\n            ".join(ctes)
         return f"WITH {joined}\n            SELECT {', '.join(returned)}{source}"
