@@ -12,7 +12,7 @@ submit's temporary clone of it. Before-images: ``backfill.before_images``.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
@@ -54,12 +54,20 @@ class UpdateSql:
     # returns it (``hi``) with the keys it holds (``scanned``): no key scan
     # of its own per batch (``backfill.batch_bounds``).
     scanning: bool = False
+    # Overwrite mode: the statement writes only if every matching row's old
+    # value is NULL, which needs no image (``_null_old_values``); else it
+    # writes nothing and ``update`` with ``skip_written`` does the batch.
+    only_null_old: bool = False
+    # Overwrite mode: leave out rows this transaction already wrote (those of
+    # an ``only_null_old`` statement before it in the batch).
+    skip_written: bool = False
 
     def update(self) -> str:
         """The batch: set the column on the range's rows matching ``where``.
         Binds ``lo`` and ``hi`` (``scanning``: ``lo``, ``end`` and ``n``, and
         returns ``hi`` and ``scanned``). In overwrite mode it keeps
-        before-images and returns the rows it saw and the rows it wrote; fewer
+        before-images and returns the rows it saw (``seen``), the rows it
+        wrote (``written``) and the old values it kept (``kept``); fewer
         written means some changed under it, and ``update_locked`` does
         those. A plain update on fixed bounds is the bare UPDATE."""
         t, a, col = self.table, self.alias, quote(self.column)
@@ -72,6 +80,11 @@ class UpdateSql:
             # Not referenced, still run to completion (PostgreSQL runs every
             # data-modifying CTE); no RETURNING, nothing to hold.
             ctes.append(f"reorg_written AS ({plain})")
+        elif self.only_null_old:
+            ctes += self._null_old_values()
+            returned += ["(SELECT seen FROM reorg_probe) AS seen",
+                         "(SELECT count(*) FROM reorg_written) AS written",
+                         "(SELECT kept FROM reorg_probe) AS kept"]
         else:
             # No row locks: the old values are read in the statement's
             # snapshot, and the update joins them by ctid, so it writes only
@@ -88,17 +101,50 @@ class UpdateSql:
             ctes += [
                 f"""reorg_read AS (
                 SELECT {self._read_keys()}, {a}.{col} AS reorg_old, {a}.ctid AS reorg_tid
-                FROM {t} AS {a} WHERE {self._matching()})""",
+                FROM {t} AS {a} WHERE {self._matching()}{self._unwritten()})""",
                 f"""reorg_updated AS (
                 UPDATE {t} AS {a} SET {col} = {embed(self.expr)} FROM reorg_read
                 WHERE {a}.ctid = reorg_read.reorg_tid AND {self._in_range()}
                 RETURNING {self._kept_keys("reorg_read")}, reorg_read.reorg_old AS old)""",
-                f"reorg_kept AS ({self.kept.keep('reorg_updated')})"]
-            returned += ["(SELECT count(*) FROM reorg_read) AS seen",
-                         "(SELECT count(*) FROM reorg_updated) AS written"]
+                f"reorg_kept AS ({self.kept.keep('reorg_updated')})",
+                """reorg_seen AS (
+                SELECT count(*) AS seen, count(*) FILTER (WHERE num_nulls(reorg_old) = 0) AS kept
+                FROM reorg_read)"""]
+            returned += ["(SELECT seen FROM reorg_seen) AS seen",
+                         "(SELECT count(*) FROM reorg_updated) AS written",
+                         "(SELECT kept FROM reorg_seen) AS kept"]
         source = " FROM reorg_bound" if self.scanning else ""
         joined = ",\n            ".join(ctes)
         return f"WITH {joined}\n            SELECT {', '.join(returned)}{source}"
+
+    def _null_old_values(self) -> list[str]:
+        """``only_null_old``: the bare UPDATE, guarded. ``reorg_probe`` counts
+        the matching rows and those with an old value in the statement's
+        snapshot; the UPDATE runs only when none has one (a one-time filter:
+        otherwise it reads no row), and then every row it writes had NULL in
+        the very version it overwrote: a row an application gave a value
+        after the snapshot fails ``num_nulls(...) = 1`` on the re-check of
+        its new version (EvalPlanQual) and is skipped, so ``written`` <
+        ``seen`` and the image statement does it (``skip_written``). A NULL
+        old value needs no image: the batch's record (range and xid) puts
+        NULL back (``BeforeImages.restore_range``). Without the image
+        statement's read of every old value and its join on ``ctid``, the
+        batch costs what chunked SQL's UPDATE does."""
+        t, a, col = self.table, self.alias, quote(self.column)
+        return [
+            f"""reorg_probe AS (
+                SELECT count(*) AS seen, count(*) FILTER (WHERE num_nulls({a}.{col}) = 0) AS kept
+                FROM {t} AS {a} WHERE {self._matching()})""",
+            f"""reorg_written AS (
+                UPDATE {t} AS {a} SET {col} = {embed(self.expr)}
+                WHERE (SELECT kept FROM reorg_probe) = 0 AND {self._matching()}
+                AND num_nulls({a}.{col}) = 1
+                RETURNING 1)"""]
+
+    def _unwritten(self) -> str:
+        if not self.skip_written:
+            return ""
+        return f"\n                AND NOT {self.alias}.xmin = CAST(pg_current_xact_id() AS xid)"
 
     def update_locked(self) -> str:
         """Overwrite mode, after ``update`` wrote fewer rows than it saw: the
@@ -212,7 +258,8 @@ def check_update_statement(conn: Connection, table: TableInfo, column: str, expr
 
 
 def _explain(conn: Connection, sql: UpdateSql, option: str, shown: str, display: str) -> None:
-    statements = [sql.update()] if sql.images is None else [sql.update(), sql.update_locked()]
+    statements = [sql.update()] if sql.images is None else [
+        sql.update(), replace(sql, only_null_old=True).update(), sql.update_locked()]
     for statement in statements:
         # NULL bounds: planned, never evaluated against a key's type.
         explain_or_fail(conn, statement, {"lo": None, "hi": None},

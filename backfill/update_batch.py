@@ -12,6 +12,14 @@ finds its bound itself instead: the first ``n`` keys in its own snapshot
 trip, its planning and ~5 % of a batch (docs/benchmarks.md). Either way the
 batches tile the range: each starts where the last one's checkpoint ended.
 Other keys (``framework.keys``) scan first (``batch_bounds.next_bound``).
+
+Overwriting a column keeps a before-image of every old value that is not
+NULL. A batch whose old values are all NULL needs none: it runs the bare
+UPDATE, guarded (``UpdateSql.only_null_old``), and the first old value falls
+back to the image statement for the batch's rows not yet written. After a
+batch that kept images the next one goes straight to the image statement
+(a column full of values would pay the guard's read on every batch), and
+back to the guard after one that kept none.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from framework.subtask import Batch, SubtaskContext
 # would write too few rows: the next batch scans for its ``n`` keys instead.
 DENSE_SHARE = 0.5
 _SPARSE = "update_batch.sparse"  # ctx.batch_state: the last batch's range was sparse
+_KEPT = "update_batch.kept"  # ctx.batch_state: the last batch kept before-images
 
 
 def write_update_batch(ctx: SubtaskContext, conn: Connection,
@@ -44,14 +53,16 @@ def write_update_batch(ctx: SubtaskContext, conn: Connection,
     over. ``after_write(conn, lo, hi)``: the job type's own statements after
     the write, on the batch's range, in its transaction."""
     job, curr, end, n = ctx.job, ctx.curr_key, ctx.end_key, ctx.job.batch_rows
+    guarded = sql_for(True).images is not None and not ctx.batch_state.get(_KEPT)
     if not (job.key.arithmetic and end is not END):
         upper, scanned = next_bound(conn, job.target_table, job.key, curr, end, n)
-        sql = sql_for(upper is not END)
+        sql = replace(sql_for(upper is not END), only_null_old=guarded)
         bounds = {"lo": job.key.bind(curr), "hi": job.key.bind(upper)}
         row = _write(ctx, conn, sql, bounds)
     else:
         upper = min(curr + n, end)  # the bound if on fixed bounds
-        sql = replace(sql_for(True), scanning=not _on_fixed_bounds(ctx, filtered))
+        sql = replace(sql_for(True), scanning=not _on_fixed_bounds(ctx, filtered),
+                      only_null_old=guarded)
         row = _write(ctx, conn, sql, {"lo": curr, "hi": upper, "end": end, "n": n})
         if sql.scanning:
             upper, scanned = int(row["hi"]), int(row["scanned"])
@@ -59,10 +70,17 @@ def write_update_batch(ctx: SubtaskContext, conn: Connection,
             scanned = int(row["seen"] if sql.images is not None else row["written"])
         bounds = {"lo": curr, "hi": upper}
         ctx.batch_state[_SPARSE] = scanned < DENSE_SHARE * (upper - curr)
-    if sql.images is not None and row["written"] < row["seen"]:
-        # Rows changed under the statement: locked, on fixed bounds now.
-        with as_role(conn, run_as(job)):  # the user's SQL, their privileges only
-            conn.execute(text(replace(sql, scanning=False).update_locked()), bounds)
+    if sql.images is not None:
+        ctx.batch_state[_KEPT] = row["kept"] > 0
+        fixed = replace(sql, scanning=False, only_null_old=False)
+        if guarded and row["written"] < row["seen"]:
+            # Old values in the range (or rows changed under the guard): the
+            # image statement for the rows the guard did not write.
+            row = _write(ctx, conn, replace(fixed, skip_written=True), bounds)
+        if row["written"] < row["seen"]:
+            # Rows changed under the statement: locked, on fixed bounds now.
+            with as_role(conn, run_as(job)):  # the user's SQL, their privileges only
+                conn.execute(text(fixed.update_locked()), bounds)
     if after_write is not None:
         after_write(conn, curr, upper)
     if sql.batches:

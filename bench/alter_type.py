@@ -14,6 +14,10 @@ whole rewrite; alter-type only for the cut-over). Printed: wall time of each,
 the ratio against the plain ALTER (measured in the same run, so a loaded
 machine slows both), the longest application statement and the statements
 run. reorg runs on one in-process node of 2 slots, default job knobs.
+
+Server: a durable throwaway PostgreSQL (fsync, synchronous_commit and
+full_page_writes on, as in production: a commit waits for its WAL flush)
+unless ``--db`` is given; ``--fast-server`` turns the three off.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import time
 
 import psycopg
 
-from bench.dataplane.server import database
+from bench.dataplane.server import add_fast_server, database
 from bench.dataplane.tracking import node_in_process, run_to_success
 from framework import migrate
 from framework.config import Settings
@@ -108,9 +112,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--db", help="postgresql:// URL; default: a throwaway server under /tmp")
+    add_fast_server(parser)
     args = parser.parse_args()
     logging.getLogger("apscheduler").setLevel(logging.ERROR)  # skipped ticks on a busy host
-    with database(args.db) as server:
+    with database(args.db, durable=not args.fast_server) as server:
         results = run(server.url, args.rows)
     base, _, _ = results["ALTER TABLE ... TYPE"]
     print(f"\n| {args.rows:,} rows, id int -> bigint | wall time | vs plain ALTER "

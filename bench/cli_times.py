@@ -20,6 +20,10 @@ time and the CPU time the process used (user + system, much steadier than
 wall time on a shared machine) are reported, medians over the rounds, with
 the load average. Printed as markdown, not written: copy what matters into
 docs/benchmarks.md.
+
+Server: a durable throwaway PostgreSQL (fsync, synchronous_commit and
+full_page_writes on, as in production: a commit waits for its WAL flush)
+unless ``--db`` is given; ``--fast-server`` turns the three off.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.dataplane.reorg_cli import REPO, clean_env
-from bench.dataplane.server import database, execute
+from bench.dataplane.server import add_fast_server, database, execute
 from bench.dataplane.submit_times import SMALL, TWIN, submit_arguments
 
 JOB_TYPES = ("sql-update", "checksum", "backfill", "copy")
@@ -192,6 +196,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="phases per checkout, alternating (a phase is one worker's life): "
                              "a machine whose load drifts favours neither")
     parser.add_argument("--db", help="postgresql:// URL of an empty database (default: throwaway)")
+    add_fast_server(parser)
     args = parser.parse_args(argv)
     checkouts = {"this checkout": REPO}
     if args.baseline:
@@ -204,7 +209,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         # every command (pyc files are read even then).
         subprocess.run([sys.executable, "-m", "compileall", "-q", "framework", "backfill", "cli",
                         "migrations"], cwd=checkout, check=True, stdout=subprocess.DEVNULL)
-    with database(args.db) as server:
+    with database(args.db, durable=not args.fast_server) as server:
         prepare(server.url, REPO)
         for phase in range(args.phases):
             for index, (label, checkout) in enumerate(checkouts.items()):

@@ -40,6 +40,10 @@ commands (e.g. main's) take their turn in each round too, each against the
 same floor run, and get import profiles of their own (its system tables must
 be at this checkout's migration head). Printed as markdown, not written: copy what matters into
 docs/benchmarks.md.
+
+Server: a durable throwaway PostgreSQL (fsync, synchronous_commit and
+full_page_writes on, as in production: a commit waits for its WAL flush)
+unless ``--db`` is given; ``--fast-server`` turns the three off.
 """
 
 from __future__ import annotations
@@ -64,7 +68,7 @@ from bench.bigtable.measure import wait_for
 from bench.cancel_scale import workers
 from bench.dataplane.errors import BenchError
 from bench.dataplane.reorg_cli import REPO, clean_env
-from bench.dataplane.server import build_table, database, execute
+from bench.dataplane.server import add_fast_server, build_table, database, execute
 from bench.dataplane.tracking import job_status, system_tables
 from framework import control
 from framework.db import Database
@@ -462,12 +466,13 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path,
                         help="a checkout whose commands take turns with this one's "
                              "(e.g. `git worktree add --detach /tmp/base main`)")
+    add_fast_server(parser)
     args = parser.parse_args()
     if not 1 <= args.load_subtasks <= args.load_rows:
         parser.error("--load-subtasks must be between 1 and --load-rows")
     log_dir = Path(tempfile.mkdtemp(prefix="reorg-latency-logs-"))
     try:
-        with database(args.db, durable=True) as server:
+        with database(args.db, durable=not args.fast_server) as server:
             report = measure(server.url, args, log_dir)
     except BenchError as exc:
         sys.exit(f"error: {exc} (worker logs in {log_dir})")

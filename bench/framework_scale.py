@@ -25,6 +25,10 @@ database's own timestamps where it can:
 
 A subtask of the no-op type commits one checkpoint to its end key and
 finishes: what a one-batch subtask costs the framework.
+
+Server: a durable throwaway PostgreSQL (fsync, synchronous_commit and
+full_page_writes on, as in production: a commit waits for its WAL flush)
+unless ``--db`` is given; ``--fast-server`` turns the three off.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from bench.dataplane.proctree import stat_fields
-from bench.dataplane.server import database
+from bench.dataplane.server import add_fast_server, database
 from framework import control, gc_tuning, jobtype, migrate
 from framework.config import Settings
 from framework.db import Database, sqlalchemy_url
@@ -204,11 +208,12 @@ def main() -> None:
     parser.add_argument("--url", help="an empty database to use instead of a throwaway server")
     parser.add_argument("--worker", nargs=3, metavar=("URL", "NODE_ID", "TICKS_FILE"),
                         help=argparse.SUPPRESS)
+    add_fast_server(parser)
     args = parser.parse_args()
     if args.worker:
         run_worker(args.worker[0], args.worker[1], args.slots, args.worker[2])
         return
-    with database(args.url, durable=True) as server:
+    with database(args.url, durable=not args.fast_server) as server:
         report = measure(server.url, args, server.postmaster)
     print(json.dumps(report, indent=2))
 

@@ -17,6 +17,10 @@ owner's fenced transaction.
 Figures are ratios measured in the same run (the machine is shared):
 indexed batch time / plain batch time, and the late index build against the
 batches' total time.
+
+Server: a durable throwaway PostgreSQL (fsync, synchronous_commit and
+full_page_writes on, as in production: a commit waits for its WAL flush)
+unless ``--db`` is given; ``--fast-server`` turns the three off.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from collections.abc import Sequence
 import psycopg
 
 from backfill.ranged_update import UpdateSql
-from bench.dataplane.server import database
+from bench.dataplane.server import add_fast_server, database
 from framework.keys import KeySpec
 
 
@@ -68,9 +72,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--rows", type=int, default=1_000_000, help="rows in each table")
     parser.add_argument("--batch-rows", type=int, default=10_000)
     parser.add_argument("--db", help="postgresql:// URL of an existing server; "
-                                     "default: a throwaway local cluster, durability off")
+                                     "default: a throwaway local cluster, durable")
+    add_fast_server(parser)
     args = parser.parse_args(argv)
-    with database(args.db) as server, psycopg.connect(server.url, autocommit=True) as conn:
+    with (database(args.db, durable=not args.fast_server) as server,
+          psycopg.connect(server.url, autocommit=True) as conn):
         conn.execute("DROP TABLE IF EXISTS plain, plain_images, plain_batches, "
                      "indexed, indexed_images, indexed_batches")
         plain = _setup(conn, "plain", args.rows, indexed=False)

@@ -41,6 +41,10 @@ application's included: the same for every contender but the offline
 ones); the table's size after; and for reorg the seconds and WAL of each
 of its steps (verify includes the swap, which commits with the move to
 the swapped step).
+
+Server: a durable throwaway PostgreSQL (fsync, synchronous_commit and
+full_page_writes on, as in production: a commit waits for its WAL flush)
+unless ``--db`` is given; ``--fast-server`` turns the three off.
 """
 
 from __future__ import annotations
@@ -60,7 +64,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench.dataplane.server import database
+from bench.dataplane.server import add_fast_server, database
 from bench.dataplane.tracking import job_status, node_in_process
 from framework import migrate
 from framework.config import Settings
@@ -438,6 +442,7 @@ def main() -> None:
                         or "/usr/lib/postgresql/15/bin/pg_repack",
                         help="the pg_repack client (the server needs its extension)")
     parser.add_argument("--rate", type=int, help="the rewrite's --max-rows-per-sec")
+    add_fast_server(parser)
     args = parser.parse_args()
     forms = [f.strip() for f in args.forms.split(",") if f.strip()]
     unknown = [f for f in forms if f not in FORMS]
@@ -449,7 +454,7 @@ def main() -> None:
         print(f"pg_repack not found at {args.pg_repack}: left out (apt install "
               "postgresql-15-repack)")
     chosen = contenders(forms, repack, args.rate)
-    with database(args.db, durable=True) as server:
+    with database(args.db, durable=not args.fast_server) as server:
         results = run(server.url, args.scale, chosen, max(args.rounds, 1))
     report(args.scale, max(args.rounds, 1), results)
 

@@ -35,6 +35,10 @@ elapsed time ("redo done ... elapsed"). A real standby also waits for the
 network and for its readers' conflicts: this is its ceiling.
 
 Prints one JSON document and a markdown table.
+
+Server: a durable throwaway PostgreSQL (fsync, synchronous_commit and
+full_page_writes on, as in production: a commit waits for its WAL flush)
+unless ``--db`` is given; ``--fast-server`` turns the three off.
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ from bench.dataplane.baselines import run_chunked_sql
 from bench.dataplane.errors import BenchError
 from bench.dataplane.records import TABLE
 from bench.dataplane.reorg_cli import reorg
-from bench.dataplane.server import build_table, query_one, reset_table
+from bench.dataplane.server import add_fast_server, build_table, query_one, reset_table
 from bench.dataplane.tracking import job_status, system_tables
 from framework import migrate
 from framework.db import Database
@@ -170,6 +174,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=500_000)
     parser.add_argument("--rows-per-subtask", type=int, default=50_000)
     parser.add_argument("--db", help="postgresql:// URL of an otherwise idle scratch server")
+    add_fast_server(parser)
     args = parser.parse_args()
     log_dir = Path(tempfile.mkdtemp(prefix="reorg-wal-logs-"))
     try:
@@ -177,7 +182,7 @@ def main() -> None:
             report = measure(args.db, args, log_dir)
         else:
             data_dir = Path(tempfile.mkdtemp(prefix="reorg-bench-", dir="/tmp"))
-            cluster = LocalPostgres(data_dir, durable=True)
+            cluster = LocalPostgres(data_dir, durable=not args.fast_server)
             try:
                 cluster.init()
                 cluster.start()

@@ -23,6 +23,7 @@ the images are dropped.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import text
@@ -75,7 +76,14 @@ class SqlUpdate(JobType):
         else:
             lines = [f"prepare: ALTER TABLE {job.target_table} ADD COLUMN "
                      f"{quote(p['column'])} {p['column_type']}"]
-        lines.append(f"each batch{who}, keys [:lo, :hi): {sql.update()}")
+        if p["overwrite"]:
+            guarded = replace(sql, only_null_old=True).update()
+            lines.append(f"each batch{who}, keys [:lo, :hi), unless the last one kept images "
+                         f"(writes only if every old value is NULL): {guarded}")
+            lines.append(f"each batch{who} with old values, keys [:lo, :hi) (rows the one "
+                         f"above wrote left out): {sql.update()}")
+        else:
+            lines.append(f"each batch{who}, keys [:lo, :hi): {sql.update()}")
         if p["overwrite"]:
             lines.append(f"each batch, its range kept for a rollback: {sql.record_batch()}")
             lines += [f"cut-over: {s}" for s in sql.drop_images()]

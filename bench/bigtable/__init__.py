@@ -22,4 +22,8 @@ Modules, one job each:
     build      the table, built fast (parallel INSERTs from generate_series, index after)
     measure    the measures above, through the `reorg` command and framework.control
     report     the "100M rows" section of docs/benchmarks.md, below the hand-kept marker
+
+Server: a durable throwaway PostgreSQL (fsync, synchronous_commit and
+full_page_writes on, as in production: a commit waits for its WAL flush)
+unless ``--db`` is given; ``--fast-server`` turns the three off.
 """

@@ -13,7 +13,7 @@ from pathlib import Path
 from bench.bigtable import build, measure, report
 from bench.dataplane.errors import BenchError
 from bench.dataplane.reorg_cli import reorg
-from bench.dataplane.server import database, query_one
+from bench.dataplane.server import add_fast_server, database, query_one, server_kind
 from bench.dataplane.tracking import system_tables
 from bench.dataplane.workers import running_worker
 
@@ -27,7 +27,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                     "rows/s against chunked SQL, cancel time")
     parser.add_argument("--rows", type=int, default=100_000_000, help="rows in bench.items")
     parser.add_argument("--db", help="postgresql:// URL of an existing server (TCP host); "
-                                     "default: a throwaway local cluster, durability off")
+                                     "default: a throwaway local cluster, durable")
     parser.add_argument("--reuse", action="store_true",
                         help="keep a bench.items of about --rows rows (within 20%%, the planner's "
                              "estimate) left by an earlier run (with --db) instead of "
@@ -42,6 +42,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="markdown file whose '100M rows' section is written")
     parser.add_argument("--heading", default=report.HEADING,
                         help="the section's heading (replaced if present)")
+    add_fast_server(parser)
     return parser.parse_args(argv)
 
 
@@ -49,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     log_dir = Path(tempfile.mkdtemp(prefix="reorg-bigtable-logs-"))
-    with database(args.db) as server:
+    with database(args.db, durable=not args.fast_server) as server:
         url = server.url
         have = build.existing_rows(url) if args.reuse else None
         if have is not None and abs(have - args.rows) <= args.rows // 5:
@@ -87,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"    {chunked.rows:,} rows, {chunked.per_second:,.0f} rows/s", flush=True)
         measure.put_back(url, keys, args.old_values)
     res = report.Results(stamp, args.rows, str(size), pg_version.split(" on ")[0],
-                         "`--db` server" if args.db else "throwaway local cluster, durability off",
+                         "`--db` server" if args.db else server_kind(args.fast_server),
                          build_seconds, args.window, start, even, reorg_rate, chunked, cancel,
                          args.old_values)
     report.write(res, args.doc, args.heading)

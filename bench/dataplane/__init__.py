@@ -43,4 +43,8 @@ Tools of their own, run with ``python -m bench.dataplane.NAME``:
     spark_batch_profile  where a ``backfill`` batch's time goes, by stage, and CPU by process
     sql_update_ab        ``sql-update``'s ratios for a baseline checkout and this one, taking turns
     backend_cpu          CPU of every PostgreSQL backend during reorg's job and chunked SQL
+
+Server: a durable throwaway PostgreSQL (fsync, synchronous_commit and
+full_page_writes on, as in production: a commit waits for its WAL flush)
+unless ``--db`` is given; ``--fast-server`` turns the three off.
 """

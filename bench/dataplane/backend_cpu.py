@@ -9,6 +9,10 @@ difference in the server's work, not only in waiting, shows up, and which
 connections do it. It found a worker's batches rotating over three pooled
 connections (20 % more CPU in the backends than chunked SQL) before the pool
 handed a slot back its last connection. Printed, not written.
+
+Server: a durable throwaway PostgreSQL (fsync, synchronous_commit and
+full_page_writes on, as in production: a commit waits for its WAL flush)
+unless ``--db`` is given; ``--fast-server`` turns the three off.
 """
 
 from __future__ import annotations
@@ -90,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = tool_parser("bench.dataplane.backend_cpu", __doc__, rows=2_000_000)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args(argv)
-    with database(args.db) as server:
+    with database(args.db, durable=not args.fast_server) as server:
         url = server.url
         build_table(url, args.rows, autovacuum=False)
         reorg_cli.reorg(url, "db", "upgrade")

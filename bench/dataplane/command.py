@@ -23,7 +23,14 @@ from bench.dataplane.records import SPARK_PARTITIONS, TABLE, Results
 from bench.dataplane.reorg_cli import REPO, build_spark_archive, reorg, stack_import_seconds
 from bench.dataplane.reorg_runs import run_reorg_contender
 from bench.dataplane.report import machine, summary_lines, write_doc
-from bench.dataplane.server import build_table, database, query_one, verify
+from bench.dataplane.server import (
+    add_fast_server,
+    build_table,
+    database,
+    query_one,
+    server_kind,
+    verify,
+)
 from bench.dataplane.submit_times import run_submit_times
 from bench.dataplane.timing import contend, timed
 
@@ -62,6 +69,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="run a contender again, up to this often, when other processes took "
                         "over 10%% of the CPUs while it ran")
     parser.add_argument("--doc", type=Path, default=DEFAULT_DOC, help="markdown report to write")
+    add_fast_server(parser)
     return parser.parse_args(argv)
 
 
@@ -84,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     started = time.perf_counter()
     stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     log_dir = Path(tempfile.mkdtemp(prefix="reorg-bench-logs-"))
-    with database(args.db) as server:
+    with database(args.db, durable=not args.fast_server) as server:
         url = server.url
         print(f"building {TABLE} with {args.rows:,} rows", flush=True)
         with timed("build") as build:
@@ -116,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         (pg_version,) = query_one(url, "SELECT version()")
         res = Results(shown_command(sys.argv[1:] if argv is None else argv), args.rows,
                       machine(pg_version), stamp,
-                      "`--db` server" if args.db else "throwaway local cluster, durability off",
+                      "`--db` server" if args.db else server_kind(args.fast_server),
                       build.seconds, single, chunked, plain, others_cpu=others_cpu,
                       chunked_sql_old=chunked_old, chunked_sql_images=chunked_images,
                       stack_import=stack_import)

@@ -130,7 +130,7 @@ class Results:
     rows: int
     machine: dict[str, str]
     started: str
-    server: str  # "throwaway local cluster (durability off)" or "--db"
+    server: str  # "throwaway local cluster, durable" (or "durability off") or "--db"
     table_build: float
     single_update: float
     chunked_sql: float

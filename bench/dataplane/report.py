@@ -400,8 +400,9 @@ def write_kill_section(res: Results, add: Add) -> None:
 METHOD = f"""\
 In `bench/README.md`, "The data-plane benchmark"; in short:
 
-- **Server**: without `--db`, a throwaway cluster with `fsync`, `synchronous_commit` and
-  `full_page_writes` off (commits cheaper than on a durable server, for every contender alike).
+- **Server**: without `--db`, a durable throwaway cluster (`fsync`, `synchronous_commit` and
+  `full_page_writes` on, as in production: every commit waits for its WAL flush, for every
+  contender alike); `--fast-server` turns the three off.
 - **Same start**: the table reloaded in key order, `VACUUM (ANALYZE)` and `CHECKPOINT` before
   each contender; one disturbed by other processes (over 10 % of the CPUs) runs again.
 - **(1) reorg**: launch of `reorg submit ... --wait` to its exit 0, on one warm `reorg worker

@@ -12,6 +12,10 @@ Then, on the same warm session, probes that split the Spark job: a job that
 reads no rows (Spark's and JDBC's fixed cost per batch) and PostgreSQL
 serving the same read to psycopg. Printed as milliseconds per batch; wall
 times on a shared machine, to be read as shares of a batch.
+
+Server: a durable throwaway PostgreSQL (fsync, synchronous_commit and
+full_page_writes on, as in production: a commit waits for its WAL flush)
+unless ``--db`` is given; ``--fast-server`` turns the three off.
 """
 
 from __future__ import annotations
@@ -214,7 +218,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     from framework.db import Database
     from framework.node import Node
 
-    with database(args.db) as server:
+    with database(args.db, durable=not args.fast_server) as server:
         url = server.url
         build_table(url, args.rows)
         reorg(url, "db", "upgrade")

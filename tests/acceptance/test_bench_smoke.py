@@ -51,10 +51,11 @@ def test_dataplane_benchmark_runs_end_to_end_on_a_small_table(fresh_db, tmp_path
     assert "python -m bench.dataplane --db URL --rows 3000" in report  # no credentials
 
 
-def test_sql_batch_profile_counts_the_batches_of_both_jobs(fresh_db, tmp_path):
+def test_sql_batch_profile_counts_the_batches_of_every_job(fresh_db, tmp_path):
     """``python -m bench.dataplane.batch_profile`` on a small table: the
-    overwrite's batches (update with its images) and the add-column's (the
-    bare UPDATE) are each counted."""
+    overwrite's batches (update with its images), the overwrite of a column
+    all NULL (the guarded bare UPDATE) and the add-column's (the bare UPDATE)
+    are each counted."""
     done = subprocess.run(
         [sys.executable, "-m", "bench.dataplane.batch_profile", "--db", fresh_db,
          "--rows", "4000", "--batch-rows", "1000"],
@@ -62,9 +63,11 @@ def test_sql_batch_profile_counts_the_batches_of_both_jobs(fresh_db, tmp_path):
         timeout=240)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = done.stdout
-    assert out.count(": 4 batches, job") == 2, out
-    overwrite, added = out.split("--add-column", 1)
+    assert out.count(": 4 batches, job") == 3, out
+    overwrite, rest = out.split("overwrite of c all NULL", 1)
+    all_null, added = rest.split("--add-column", 1)
     assert "update + before-images" in overwrite and "\n  update " in added, out
+    assert "update, guarded" in all_null and "before-images" not in all_null, out
 
 
 @pytest.mark.spark

@@ -202,10 +202,13 @@ def test_dry_run_prints_the_plan_and_inserts_no_job(items_db: str) -> None:
     plan = reorg_json(items_db, "submit", "sql-update", "--table", "items", "--set", "c=b",
                       "--rows-per-subtask", "300", "--dry-run")
     assert plan["ranges"] == 4 and plan["estimated_rows"] == 1_000
-    # Overwriting c keeps its old values: the batch's statement says how.
+    # Overwriting c keeps its old values: the batch's statements say how. Old
+    # values all NULL need no image: the bare UPDATE, guarded by a probe.
     batch = [line for line in plan["plan"] if line.startswith("each batch as ")]
-    assert len(batch) == 1 and 'UPDATE "public"."items" AS "items" SET "c" = (b ) FROM reorg_read' \
-        in batch[0] and '"reorg"."sql_update_0_images"' in batch[0], plan["plan"]
+    assert len(batch) == 2, plan["plan"]
+    assert "reorg_probe" in batch[0] and 'num_nulls("items"."c") = 1' in batch[0], batch[0]
+    assert 'UPDATE "public"."items" AS "items" SET "c" = (b ) FROM reorg_read' in batch[1] \
+        and '"reorg"."sql_update_0_images"' in batch[1], batch[1]
     assert plan["key_ranges"] == [[1, 301], [301, 601], [601, 901], [901, 1001]]
     assert dump(items_db) == before
 

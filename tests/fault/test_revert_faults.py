@@ -196,3 +196,36 @@ def test_kill_9_mid_restore_of_a_spark_backfill_resumes_without_spark(db, worker
     (resumed,) = [r for r in _revert_subtasks(db, job_id) if r[0] == held[0]]
     assert resumed[5] == 2 and resumed[6] == "heir" and resumed[7] == "succeeded"
     assert heir.alive() and _java_children(heir.pid) == []  # no JVM: no Spark started
+
+
+@pytest.mark.parametrize("outcome", ["succeeded", "cancelled"])
+def test_kill_9_inside_a_batch_over_null_old_values_then_the_job_ends_exact(
+        db, workers, start_node, outcome):
+    """Old values all NULL up to key 2,000 (batches run the guarded bare
+    UPDATE and keep no image), then a value in all but every 5th row. A
+    worker dies like kill -9 inside its 3rd batch, written and not yet
+    checkpointed; the heir redoes it from ``curr_key``. Every row ends as the
+    expression computes it once, or, cancelled, as it was before the job."""
+    with db.begin() as conn:
+        conn.execute(sa.text("""
+            CREATE TABLE items (id bigint PRIMARY KEY, a int, b text, c text);
+            INSERT INTO items SELECT g, g % 7, 'b' || g,
+                   CASE WHEN g <= 2000 OR g % 5 = 0 THEN NULL ELSE 'orig-' || g END
+            FROM generate_series(1, 4000) g"""))
+    before = table_rows(db)
+    start_node("owner", slots=0)
+    wait_until(lambda: _owner(db)["owner_id"] == "owner", 30, "the test's node to own")
+    job_id = _overwrite(db, rows_per_subtask=1_000, batch_rows=100)
+    victim = workers.start("victim", faults="worker.before_checkpoint=exit@3")
+    assert victim.proc.wait(60) == 137
+    if outcome == "succeeded":
+        workers.start("heir")
+        assert wait_state(db, job_id)["state"] == "succeeded"
+        assert table_rows(db) == [(i, a, b, c.upper() if c else "NEW") for i, a, b, c in before]
+        return
+    workers.start("heir", faults=HOLD)
+    workers.gates.wait_blocked("worker.after_batch", 90, count=2)
+    control.cancel(db, job_id)
+    workers.gates.release("worker.after_batch")
+    assert wait_state(db, job_id)["state"] == "cancelled"
+    assert table_rows(db) == before
