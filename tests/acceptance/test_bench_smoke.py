@@ -5,6 +5,9 @@ through reorg's own status functions, and the report with its hand-kept tail.
 ``sql-update`` keeps it short (its submit starts no Spark); the Spark side of
 reorg's figures is covered by tests/unit/test_bench_figures.py. The kill -9
 run is left out: it waits for a lease of the default 30 s to expire.
+
+Whole-benchmark runs are marked ``matrix``; CI keeps the short forms: keys,
+images_index, cancel_scale and the batch profile.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ KEPT = ("<!-- Below: kept by hand; `python -m bench.dataplane` rewrites only wha
 
 
 @pytest.mark.slow
-@pytest.mark.matrix  # ~36 s of a whole benchmark; the short forms in CI: keys, images_index, cancel_scale, the batch profile
+@pytest.mark.matrix  # ~36 s of a whole benchmark; see the module docstring for the short forms
 @pytest.mark.spark
 def test_dataplane_benchmark_runs_end_to_end_on_a_small_table(fresh_db, tmp_path):
     doc = tmp_path / "benchmarks.md"
@@ -95,7 +98,7 @@ def test_spark_batch_profile_runs_and_names_every_stage(fresh_db, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.matrix  # ~9 s of a whole benchmark; the short forms in CI: keys, images_index, cancel_scale, the batch profile
+@pytest.mark.matrix  # ~9 s of a whole benchmark; see the module docstring for the short forms
 def test_framework_scale_benchmark_runs_end_to_end(fresh_db):
     """``python -m bench.framework_scale`` on 1,000 no-op subtasks, 2 processes
     x 2 slots: every figure it reports is there and plausible."""
@@ -140,7 +143,7 @@ def test_command_latency_benchmark_times_and_profiles_every_read_command(fresh_d
 
 
 @pytest.mark.slow
-@pytest.mark.matrix  # ~9 s of a whole benchmark; the short forms in CI: keys, images_index, cancel_scale, the batch profile
+@pytest.mark.matrix  # ~9 s of a whole benchmark; see the module docstring for the short forms
 def test_wal_volume_benchmark_counts_every_contender(fresh_db):
     """``python -m bench.wal_volume`` on 20,000 rows: each contender wrote
     WAL, reorg's jobs ran their subtasks (the redo rate needs a throwaway
@@ -160,7 +163,7 @@ def test_wal_volume_benchmark_counts_every_contender(fresh_db):
 
 
 @pytest.mark.slow
-@pytest.mark.matrix  # ~18 s of a whole benchmark; the short forms in CI: keys, images_index, cancel_scale, the batch profile
+@pytest.mark.matrix  # ~18 s of a whole benchmark; see the module docstring for the short forms
 def test_bigtable_benchmark_runs_end_to_end_and_keeps_the_rest_of_the_doc(fresh_db, tmp_path):
     """``python -m bench.bigtable`` on a small table (a job of ~10 s here) with
     1-second windows: the job starts, is cancelled and leaves no row changed
