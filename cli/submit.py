@@ -88,7 +88,8 @@ _COMMON_OPTIONS = [
         rich_help_panel=_PANEL)], _DEFAULTS.concurrency),
     _common("batch_rows", Annotated[int | None, typer.Option(
         envvar="REORG_BATCH_ROWS", help="Rows per batch (one transaction each); default: the "
-                                        "job type's (10,000; rewrite: 50,000).",
+                                        "job type's (10,000; rewrite: 50,000), at most "
+                                        "--max-rows-per-sec.",
         rich_help_panel=_PANEL)], _DEFAULTS.batch_rows),
     _common("max_rows_per_sec", Annotated[int | None, typer.Option(
         envvar="REORG_MAX_ROWS_PER_SEC", help="Rows/s limit for the whole job.",

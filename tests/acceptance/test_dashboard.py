@@ -112,6 +112,15 @@ def browser() -> Iterator[webdriver.Chrome]:
         yield chrome
 
 
+def _fetch(url: str) -> str:
+    """What the server answers at ``url`` now: its status and the start of its text."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return f"{response.status} {response.read().decode()[:300]!r}"
+    except Exception as error:  # noqa: BLE001 - said in a failure message
+        return f"{type(error).__name__}: {error}"
+
+
 def _events(db: Database, job_id: int) -> list[tuple[str, str]]:
     return [(actor, to) for actor, to in execute(
         db, "SELECT actor, to_state FROM reorg.job_events WHERE job_id = :j ORDER BY id",
@@ -513,11 +522,14 @@ def test_parameters_submitter_limits_chart_and_the_page_fits_1280_px(
     try:
         wait_for(browser, lambda: text_of(browser, f"#job-{second} .state") == "running"
                  and "w1" in text_of(browser, "#nodes"), 60, "the second job running")
-    except Exception as exc:
-        raise AssertionError(f"the page shows job {second} as "
-                             f"{text_of(browser, f'#job-{second} .state')!r} and nodes "
-                             f"{text_of(browser, '#nodes')!r}; the database: "
-                             f"{job_of(db, second)['state']}") from exc
+    except Exception:
+        # Short, without a traceback: CI keeps the head of a failure's output.
+        pytest.fail(f"the page shows job {second} as "
+                    f"{text_of(browser, f'#job-{second} .state')!r} and nodes "
+                    f"{text_of(browser, '#nodes')!r}; the database: "
+                    f"{job_of(db, second)['state']}; the server's jobs fragment: "
+                    f"{_fetch(dash.base + '/fragments/jobs')}; the page's jobs: "
+                    f"{text_of(browser, '#jobs')[:300]!r}", pytrace=False)
     assert_no_horizontal_overflow(browser)
     screenshot(browser, "dashboard-jobs-1280.png", whole_page=True)
 

@@ -129,3 +129,28 @@ def test_a_raised_or_lifted_limit_takes_effect_within_a_batch(
     print(f"\njob done {took:.1f}s after --max-rows-per-sec 25 -> {new_limit}")
     assert took < 8, f"the job took {took:.1f}s after its limit was altered to {new_limit}"
     assert filled(url)[0] == 4_000
+
+
+def test_without_batch_rows_a_batch_is_one_second_of_the_limit(
+        migrated_db: str, workers: Workers) -> None:
+    """A job smaller than the default batch (10,000 rows) under a limit of
+    100 rows/s was one batch, all of it written in its first instant. With no
+    --batch-rows its batches are one second of the limit, so its 600 rows come
+    in over seconds; a --batch-rows given is kept as given."""
+    url = migrated_db
+    make_items(url, 600)
+    workers.start_cli("w1", "--slots", "2", "--no-spark-warmup")
+    job = submit(url, "--table", "items", "--set", "c=md5(b)", "--max-rows-per-sec", "100")
+    first = wait_until(lambda: (f := filled(url))[0] > 0 and f, 30, "a first batch committed")
+    last = wait_until(lambda: (f := filled(url))[0] == 600 and f, 60, "every row written")
+    took = last[1] - first[1]
+    print(f"\n600 rows at 100 rows/s: the first batch {first[0]} rows, the last row {took:.1f}s later")
+    assert first[0] <= 200, first  # a batch per slot, not the whole job
+    # Two batches may start together; the other four wait their turns.
+    assert took >= 4 * (1 - TOLERANCE), f"600 rows at 100 rows/s took {took:.1f}s"
+    assert job_status(url, job)["batch_rows"] == 100
+
+    given = submit(url, "--table", "items", "--set", "c=md5(b)", "--batch-rows", "500",
+                   "--max-rows-per-sec", "100")
+    assert job_status(url, given)["batch_rows"] == 500
+    ok(reorg(url, "cancel", str(given)))
