@@ -147,15 +147,18 @@ def fresh_db(pg_server: str, request: pytest.FixtureRequest) -> Iterator[str]:
 # suite runs in parallel (pytest-xdist, ``--dist loadgroup``): their
 # namespaces and subnets are the machine's, not the test process's.
 _ONE_AT_A_TIME = ("test_multihost", "test_partition", "test_postgres_crash_", "test_soak_smoke")
+# The xdist group of those and of the tests that start Spark: one process.
+ONE_PROCESS = "one-process"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if item.path.name.startswith(_ONE_AT_A_TIME):
-            item.add_marker(pytest.mark.xdist_group("hosts"))
-        elif "spark" in getattr(item, "fixturenames", ()) or item.get_closest_marker("spark"):
-            # Tests that start Spark (the in-process session, or workers and
-            # commands with a JVM of their own) run one after another in one
-            # process: one JVM at a time on the machine's cores, not three
-            # starting together, and one in-process session, not one a process.
-            item.add_marker(pytest.mark.xdist_group("spark"))
+        # Tests that start Spark (the in-process session, or workers and
+        # commands with a JVM of their own) run one after another too: one
+        # JVM at a time on the machine's cores, not three starting together,
+        # one in-process session, and one Spark class-data archive built (a
+        # minute of a core, support.spark_archive), not one a process. The
+        # hosts tests share that process because some of them start Spark.
+        if item.path.name.startswith(_ONE_AT_A_TIME) or (
+                "spark" in getattr(item, "fixturenames", ()) or item.get_closest_marker("spark")):
+            item.add_marker(pytest.mark.xdist_group(ONE_PROCESS))

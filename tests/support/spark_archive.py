@@ -11,7 +11,7 @@ the build takes a minute under load), in a session temp dir (never in
 $HOME), and ``REORG_SPARK_CDS`` points every process started after it
 there; child processes inherit it, ``clean_env`` keeps it. A process that
 runs no such test never pays for the build (in a parallel run, every
-process but the one given the ``spark`` group), and the workers it starts
+process but the one given the ``one-process`` xdist group), and the workers it starts
 keep ``REORG_SPARK_CDS=off`` (conftest): no build of their own.
 """
 
