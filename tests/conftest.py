@@ -159,6 +159,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         # one in-process session, and one Spark class-data archive built (a
         # minute of a core, support.spark_archive), not one a process. The
         # hosts tests share that process because some of them start Spark.
-        if item.path.name.startswith(_ONE_AT_A_TIME) or (
-                "spark" in getattr(item, "fixturenames", ()) or item.get_closest_marker("spark")):
+        if (item.path.name.startswith(_ONE_AT_A_TIME) or item.get_closest_marker("spark")
+                or "spark" in getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.xdist_group(ONE_PROCESS))

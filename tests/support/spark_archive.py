@@ -11,8 +11,8 @@ the build takes a minute under load), in a session temp dir (never in
 $HOME), and ``REORG_SPARK_CDS`` points every process started after it
 there; child processes inherit it, ``clean_env`` keeps it. A process that
 runs no such test never pays for the build (in a parallel run, every
-process but the one given the ``one-process`` xdist group), and the workers it starts
-keep ``REORG_SPARK_CDS=off`` (conftest): no build of their own.
+process but the one given the ``one-process`` xdist group), and the workers
+it starts keep ``REORG_SPARK_CDS=off`` (conftest): no build of their own.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def build_session_archive() -> Path | None:
 def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     # Before the first test marked ``spark`` this process runs, outside its
     # timeout (this wrapper is outermost): in a parallel run only the process
-    # given the ``spark`` group builds one, not every process that collected it.
+    # given the ``one-process`` group builds one, not every process that collected it.
     if item.get_closest_marker("spark"):
         build_session_archive()
     yield
