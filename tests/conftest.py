@@ -151,7 +151,24 @@ _ONE_AT_A_TIME = ("test_multihost", "test_partition", "test_postgres_crash_", "t
 ONE_PROCESS = "one-process"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--first-variant", action="store_true",
+        help="run each parametrized test with its first parameters only (.ci/run's short "
+             "form of the catalog tests on a second major; the README's loop runs them all)")
+
+
+def _first_variant(item: pytest.Item) -> bool:
+    callspec = getattr(item, "callspec", None)
+    return callspec is None or not any(callspec.indices.values())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--first-variant"):
+        later = [item for item in items if not _first_variant(item)]
+        if later:
+            config.hook.pytest_deselected(items=later)
+            items[:] = [item for item in items if _first_variant(item)]
     for item in items:
         # Tests that start Spark (the in-process session, or workers and
         # commands with a JVM of their own) run one after another too: one
