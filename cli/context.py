@@ -2,8 +2,9 @@
 
 The database URL is resolved lazily: ``reorg --help`` and usage errors never
 start the embedded server, and nothing connects before a command needs to.
-Read commands that need nothing but the system tables (``reorg status``,
-``reorg wait``) read them through psycopg alone (``read_database``).
+Commands that run nothing but the store's own statements on the system
+tables (``reorg status``, ``wait``, ``cancel``, ``alter``) run them through
+psycopg alone (``direct_database``).
 """
 
 from __future__ import annotations
@@ -66,10 +67,11 @@ class CliState:
             self._checked = True
         return db
 
-    def read_database(self) -> DirectDatabase:
-        """The system tables for a command that only reads them: one psycopg
-        connection, no SQLAlchemy engine (``framework.directdb``), checked to
-        be at this code's revision like ``database``'s."""
+    def direct_database(self) -> DirectDatabase:
+        """The system tables for a command that runs only the store's own
+        statements: one psycopg connection, no SQLAlchemy engine
+        (``framework.directdb``), checked to be at this code's revision like
+        ``database``'s."""
         if self._direct is None:
             from framework.directdb import DirectDatabase
 

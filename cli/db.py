@@ -31,8 +31,14 @@ def current(
     """The system tables' alembic revision, and whether it is the one this
     version needs (the head): exit 0 when it is, 5 (one error line) when
     not. Changes nothing."""
-    db = cli_state(ctx).unchecked_database()
-    revision, head = db.schema_revision(), revisions.head_revision()
+    from framework.directdb import DirectDatabase  # one query: no SQLAlchemy engine
+
+    db = DirectDatabase(cli_state(ctx).settings())
+    try:
+        revision = db.schema_revision()
+    finally:
+        db.dispose()
+    head = revisions.head_revision()
     if as_json:
         print_json({"schema": db.schema, "revision": revision, "head": head,
                     "is_head": revision == head})

@@ -35,7 +35,7 @@ def history(
     limit: Annotated[int, typer.Option(min=1, help="Show at most N subtasks.")] = 100,
 ) -> None:
     """Finished subtasks: their range, rows, attempts and error."""
-    rows = finished_subtasks(cli_state(ctx).read_database(), job_id, limit)
+    rows = finished_subtasks(cli_state(ctx).direct_database(), job_id, limit)
     print_rows(rows, as_json=as_json, empty="no finished subtasks yet", columns={
         "ID": True, "JOB": True, "ORDINAL": True, "STATE": False, "RANGE": False, "ROWS": True,
         "ATTEMPTS": True, "ERROR": False,

@@ -21,7 +21,7 @@ from cli.output import colour_wanted, count, print_json, print_table
 from framework import control
 from framework.durations import duration
 
-if TYPE_CHECKING:  # not imported: `reorg status` and `wait` run without SQLAlchemy
+if TYPE_CHECKING:  # not imported: these commands run without SQLAlchemy
     from framework.db import Database
     from framework.directdb import DirectDatabase
 
@@ -44,14 +44,14 @@ def status(
     state = cli_state(ctx)
     if watch and not as_json:
         try:
-            progress.watch(state.read_database(), job_id, limit)
+            progress.watch(state.direct_database(), job_id, limit)
         except KeyboardInterrupt:
             # How a watch is left (from its first moment: connecting too):
             # nothing to explain, but not a success for a script that waited
             # on it (`reorg wait` is for that).
             raise typer.Exit(INTERRUPTED) from None
         return
-    db = state.read_database()
+    db = state.direct_database()
     if as_json:
         print_json(progress.status_for_json(db, job_id, limit))
         return
@@ -78,7 +78,7 @@ def wait(
     cancelled or reverted, 3 on timeout, 4 when it paused on a failure
     (--on-failure pause), 5 when the database cannot be reached."""
     with job_goes_on_if_interrupted(job_id):
-        job = wait_until_ended(cli_state(ctx).read_database(), job_id, timeout)
+        job = wait_until_ended(cli_state(ctx).direct_database(), job_id, timeout)
     print(succeeded_line(job))
 
 
@@ -128,25 +128,25 @@ def succeeded_line(job: dict[str, Any]) -> str:
 @app.command()
 def cancel(ctx: typer.Context, job_id: JobArg) -> None:
     """Cancel a job; the owner rolls back whatever it already changed."""
-    print(control.cancel(cli_state(ctx).database(), job_id, actor=control.local_actor()))
+    print(control.cancel(cli_state(ctx).direct_database(), job_id, actor=control.local_actor()))
 
 
 @app.command()
 def pause(ctx: typer.Context, job_id: JobArg) -> None:
     """Pause a running job: workers finish their batch, checkpoint and release."""
-    print(control.pause(cli_state(ctx).database(), job_id, actor=control.local_actor()))
+    print(control.pause(cli_state(ctx).direct_database(), job_id, actor=control.local_actor()))
 
 
 @app.command()
 def resume(ctx: typer.Context, job_id: JobArg) -> None:
     """Resume a paused job from where it stopped."""
-    print(control.resume(cli_state(ctx).database(), job_id, actor=control.local_actor()))
+    print(control.resume(cli_state(ctx).direct_database(), job_id, actor=control.local_actor()))
 
 
 @app.command()
 def retry(ctx: typer.Context, job_id: JobArg) -> None:
     """Re-queue a paused job's failed subtasks (attempts reset) and resume it."""
-    requeued = control.retry(cli_state(ctx).database(), job_id, actor=control.local_actor())
+    requeued = control.retry(cli_state(ctx).direct_database(), job_id, actor=control.local_actor())
     print(f"job {job_id}: {requeued} failed subtasks re-queued; resuming")
 
 
@@ -163,7 +163,7 @@ def alter(
         metavar="N", help="Active sessions limit; 0 removes it.")] = None,
 ) -> None:
     """Change a live job's knobs; workers pick them up at their next batch."""
-    changed = control.alter(cli_state(ctx).database(), job_id, batch_rows=batch_rows,
+    changed = control.alter(cli_state(ctx).direct_database(), job_id, batch_rows=batch_rows,
                             max_rows_per_sec=max_rows_per_sec, concurrency=concurrency,
                             max_replica_lag=max_replica_lag,
                             max_active_sessions=max_active_sessions, actor=control.local_actor())
@@ -173,7 +173,7 @@ def alter(
 @app.command()
 def events(ctx: typer.Context, job_id: JobArg, as_json: JsonOpt = False) -> None:
     """The audit log of a job: every state change, who made it and why."""
-    rows = control.events(cli_state(ctx).read_database(), job_id)
+    rows = control.events(cli_state(ctx).direct_database(), job_id)
     if as_json:
         print_json(rows)
         return

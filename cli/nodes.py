@@ -19,7 +19,7 @@ def nodes(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")] = False,
 ) -> None:
     """Nodes: host, pid, slots, state, heartbeat age, running subtasks, owner."""
-    rows = control.nodes(cli_state(ctx).read_database())
+    rows = control.nodes(cli_state(ctx).direct_database())
     print_rows(rows, as_json=as_json, empty="no nodes; start one with `reorg worker`", columns={
         "NODE": False, "HOST": False, "PID": True, "SLOTS": True, "STATE": False,
         "HEARTBEAT": False, "RUNNING": True, "OWNER": False,

@@ -97,7 +97,7 @@ def read_database(ctx: typer.Context) -> DirectDatabase:
     """The same database for a command that only reads the system tables
     through the framework's read functions: one psycopg connection, without
     SQLAlchemy (``framework.directdb``; ``database`` for anything else)."""
-    return cli_state(ctx).read_database()
+    return cli_state(ctx).direct_database()
 
 
 def generic_options(

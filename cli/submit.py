@@ -153,7 +153,7 @@ def submit_command(name: str, to_params: Callable[..., Params]) -> Any:
             sys.stdout.flush()  # the id first
             # The wait runs in this process: a second one (`reorg wait`) would
             # start while the job's first batches run, and take the CPU they need.
-            job = wait_until_ended(state.read_database(), result.job_id, timeout)
+            job = wait_until_ended(state.direct_database(), result.job_id, timeout)
         except KeyboardInterrupt as interrupt:
             raise _interrupted(interrupt, result, shown=shown, as_json=as_json,
                                waited=shown and wait) from None

@@ -14,7 +14,7 @@ import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from framework.db import Database, ReadConnection, ReadDatabase
+from framework.db import Database, SqlConnection, SqlDatabase
 from framework.errors import InvalidParams
 from framework.redact import redact_all
 from framework.states import JOB_CANCELLABLE, JOB_TERMINAL, JobState
@@ -22,9 +22,12 @@ from framework.store import jobs, owner_lease, progress
 from framework.store import nodes as node_store
 
 if TYPE_CHECKING:
-    from sqlalchemy.engine import Connection
+    from typing import TypeAlias
 
     from framework.directdb import DirectDatabase
+
+    # The CLI's are psycopg's alone (framework.directdb), the dashboard's SQLAlchemy's.
+    Tables: TypeAlias = Database | DirectDatabase
 
 J = JobState
 
@@ -38,7 +41,7 @@ def local_actor() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
-def _state_or_fail(db: ReadDatabase, conn: ReadConnection, job_id: int) -> JobState:
+def _state_or_fail(db: SqlDatabase, conn: SqlConnection, job_id: int) -> JobState:
     state = jobs.state(db, conn, job_id)
     if state is None:
         raise InvalidParams(f"job {job_id} does not exist; `reorg status` lists jobs")
@@ -47,10 +50,10 @@ def _state_or_fail(db: ReadDatabase, conn: ReadConnection, job_id: int) -> JobSt
 
 # A user transition: from the job's state, the CAS to try (None: refuse with the
 # message), or the state to report without changing anything (already there).
-_Cas = Callable[[Database, "Connection", int], JobState | None]
+_Cas = Callable[[SqlDatabase, SqlConnection, int], JobState | None]
 
 
-def _request(db: Database, job_id: int,
+def _request(db: Tables, job_id: int,
              decide: Callable[[JobState], _Cas | JobState | str]) -> JobState:
     """Read the state, let ``decide`` pick the compare-and-set, run it; a
     refusal or a lost race raises InvalidParams and changes nothing."""
@@ -66,7 +69,7 @@ def _request(db: Database, job_id: int,
         return jobs.state(db, conn, job_id) or state
 
 
-def cancel(db: Database, job_id: int, *, actor: str | None = None) -> JobState:
+def cancel(db: Tables, job_id: int, *, actor: str | None = None) -> JobState:
     who = actor or local_actor()
 
     def decide(state: JobState) -> _Cas | JobState | str:
@@ -79,7 +82,7 @@ def cancel(db: Database, job_id: int, *, actor: str | None = None) -> JobState:
     return _request(db, job_id, decide)
 
 
-def pause(db: Database, job_id: int, *, actor: str | None = None) -> JobState:
+def pause(db: Tables, job_id: int, *, actor: str | None = None) -> JobState:
     who = actor or local_actor()
 
     def decide(state: JobState) -> _Cas | JobState | str:
@@ -92,7 +95,7 @@ def pause(db: Database, job_id: int, *, actor: str | None = None) -> JobState:
     return _request(db, job_id, decide)
 
 
-def resume(db: Database, job_id: int, *, actor: str | None = None) -> JobState:
+def resume(db: Tables, job_id: int, *, actor: str | None = None) -> JobState:
     who = actor or local_actor()
 
     def decide(state: JobState) -> _Cas | JobState | str:
@@ -105,7 +108,7 @@ def resume(db: Database, job_id: int, *, actor: str | None = None) -> JobState:
             return f"job {job_id} is {state}; only a paused job can be resumed"
         return resume_unless_failed
 
-    def resume_unless_failed(db: Database, conn: Connection, job_id: int) -> JobState | None:
+    def resume_unless_failed(db: SqlDatabase, conn: SqlConnection, job_id: int) -> JobState | None:
         # Resumed as it is, it would pause on the same failure at once.
         # Imported here, by the two requests that read or change subtasks:
         # the reads (`reorg status`) would otherwise build its classes for nothing.
@@ -120,7 +123,7 @@ def resume(db: Database, job_id: int, *, actor: str | None = None) -> JobState:
     return _request(db, job_id, decide)
 
 
-def retry(db: Database, job_id: int, *, actor: str | None = None) -> int:
+def retry(db: Tables, job_id: int, *, actor: str | None = None) -> int:
     """Re-queue a paused job's failed subtasks (attempts reset, each from its
     checkpoint) and resume it; returns how many were re-queued. For a job
     submitted with ``--on-failure pause`` once the cause is fixed."""
@@ -144,7 +147,7 @@ def retry(db: Database, job_id: int, *, actor: str | None = None) -> int:
     return requeued
 
 
-def alter(db: Database, job_id: int, *, batch_rows: int | None = None,
+def alter(db: Tables, job_id: int, *, batch_rows: int | None = None,
           max_rows_per_sec: int | None = None, concurrency: int | None = None,
           max_replica_lag: float | None = None, max_active_sessions: int | None = None,
           actor: str | None = None) -> str:
@@ -198,7 +201,7 @@ def throttled_now(job: dict[str, Any]) -> str | None:
     return job["throttled"] if float(age) <= THROTTLED_NOTE_FRESH_SECONDS else None
 
 
-def status(db: Database | DirectDatabase, job_id: int | None = None,
+def status(db: Tables, job_id: int | None = None,
            limit: int = 20) -> list[dict[str, Any]]:
     with db.begin() as conn:
         if job_id is not None:
@@ -213,7 +216,7 @@ def status(db: Database | DirectDatabase, job_id: int | None = None,
     return found
 
 
-def nodes(db: Database | DirectDatabase) -> list[dict[str, Any]]:
+def nodes(db: Tables) -> list[dict[str, Any]]:
     """Every node: host, pid, slots, state, heartbeat age, running subtasks,
     and whether it is the owner (with the owner lease's revision)."""
     with db.begin() as conn:
@@ -226,7 +229,7 @@ def nodes(db: Database | DirectDatabase) -> list[dict[str, Any]]:
     return rows
 
 
-def events(db: Database | DirectDatabase, job_id: int) -> list[dict[str, Any]]:
+def events(db: Tables, job_id: int) -> list[dict[str, Any]]:
     with db.begin() as conn:
         _state_or_fail(db, conn, job_id)
         return jobs.events(db, conn, job_id)

@@ -109,15 +109,17 @@ def revision_missing(error: BaseException) -> bool:
     return getattr(getattr(error, "orig", error), "sqlstate", None) == UNDEFINED_TABLE
 
 
-class ReadConnection(Protocol):
-    """What the read-only store functions (``jobs.state``, ``progress``) need
-    of a connection: SQLAlchemy's, or ``framework.directdb``'s."""
+class SqlConnection(Protocol):
+    """What the store functions that send only their own SQL text
+    (``jobs.state``, ``progress``, the user's requests: cancel, pause,
+    resume, retry, alter) need of a connection: SQLAlchemy's, or
+    ``framework.directdb``'s."""
 
     def execute(self, statement: Any, parameters: Any = None) -> Any: ...
 
 
-class ReadDatabase(Protocol):
-    """What the read-only store functions need of a database."""
+class SqlDatabase(Protocol):
+    """What those store functions need of a database."""
 
     schema: str
 

@@ -1,14 +1,16 @@
 """The system tables through one psycopg connection, without SQLAlchemy: for
-the CLI's short reads (``reorg status``), where importing SQLAlchemy and
-building an engine would be most of the command's time (issue 9: ≤ 400 ms).
+the CLI's short commands (``reorg status``, ``wait``, ``cancel``, ``alter``),
+where importing SQLAlchemy and building an engine would be most of the
+command's time (issue 9: ≤ 400 ms).
 
-It runs the read-only store functions unchanged (``jobs.state``,
-``progress.jobs_progress``): they take what ``framework.db.ReadDatabase`` and
-``ReadConnection`` describe. Their ``:name`` parameters become psycopg's
-``%(name)s`` exactly as SQLAlchemy's psycopg dialect turns them (the same
-driver then binds the same values), so both paths send the same statement
-and read back the same Python values. Anything that writes, or any job
-type's own SQL, uses ``framework.db.Database``.
+It runs the store functions that send only their own SQL text unchanged
+(``jobs.state``, ``progress.jobs_progress``, ``jobs.request_cancel``): they
+take what ``framework.db.SqlDatabase`` and ``SqlConnection`` describe.
+Their ``:name`` parameters become psycopg's ``%(name)s`` exactly as
+SQLAlchemy's psycopg dialect turns them (the same driver then binds the
+same values), so both paths send the same statement and read back the same
+Python values. A job type's own SQL, and whatever else builds SQLAlchemy
+statements, uses ``framework.db.Database``.
 """
 
 from __future__ import annotations
@@ -51,14 +53,24 @@ def _psycopg_sql(template: str, schema: str) -> str:
 
 
 class DirectResult:
-    """The part of SQLAlchemy's result the read-only store functions use."""
+    """The part of SQLAlchemy's result those store functions use."""
 
     def __init__(self, cursor: psycopg.Cursor[Any]) -> None:
         self._cursor = cursor
 
+    @property
+    def rowcount(self) -> int:
+        return self._cursor.rowcount
+
     def scalar(self) -> Any:
         row = self._cursor.fetchone() if self._cursor.description else None
         return row[0] if row else None
+
+    def scalar_one(self) -> Any:
+        rows = self._cursor.fetchall() if self._cursor.description else []
+        if len(rows) != 1:
+            raise LookupError(f"expected one row, got {len(rows)}")
+        return rows[0][0]
 
     def mappings(self) -> DirectMappings:
         names = [c.name for c in self._cursor.description or ()]
@@ -67,8 +79,8 @@ class DirectResult:
 
 
 class DirectMappings(list[dict[str, Any]]):
-    """Rows as dicts, with the part of SQLAlchemy's ``MappingResult`` the
-    read-only store functions use besides iterating."""
+    """Rows as dicts, with the part of SQLAlchemy's ``MappingResult`` those
+    store functions use besides iterating."""
 
     def first(self) -> dict[str, Any] | None:
         return self[0] if self else None
@@ -80,7 +92,7 @@ class DirectMappings(list[dict[str, Any]]):
 
 
 class DirectConnection:
-    """One transaction on the direct connection (``ReadConnection``)."""
+    """One transaction on the direct connection (``SqlConnection``)."""
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self._conn = conn
@@ -90,7 +102,7 @@ class DirectConnection:
 
 
 class DirectDatabase:
-    """A ``ReadDatabase`` of one psycopg connection, opened on first use."""
+    """A ``SqlDatabase`` of one psycopg connection, opened on first use."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from framework.db import Database, ReadConnection, ReadDatabase
+from framework.db import Database, SqlConnection, SqlDatabase
 from framework.records import STEP_REVERT
 from framework.states import JOB_TERMINAL
 from framework.store.owner_lease import FENCE, OwnerTerm
@@ -27,7 +27,7 @@ SUBTASK_COLUMNS = (
 )
 
 
-def subtasks_of_job(db: ReadDatabase, conn: ReadConnection,
+def subtasks_of_job(db: SqlDatabase, conn: SqlConnection,
                     job_id: int) -> list[dict[str, object]]:
     """Every subtask of a job, live and moved to history, in step and range
     order. One statement, so one snapshot: a move meanwhile can neither hide
@@ -126,7 +126,7 @@ def delete_older_than(
 
 
 def list_finished(
-    db: ReadDatabase, conn: ReadConnection, job_id: int | None, limit: int
+    db: SqlDatabase, conn: SqlConnection, job_id: int | None, limit: int
 ) -> list[dict[str, object]]:
     """Newest finished subtasks, or all of one job in range order (both orders
     follow an index: history_job, history_moved_at)."""

@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from framework.db import Database, ReadConnection, ReadDatabase
+from framework.db import Database, SqlConnection, SqlDatabase
 from framework.keys import KeySpec
 from framework.records import STEP_REVERT, Job
 from framework.states import (
@@ -132,7 +132,7 @@ def active_on_table(db: Database, conn: Connection, table: str) -> int | None:
 
 
 def _move(
-    db: Database, conn: Connection, job_id: int, sources: Iterable[JobState], dst: JobState,
+    db: SqlDatabase, conn: SqlConnection, job_id: int, sources: Iterable[JobState], dst: JobState,
     *, actor: str, term: OwnerTerm | None, detail: str | None = None,
     sets: str = "", at_step: int | None = None, event: tuple[str, str] | None = None,
     **params: object,
@@ -409,22 +409,22 @@ def resumed(db: Database, conn: Connection, term: OwnerTerm, job_id: int, *, act
 
 # --- user transitions (plain compare-and-set) -----------------------------------
 
-def request_cancel(db: Database, conn: Connection, job_id: int, *, actor: str) -> JobState | None:
+def request_cancel(db: SqlDatabase, conn: SqlConnection, job_id: int, *, actor: str) -> JobState | None:
     return _move(db, conn, job_id, _into(J.CANCELLING), J.CANCELLING, actor=actor, term=None,
                  detail="cancel requested")
 
 
-def request_pause(db: Database, conn: Connection, job_id: int, *, actor: str) -> JobState | None:
+def request_pause(db: SqlDatabase, conn: SqlConnection, job_id: int, *, actor: str) -> JobState | None:
     return _move(db, conn, job_id, _into(J.PAUSING), J.PAUSING, actor=actor, term=None,
                  detail="pause requested")
 
 
-def request_resume(db: Database, conn: Connection, job_id: int, *, actor: str) -> JobState | None:
+def request_resume(db: SqlDatabase, conn: SqlConnection, job_id: int, *, actor: str) -> JobState | None:
     return _move(db, conn, job_id, _into(J.RESUMING), J.RESUMING, actor=actor, term=None,
                  detail="resume requested")
 
 
-def request_retry(db: Database, conn: Connection, job_id: int, *, actor: str,
+def request_retry(db: SqlDatabase, conn: SqlConnection, job_id: int, *, actor: str,
                   detail: str) -> JobState | None:
     """paused -> resuming, clearing the error: ``reorg retry`` (its failed
     subtasks re-queued in the same transaction)."""
@@ -433,7 +433,7 @@ def request_retry(db: Database, conn: Connection, job_id: int, *, actor: str,
 
 
 def resume_while_pausing(
-    db: Database, conn: Connection, job_id: int, *, actor: str
+    db: SqlDatabase, conn: SqlConnection, job_id: int, *, actor: str
 ) -> JobState | None:
     """pausing -> running: a resume that arrives before the pause completed.
     The job keeps its node binding (a small job stays on its node)."""
@@ -489,7 +489,7 @@ def bind_to_node(
 
 
 def alter(
-    db: Database, conn: Connection, job_id: int, *, batch_rows: int | None,
+    db: SqlDatabase, conn: SqlConnection, job_id: int, *, batch_rows: int | None,
     max_rows_per_sec: int | None, concurrency: int | None, actor: str,
     max_replica_lag: float | None = None, max_active_sessions: int | None = None,
 ) -> bool:
@@ -602,14 +602,14 @@ def ended_before(db: Database, conn: Connection, job_ids: list[int],
     ).scalars())
 
 
-def get(db: ReadDatabase, conn: ReadConnection, job_id: int) -> Job | None:
+def get(db: SqlDatabase, conn: SqlConnection, job_id: int) -> Job | None:
     row = conn.execute(
         db.sql(f"SELECT {JOB_COLUMNS} FROM {{s}}.jobs WHERE id = :id"), {"id": job_id}
     ).mappings().first()
     return Job(**row) if row else None
 
 
-def state(db: ReadDatabase, conn: ReadConnection, job_id: int) -> JobState | None:
+def state(db: SqlDatabase, conn: SqlConnection, job_id: int) -> JobState | None:
     value = conn.execute(
         db.sql("SELECT state FROM {s}.jobs WHERE id = :id"), {"id": job_id}
     ).scalar()
@@ -626,7 +626,7 @@ def live(db: Database, conn: Connection) -> list[dict[str, Any]]:
     return [dict(r) for r in rows]
 
 
-def events(db: ReadDatabase, conn: ReadConnection, job_id: int) -> list[dict[str, Any]]:
+def events(db: SqlDatabase, conn: SqlConnection, job_id: int) -> list[dict[str, Any]]:
     rows = conn.execute(
         db.sql("""
             SELECT at, actor, from_state, to_state, detail FROM {s}.job_events
@@ -636,12 +636,12 @@ def events(db: ReadDatabase, conn: ReadConnection, job_id: int) -> list[dict[str
     return [dict(r) for r in rows]
 
 
-def notify(db: Database, conn: Connection) -> None:
+def notify(db: SqlDatabase, conn: SqlConnection) -> None:
     """Wake idle workers and the owner; delivered when the transaction commits."""
     conn.execute(db.sql("SELECT pg_notify(:channel, '')"), {"channel": channel(db)})
 
 
-def channel(db: ReadDatabase) -> str:
+def channel(db: SqlDatabase) -> str:
     """Every job move and every wake-up of the owner and idle workers is
     NOTIFYed here (``reorg wait`` listens too)."""
     return f"reorg_{db.schema}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from framework.db import Database, ReadConnection, ReadDatabase
+from framework.db import Database, SqlConnection, SqlDatabase
 
 if TYPE_CHECKING:  # `reorg nodes` reads this table through psycopg alone
     from sqlalchemy.engine import Connection
@@ -38,7 +38,7 @@ def heartbeat(db: Database, conn: Connection, node_id: str) -> bool:
     ).rowcount == 1
 
 
-def heartbeat_of(db: ReadDatabase, conn: ReadConnection, node_id: str) -> dict[str, Any] | None:
+def heartbeat_of(db: SqlDatabase, conn: SqlConnection, node_id: str) -> dict[str, Any] | None:
     """The node's state and the age of its heartbeat (seconds, by the
     database clock); None when it is not registered."""
     rows = conn.execute(
@@ -95,7 +95,7 @@ def mark_dead(db: Database, conn: Connection, older_than_seconds: float, *,
     ).scalars())
 
 
-def list_all(db: ReadDatabase, conn: ReadConnection) -> list[dict[str, Any]]:
+def list_all(db: SqlDatabase, conn: SqlConnection) -> list[dict[str, Any]]:
     rows = conn.execute(
         db.sql("""
             SELECT n.node_id, n.host, n.pid, n.version, n.slots, n.state, n.started_at,

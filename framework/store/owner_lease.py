@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from framework.db import Database, ReadConnection, ReadDatabase
+from framework.db import Database, SqlConnection, SqlDatabase
 from framework.states import JOB_TERMINAL, JobState
 
 if TYPE_CHECKING:
@@ -129,7 +129,7 @@ def hold(db: Database, conn: Connection, term: OwnerTerm, *, durable: bool = Tru
         term.params()).scalar() is True
 
 
-def current(db: ReadDatabase, conn: ReadConnection) -> dict[str, object]:
+def current(db: SqlDatabase, conn: SqlConnection) -> dict[str, object]:
     row = conn.execute(
         db.sql("""
             SELECT owner_id, revision, elected_at, expires_at,

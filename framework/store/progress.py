@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from framework.db import Database, ReadConnection, ReadDatabase
+from framework.db import Database, SqlConnection, SqlDatabase
 from framework.records import FIXED_SUBTASK_UNITS, STEP_REVERT
 from framework.states import JOB_TERMINAL
 
@@ -67,7 +67,7 @@ def rows_of_step_now(db: Database, conn: Connection, job_id: int) -> int:
 
 
 def jobs_progress(
-    db: ReadDatabase, conn: ReadConnection, job_id: int | None = None, limit: int = 20
+    db: SqlDatabase, conn: SqlConnection, job_id: int | None = None, limit: int = 20
 ) -> list[dict[str, Any]]:
     return _progress(db, conn, "(CAST(:job_id AS bigint) IS NULL OR id = :job_id)",
                      {"job_id": job_id, "limit": limit})
@@ -81,7 +81,7 @@ def live_jobs_progress(db: Database, conn: Connection, also: list[int],
                      {"also": also, "limit": limit})
 
 
-def _progress(db: ReadDatabase, conn: ReadConnection, where: str,
+def _progress(db: SqlDatabase, conn: SqlConnection, where: str,
               params: dict[str, Any]) -> list[dict[str, Any]]:
     rows = conn.execute(
         db.sql("""

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from framework.db import Database
+from framework.db import Database, SqlConnection, SqlDatabase
 from framework.keys import Key, decode, encode
 from framework.records import FIXED_SUBTASK_UNITS, STEP_REVERT
 from framework.states import SubtaskState
@@ -515,7 +515,7 @@ def cancel_unleased(db: Database, conn: Connection, term: OwnerTerm, job_id: int
     ).rowcount
 
 
-def has_failed(db: Database, conn: Connection, job_id: int) -> bool:
+def has_failed(db: SqlDatabase, conn: SqlConnection, job_id: int) -> bool:
     """Whether the job has a failed subtask in the live table (one index probe)."""
     return conn.execute(
         db.sql("""SELECT (SELECT 1 FROM {s}.background_subtask
@@ -524,7 +524,7 @@ def has_failed(db: Database, conn: Connection, job_id: int) -> bool:
     ).scalar() is True
 
 
-def requeue_failed(db: Database, conn: Connection, job_id: int) -> int:
+def requeue_failed(db: SqlDatabase, conn: SqlConnection, job_id: int) -> int:
     """``reorg retry``: the job's failed subtasks back to pending with their
     attempts reset; each resumes from its ``curr_key`` (its committed batches
     stay). The failed -> pending edge is a user's (``SUBTASK_USER_EDGES``).

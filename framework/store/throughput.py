@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from datetime import datetime
 
-from framework.db import ReadConnection, ReadDatabase
+from framework.db import SqlConnection, SqlDatabase
 from framework.records import STEP_REVERT
 
 # Shortest bucket: a job of a few seconds is drawn in half seconds, not in
@@ -54,7 +54,7 @@ _SPANS = f"""
       AND started_at IS NOT NULL"""
 
 
-def of_job(db: ReadDatabase, conn: ReadConnection, job_id: int,
+def of_job(db: SqlDatabase, conn: SqlConnection, job_id: int,
            buckets: int) -> Throughput | None:
     """The job's rows in up to ``buckets`` equal buckets from its start to
     its end (or now); None before it started."""

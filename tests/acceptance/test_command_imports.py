@@ -1,8 +1,8 @@
-"""What the read-only ``reorg`` commands import, run to their end against a
-real database (issue 25: ``reorg status JOB`` ≤ 250 ms as a command; nothing
-a command does not use is imported). Each runs in a fresh interpreter, as
+"""What the ``reorg`` commands that read jobs or request a change of one
+import, run to their end against a real database (issue 25: ``reorg status
+JOB`` ≤ 250 ms as a command; nothing a command does not use is imported). Each runs in a fresh interpreter, as
 ``reorg`` would, and prints the modules it ended with: none of the worker's
-(node, APScheduler, Spark), the migrations' (alembic), SQLAlchemy (reads go
+(node, APScheduler, Spark), the migrations' (alembic), SQLAlchemy (they go
 through psycopg alone, ``framework.directdb``), rich (tables are plain
 columns) or the submit path's (pglast). ``python -m bench.command_latency``
 measures what the rest costs."""
@@ -53,21 +53,28 @@ def jobs(items_db: str) -> dict[str, int]:
     return {"job": listed[0]["id"], "checksum": checksum}
 
 
-def test_read_commands_import_neither_the_worker_nor_sqlalchemy_nor_rich(items_db, jobs):
+def test_read_and_request_commands_import_neither_the_worker_nor_sqlalchemy_nor_rich(
+        items_db, jobs):
     job, checksum = str(jobs["job"]), str(jobs["checksum"])
     commands = {
         ("status",): 0, ("status", job): 0, ("status", job, "--json"): 0,
         ("wait", job, "--timeout", "0"): 3,  # queued: the wait times out at once
         ("events", job): 0, ("nodes",): 0, ("history", "--job", job): 0,
         ("checksum-report", checksum): 4,  # no verdict yet: the job is queued
-        ("--version",): 0,
+        ("--version",): 0, ("db", "current"): 0,
+        # The requests on a job: refused (2) for a queued job, or made (0).
+        ("pause", job): 2, ("resume", job): 2, ("retry", job): 2,
+        ("alter", job, "--batch-rows", "500"): 0, ("cancel", job): 0,
     }
     for args, code in commands.items():
         assert _imports(items_db, *args) == (code, []), args
+    job_now = json.loads(ok(reorg(items_db, "status", job, "--json")))[0]
+    assert (job_now["state"], job_now["batch_rows"]) == ("cancelling", 500)
 
 
 def test_the_check_sees_a_command_that_does_import_them(items_db, jobs):
-    """A write command builds SQLAlchemy's engine: the check would catch a
-    read command that did."""
-    code, loaded = _imports(items_db, "cancel", str(jobs["job"]))
+    """A submit builds SQLAlchemy's engine (its job type's checks run
+    through it): the check would catch a command above that did."""
+    code, loaded = _imports(items_db, "submit", "checksum", "--table", "items",
+                            "--target", "other", "--dry-run")
     assert code == 0 and "sqlalchemy" in loaded

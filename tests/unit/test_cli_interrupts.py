@@ -23,7 +23,7 @@ def _interrupt(*_: object) -> None:
 
 def test_a_ctrl_c_no_command_explains_is_one_line_and_exit_130(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(CliState, "database", _interrupt)
+    monkeypatch.setattr(CliState, "direct_database", _interrupt)
     assert run(["--db", URL, "cancel", "1"]) == 130
     assert capsys.readouterr().err == "error: interrupted\n"
 
@@ -40,7 +40,7 @@ def test_the_database_libraries_warnings_do_not_add_lines() -> None:
         "    logging.getLogger('psycopg').warning('query cancellation failed: timeout')\n"
         "    logging.getLogger('sqlalchemy.pool.impl.QueuePool').error('Exception during reset')\n"
         "    raise KeyboardInterrupt\n"
-        "CliState.database = cancel_failed\n"
+        "CliState.direct_database = cancel_failed\n"
         f"sys.exit(run(['--db', {URL!r}, 'cancel', '1']))\n")
     ended = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            timeout=60)
@@ -56,7 +56,7 @@ def test_a_ctrl_c_of_submit_before_it_wrote_anything_says_nothing_was_submitted(
 
 def test_a_ctrl_c_of_status_watch_while_it_connects_is_quiet(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(CliState, "read_database", _interrupt)
+    monkeypatch.setattr(CliState, "direct_database", _interrupt)
     assert run(["--db", URL, "status", "--watch"]) == 130
     assert capsys.readouterr().err == ""
 
