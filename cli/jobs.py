@@ -155,7 +155,9 @@ def alter(
     ctx: typer.Context,
     job_id: JobArg,
     batch_rows: Annotated[int | None, typer.Option(help="Rows per batch.")] = None,
-    max_rows_per_sec: Annotated[int | None, typer.Option(help="Rows/s limit; 0 removes it.")] = None,
+    max_rows_per_sec: Annotated[int | None, typer.Option(
+        help="Rows/s limit; 0 removes it. A batch size never given follows it: at most one "
+             "second of the limit.")] = None,
     concurrency: Annotated[int | None, typer.Option(help="Subtasks running at once.")] = None,
     max_replica_lag: Annotated[float | None, typer.Option(
         metavar="SECONDS", help="Standby replay lag limit; 0 removes it.")] = None,

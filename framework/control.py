@@ -171,18 +171,23 @@ def alter(db: Tables, job_id: int, *, batch_rows: int | None = None,
             raise InvalidParams(f"{name} must be at least 0 (0 removes the limit), got {limit:g}")
     with db.begin() as conn:
         state = _state_or_fail(db, conn, job_id)
-        if state in JOB_TERMINAL or not jobs.alter(
+        batches = None if state in JOB_TERMINAL else jobs.alter(
             db, conn, job_id, batch_rows=batch_rows, max_rows_per_sec=max_rows_per_sec,
             concurrency=concurrency, max_replica_lag=max_replica_lag,
             max_active_sessions=max_active_sessions, actor=actor or local_actor(),
-        ):
+        )
+        if batches is None:
             raise InvalidParams(f"job {job_id} already {state}; only a live job can be altered")
         jobs.notify(db, conn)
     changed = {"batch_rows": batch_rows, "max_rows_per_sec": max_rows_per_sec,
                "concurrency": concurrency, "max_replica_lag": max_replica_lag,
                "max_active_sessions": max_active_sessions}
-    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+    said = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
                      for k, v in changed.items() if v is not None)
+    before, after = batches
+    if batch_rows is None and after != before:
+        said += f", batch_rows={after} (no --batch-rows given: at most one second of the limit)"
+    return said
 
 
 # A "throttled" note no worker has refreshed for this long is stale (its

@@ -21,6 +21,11 @@ STEP_PREPARED = 1  # schema step done; the first forward step's subtasks inserte
 STEP_DONE = 2  # final schema step done (a job type of one step)
 STEP_REVERT = -1  # rolling back: the revert subtasks restore ranges, then revert DDL
 
+# In a job's params when it was submitted without --batch-rows: the job type's
+# default batch, which its batch size then follows under a rate limit (at most
+# one second of the limit, framework.submit; again at `reorg alter`).
+DEFAULT_BATCH_ROWS = "default_batch_rows"
+
 # A subtask of a fixed step covers [0, FIXED_SUBTASK_UNITS): not keys of the
 # table but its own progress, which it may checkpoint as it goes (percent).
 FIXED_SUBTASK_UNITS = 100

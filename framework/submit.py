@@ -46,7 +46,7 @@ from framework.db import Database
 from framework.errors import InvalidParams
 from framework.jobtype import JobType
 from framework.keyset_split import plan_split
-from framework.records import Job, Target
+from framework.records import DEFAULT_BATCH_ROWS, Job, Target
 from framework.splitting import SplitPlan
 from framework.states import JobState
 from framework.store import jobs, owner_lease
@@ -141,6 +141,8 @@ def submit(db: Database, request: SubmitRequest) -> SubmitResult:
         params = privileges.recorded({**target.params, "work_schema": db.schema}, submitter)
         if request.rows_per_subtask:
             params["rows_per_subtask"] = request.rows_per_subtask
+        if request.batch_rows is None:
+            params[DEFAULT_BATCH_ROWS] = kind.default_batch_rows
         ranged = any(step.ranges for step in kind.steps)
         plan = (plan_split(conn, target.table, target.key or target.key_column,
                            params.get("rows_per_subtask"))
@@ -230,7 +232,8 @@ def _batch_rows(request: SubmitRequest, kind: JobType) -> int:
     """The request's --batch-rows, else its job type's default, and then no
     more than one second of --max-rows-per-sec. The pacing books a batch as a
     whole: at the default of 10,000 rows a job of 4,500 rows at 30 rows/s was
-    one batch, written in its first second. A --batch-rows given is kept."""
+    one batch, written in its first second. A --batch-rows given is kept.
+    ``reorg alter`` applies the same rule to a new limit (``jobs.alter``)."""
     if request.batch_rows is not None:
         return request.batch_rows
     if request.max_rows_per_sec:

@@ -12,6 +12,7 @@ from framework import control
 from framework.db import Database
 from framework.errors import InvalidParams
 from framework.privileges import RUN_AS
+from framework.records import DEFAULT_BATCH_ROWS
 from framework.states import SubtaskState
 from framework.store import subtask_pages
 from framework.store import throughput as throughput_store
@@ -22,7 +23,7 @@ CHART_BUCKETS = 60
 # A job's parameters as people look for them: what it changes first.
 PARAMS_FIRST = ("table", "set", "alter", "where", "select", "target", "column", "expr")
 # Shown elsewhere on the page (who it runs as), or not the user's input.
-PARAMS_HIDDEN = (RUN_AS, "work_schema")
+PARAMS_HIDDEN = (RUN_AS, "work_schema", DEFAULT_BATCH_ROWS)
 
 
 def jobs(db: Database) -> list[dict[str, Any]]:

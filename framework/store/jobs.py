@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from framework.db import Database, SqlConnection, SqlDatabase
 from framework.keys import KeySpec
-from framework.records import STEP_REVERT, Job
+from framework.records import DEFAULT_BATCH_ROWS, STEP_REVERT, Job
 from framework.states import (
     JOB_TERMINAL,
     JOB_TRANSITIONS,
@@ -492,19 +492,23 @@ def alter(
     db: SqlDatabase, conn: SqlConnection, job_id: int, *, batch_rows: int | None,
     max_rows_per_sec: int | None, concurrency: int | None, actor: str,
     max_replica_lag: float | None = None, max_active_sessions: int | None = None,
-) -> bool:
+) -> tuple[int, int] | None:
     """Change a live job's knobs; workers read them at their next batch (rate
     and health limits at their next lease renewal). A limit of 0 removes it.
     A new rate limit re-times the job's schedule (``reserve_rate``): what was
-    booked and is not yet due is due as if booked at the new limit. The
-    change and its audit event (the state stays, the detail names the new
-    values) are one statement."""
+    booked and is not yet due is due as if booked at the new limit, and the
+    batch of a job whose batch size was never given (``DEFAULT_BATCH_ROWS``
+    in its params) becomes its type's default capped at one second of the
+    new limit, as a submit makes it; a ``batch_rows`` given from then on is
+    kept. The change and its audit event (the state stays, the detail names
+    the new values) are one statement. Returns the job's batch size before
+    and after it, None when the job had ended (nothing changed)."""
     changed = {"batch_rows": batch_rows, "max_rows_per_sec": max_rows_per_sec,
                "concurrency": concurrency, "max_replica_lag": max_replica_lag,
                "max_active_sessions": max_active_sessions}
     detail = "altered: " + ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
                                      for k, v in changed.items() if v is not None)
-    return conn.execute(
+    row = conn.execute(
         db.sql(f"""
             WITH knobs AS (
                 SELECT CAST(:batch_rows AS bigint) AS batch_rows,
@@ -512,9 +516,17 @@ def alter(
                        CAST(:concurrency AS bigint) AS concurrency,
                        CAST(:max_lag AS double precision) AS max_lag,
                        CAST(:max_sessions AS integer) AS max_sessions),
+            before AS (SELECT batch_rows FROM {{s}}.jobs WHERE id = :job_id),
             altered AS (
                 UPDATE {{s}}.jobs j SET
-                    batch_rows = coalesce(k.batch_rows, j.batch_rows),
+                    batch_rows = CASE
+                        WHEN k.batch_rows IS NOT NULL THEN k.batch_rows
+                        WHEN k.max_rps IS NULL OR j.params -> :default_key IS NULL
+                            THEN j.batch_rows
+                        WHEN k.max_rps = 0 THEN CAST(j.params ->> :default_key AS bigint)
+                        ELSE least(CAST(j.params ->> :default_key AS bigint), k.max_rps) END,
+                    params = CASE WHEN k.batch_rows IS NULL THEN j.params
+                                  ELSE j.params - CAST(:default_key AS text) END,
                     max_rows_per_sec = CASE WHEN k.max_rps IS NULL THEN j.max_rows_per_sec
                                             WHEN k.max_rps = 0 THEN NULL ELSE k.max_rps END,
                     concurrency = coalesce(k.concurrency, j.concurrency),
@@ -535,16 +547,22 @@ def alter(
                     updated_at = clock_timestamp()
                 FROM knobs k
                 WHERE j.id = :job_id AND j.state NOT IN ({_TERMINAL_SQL})
-                RETURNING j.id, j.state),
+                RETURNING j.id, j.state, j.batch_rows),
             event AS (
                 INSERT INTO {{s}}.job_events (job_id, actor, from_state, to_state, detail)
-                SELECT id, CAST(:actor AS text), state, state, CAST(:detail AS text)
-                FROM altered)
-            SELECT count(*) FROM altered"""),
+                SELECT a.id, CAST(:actor AS text), a.state, a.state,
+                       CAST(:detail AS text) || CASE
+                           WHEN a.batch_rows <> b.batch_rows AND :batch_rows IS NULL
+                           THEN ', batch_rows=' || a.batch_rows ELSE '' END
+                FROM altered a, before b)
+            SELECT b.batch_rows AS before, a.batch_rows AS after
+            FROM altered a, before b"""),
         {"job_id": job_id, "batch_rows": batch_rows, "max_rps": max_rows_per_sec,
          "concurrency": concurrency, "max_lag": max_replica_lag,
-         "max_sessions": max_active_sessions, "actor": actor, "detail": detail},
-    ).scalar_one() == 1
+         "max_sessions": max_active_sessions, "actor": actor, "detail": detail,
+         "default_key": DEFAULT_BATCH_ROWS},
+    ).mappings().first()
+    return None if row is None else (int(row["before"]), int(row["after"]))
 
 
 def reserve_rate(db: Database, conn: Connection, job_id: int, rows: int,

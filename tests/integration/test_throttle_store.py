@@ -68,6 +68,36 @@ def test_a_new_limit_re_times_what_was_booked_at_the_old_one(db, migrated_db):
     assert _book(db, job_id, 100) == pytest.approx(1, abs=0.5)
 
 
+def test_a_batch_nobody_gave_follows_the_limit_at_alter_as_at_submit(db, migrated_db):
+    """Submitted without --batch-rows, a job's batch is its type's default, at
+    most one second of its rate limit; ``reorg alter --max-rows-per-sec``
+    resizes it by the same rule (lifted: the default again) and says so, in
+    its answer and in the job's events, until a batch size is given, which is
+    kept from then on, as one given at submit is."""
+    job_id = _job(db)
+
+    def batch(job: int = job_id) -> int:
+        return control.status(db, job)[0]["batch_rows"]
+
+    assert batch() == 10_000
+    assert control.alter(db, job_id, max_rows_per_sec=30, actor="t") == (
+        "max_rows_per_sec=30, batch_rows=30 (no --batch-rows given: at most one second of "
+        "the limit)")
+    assert batch() == 30
+    for limit, rows in ((50_000, 10_000), (40, 40), (0, 10_000), (25, 25)):
+        control.alter(db, job_id, max_rows_per_sec=limit, actor="t")
+        assert batch() == rows, limit
+    assert control.alter(db, job_id, batch_rows=500, actor="t") == "batch_rows=500"
+    assert control.alter(db, job_id, max_rows_per_sec=20, actor="t") == "max_rows_per_sec=20"
+    assert batch() == 500  # given: kept
+    assert [e["detail"] for e in control.events(db, job_id) if e["detail"]][-3:] == [
+        "altered: max_rows_per_sec=25, batch_rows=25", "altered: batch_rows=500",
+        "altered: max_rows_per_sec=20"]
+    given = _job(db, "items_b", batch_rows=700)
+    control.alter(db, given, max_rows_per_sec=10, actor="t")
+    assert batch(given) == 700
+
+
 def test_the_health_reading_leaves_reorgs_own_sessions_out(db, migrated_db):
     with db.begin() as conn:
         first = health.read(conn)
