@@ -70,6 +70,7 @@ POINTS: tuple[str, ...] = (
     "worker.after_claim",         # worker slot: subtask claimed, not yet run
     "worker.before_checkpoint",   # worker: batch written, checkpoint not yet (transaction open)
     "worker.after_checkpoint",    # worker: checkpoint written, batch not yet committed
+    "worker.after_commit",        # subtask: a batch committed, its slot not yet told (finished?)
     "worker.after_batch",         # subtask: a batch and its checkpoint committed
     "worker.in_restore_batch",    # revert subtask: a restore batch ran, not yet committed
     "worker.in_restore_index",    # revert subtask: restore indexes built, not yet committed

@@ -161,6 +161,7 @@ class SubtaskContext:
             if not refused:  # else counted as refused
                 metrics.batch(self.job.id, self.job.type, "rolled_back")
             raise
+        faults.hit("worker.after_commit")
         self._committed(batch, done, time.monotonic() - started)
         return batch
 

@@ -114,16 +114,22 @@ class WorkerPool:
             return
         sent = self.clock()
         try:
-            with self.db.connect(isolation_level="AUTOCOMMIT") as conn:  # one statement
+            with self.db.connect(isolation_level="AUTOCOMMIT") as conn:
                 alive = subtasks.renew(self.db, conn, [h.claim for h in held])
+                # A subtask a commit finished while the renewal waited on its
+                # row is not renewed, and its slot may not know yet (the
+                # commit has not returned): not a lost lease.
+                unrenewed = [h.claim for h in held
+                             if h.claim.id not in alive and not h.ctx.finished]
+                finished = subtasks.finished_of(self.db, conn, unrenewed)
         except Exception as exc:
             log.warning("lease renewal failed: %s", one_line(exc))
             self.expire_untrusted()
             return
         for h in held:
             info = alive.get(h.claim.id)
-            if info is None and h.ctx.finished:
-                continue  # its last batch finished it just now
+            if info is None and (h.ctx.finished or h.claim.id in finished):
+                continue  # its last batch (or its finish) finished it just now
             if info is None:
                 log.warning("lost lease on subtask %s", h.claim.id,
                             extra={"job_id": h.claim.job_id, "subtask_id": h.claim.id})

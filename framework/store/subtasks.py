@@ -305,6 +305,28 @@ def none_pending(db: Database, conn: Connection, claim: Claim) -> bool:
     ).scalar()
 
 
+def finished_of(db: Database, conn: Connection, claims: list[Claim]) -> set[int]:
+    """Those of ``claims`` whose subtask succeeded under their epoch (in the
+    live table, or moved to history since). A renewal that finds a held
+    subtask no longer running asks this in a statement of its own: the
+    renewal's snapshot predates a finishing commit it waited for."""
+    if not claims:
+        return set()
+    rows = conn.execute(
+        db.sql("""
+            SELECT held.id FROM unnest(CAST(:ids AS bigint[]), CAST(:epochs AS bigint[]))
+                AS held(id, epoch)
+            WHERE EXISTS (SELECT 1 FROM {s}.background_subtask st
+                          WHERE st.id = held.id AND st.epoch = held.epoch
+                            AND st.state = 'succeeded')
+               OR EXISTS (SELECT 1 FROM {s}.background_subtask_history h
+                          WHERE h.id = held.id AND h.epoch = held.epoch
+                            AND h.state = 'succeeded')"""),
+        {"ids": [c.id for c in claims], "epochs": [c.epoch for c in claims]},
+    )
+    return {row[0] for row in rows}
+
+
 def finish_if_held(db: Database, conn: Connection, claim: Claim) -> bool:
     """Mark the subtask succeeded; only a fully covered range can succeed."""
     return conn.execute(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -165,3 +166,37 @@ def test_one_renewal_of_many_leases_brings_each_its_jobs_knobs_and_running_count
     assert sorted(alive) == sorted(c.id for c in claims[:2])
     assert {(a["job_state"], a["batch_rows"], a["running"]) for a in alive.values()} == {
         ("running", 77, 3)}
+
+
+def test_a_renewal_that_meets_a_subtask_its_last_commit_just_finished_loses_no_lease(db):
+    """A renewal that waited on the row of a finishing commit finds the
+    subtask no longer running before its slot knows (the commit has not
+    returned to it): a finish, not a lost lease. CI saw one counted as
+    ``reorg_leases_lost_total{reason="renewal_refused"}`` by a healthy worker."""
+    from prometheus_client import REGISTRY
+
+    from framework import faults
+    from framework.worker import ClaimSize, WorkerPool
+
+    def refused() -> float:
+        return REGISTRY.get_sample_value("reorg_leases_lost_total",
+                                         {"reason": "renewal_refused"}) or 0.0
+
+    job_id = started_fill(db, 1, expr="'x' || b", prepared=True)[0]
+    faults.arm("worker.after_commit", "block")  # its one batch finished it
+    pool = WorkerPool(db, "w1", slots=1)
+    runner = threading.Thread(target=pool.run_claimed, args=(ClaimSize(limit=1),))
+    before = refused()
+    runner.start()
+    try:
+        faults.wait_blocked("worker.after_commit", timeout=30)
+        with db.begin() as conn:
+            state = conn.execute(db.sql("SELECT state FROM {s}.background_subtask "
+                                        "WHERE job_id = :j"), {"j": job_id}).scalar_one()
+        assert state == "succeeded"  # committed; the slot not yet told
+        pool.renew_leases()
+        assert refused() == before
+    finally:
+        faults.release("worker.after_commit")
+        runner.join(30)
+    assert [(r.outcome, r.rows) for r in pool.results] == [("succeeded", 10)]
