@@ -186,7 +186,9 @@ def alter(db: Tables, job_id: int, *, batch_rows: int | None = None,
                      for k, v in changed.items() if v is not None)
     before, after = batches
     if batch_rows is None and after != before:
-        said += f", batch_rows={after} (no --batch-rows given: at most one second of the limit)"
+        # A batch size nobody gave follows the limit (jobs.alter): say so.
+        said += (f", batch_rows={after} (none given: the type's default, at most one "
+                 "second of the limit)")
     return said
 
 

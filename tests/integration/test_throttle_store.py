@@ -81,8 +81,8 @@ def test_a_batch_nobody_gave_follows_the_limit_at_alter_as_at_submit(db, migrate
 
     assert batch() == 10_000
     assert control.alter(db, job_id, max_rows_per_sec=30, actor="t") == (
-        "max_rows_per_sec=30, batch_rows=30 (no --batch-rows given: at most one second of "
-        "the limit)")
+        "max_rows_per_sec=30, batch_rows=30 (none given: the type's default, at most one "
+        "second of the limit)")
     assert batch() == 30
     for limit, rows in ((50_000, 10_000), (40, 40), (0, 10_000), (25, 25)):
         control.alter(db, job_id, max_rows_per_sec=limit, actor="t")
