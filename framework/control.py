@@ -171,24 +171,18 @@ def alter(db: Tables, job_id: int, *, batch_rows: int | None = None,
             raise InvalidParams(f"{name} must be at least 0 (0 removes the limit), got {limit:g}")
     with db.begin() as conn:
         state = _state_or_fail(db, conn, job_id)
-        batches = None if state in JOB_TERMINAL else jobs.alter(
+        detail = None if state in JOB_TERMINAL else jobs.alter(
             db, conn, job_id, batch_rows=batch_rows, max_rows_per_sec=max_rows_per_sec,
             concurrency=concurrency, max_replica_lag=max_replica_lag,
             max_active_sessions=max_active_sessions, actor=actor or local_actor(),
         )
-        if batches is None:
+        if detail is None:
             raise InvalidParams(f"job {job_id} already {state}; only a live job can be altered")
         jobs.notify(db, conn)
-    changed = {"batch_rows": batch_rows, "max_rows_per_sec": max_rows_per_sec,
-               "concurrency": concurrency, "max_replica_lag": max_replica_lag,
-               "max_active_sessions": max_active_sessions}
-    said = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
-                     for k, v in changed.items() if v is not None)
-    before, after = batches
-    if batch_rows is None and after != before:
-        # A batch size nobody gave follows the limit (jobs.alter): say so.
-        said += (f", batch_rows={after} (none given: the type's default, at most one "
-                 "second of the limit)")
+    said = detail.removeprefix("altered: ")  # what the job's event says
+    if batch_rows is None and "batch_rows=" in said:
+        # Resized though not given: the batch follows the limit (jobs.alter).
+        said += " (none given: the type's default, at most one second of the limit)"
     return said
 
 

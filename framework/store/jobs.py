@@ -492,7 +492,7 @@ def alter(
     db: SqlDatabase, conn: SqlConnection, job_id: int, *, batch_rows: int | None,
     max_rows_per_sec: int | None, concurrency: int | None, actor: str,
     max_replica_lag: float | None = None, max_active_sessions: int | None = None,
-) -> tuple[int, int] | None:
+) -> str | None:
     """Change a live job's knobs; workers read them at their next batch (rate
     and health limits at their next lease renewal). A limit of 0 removes it.
     A new rate limit re-times the job's schedule (``reserve_rate``): what was
@@ -501,14 +501,14 @@ def alter(
     in its params) becomes its type's default capped at one second of the
     new limit, as a submit makes it; a ``batch_rows`` given from then on is
     kept. The change and its audit event (the state stays, the detail names
-    the new values) are one statement. Returns the job's batch size before
-    and after it, None when the job had ended (nothing changed)."""
+    the new values, a batch resized that way too) are one statement. Returns
+    that detail, None when the job had ended (nothing changed)."""
     changed = {"batch_rows": batch_rows, "max_rows_per_sec": max_rows_per_sec,
                "concurrency": concurrency, "max_replica_lag": max_replica_lag,
                "max_active_sessions": max_active_sessions}
     detail = "altered: " + ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
                                      for k, v in changed.items() if v is not None)
-    row = conn.execute(
+    return conn.execute(
         db.sql(f"""
             WITH knobs AS (
                 SELECT CAST(:batch_rows AS bigint) AS batch_rows,
@@ -554,15 +554,14 @@ def alter(
                        CAST(:detail AS text) || CASE
                            WHEN a.batch_rows <> b.batch_rows AND :batch_rows IS NULL
                            THEN ', batch_rows=' || a.batch_rows ELSE '' END
-                FROM altered a, before b)
-            SELECT b.batch_rows AS before, a.batch_rows AS after
-            FROM altered a, before b"""),
+                FROM altered a, before b
+                RETURNING detail)
+            SELECT detail FROM event"""),
         {"job_id": job_id, "batch_rows": batch_rows, "max_rps": max_rows_per_sec,
          "concurrency": concurrency, "max_lag": max_replica_lag,
          "max_sessions": max_active_sessions, "actor": actor, "detail": detail,
          "default_key": DEFAULT_BATCH_ROWS},
-    ).mappings().first()
-    return None if row is None else (int(row["before"]), int(row["after"]))
+    ).scalar()
 
 
 def reserve_rate(db: Database, conn: Connection, job_id: int, rows: int,

@@ -1,11 +1,12 @@
 """What the ``reorg`` commands that read jobs or request a change of one
 import, run to their end against a real database (issue 25: ``reorg status
-JOB`` ≤ 250 ms as a command; nothing a command does not use is imported). Each runs in a fresh interpreter, as
-``reorg`` would, and prints the modules it ended with: none of the worker's
-(node, APScheduler, Spark), the migrations' (alembic), SQLAlchemy (they go
-through psycopg alone, ``framework.directdb``), rich (tables are plain
-columns) or the submit path's (pglast). ``python -m bench.command_latency``
-measures what the rest costs."""
+JOB`` ≤ 250 ms as a command; nothing a command does not use is imported).
+Each runs in a fresh interpreter, as ``reorg`` would, and prints the modules
+it ended with: none of the worker's (node, APScheduler, Spark), the
+migrations' (alembic), SQLAlchemy (they go through psycopg alone,
+``framework.directdb``), rich (tables are plain columns) or the submit
+path's (pglast). ``python -m bench.command_latency`` measures what the rest
+costs."""
 
 from __future__ import annotations
 
