@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.bigtable import build, measure, report
+from bench.dataplane import window_cpu
 from bench.dataplane.errors import BenchError
 from bench.dataplane.reorg_cli import reorg
 from bench.dataplane.server import add_fast_server, database, query_one, server_kind
@@ -62,15 +63,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         (size,) = query_one(url, "SELECT pg_size_pretty(pg_total_relation_size('bench.items'))")
         (pg_version,) = query_one(url, "SELECT version()")
         reorg(url, "db", "upgrade")
-        with system_tables(url) as db, running_worker(url, "bigtable-1", log_dir):
+        with system_tables(url) as db, running_worker(url, "bigtable-1", log_dir) as worker:
             print("submit -> running", flush=True)
             start = measure.start_job(url, db, timeout=600)
             print(f"    {start.wall_seconds:.2f} s ({start.db_seconds:.2f} s on the database "
                   f"clock; the submit command {start.submit_seconds:.2f} s): {start.detail}",
                   flush=True)
             print(f"reorg sql-update for {args.window:.0f} s", flush=True)
-            reorg_rate = measure.reorg_rate(db, start.job_id, args.window)
-            print(f"    {reorg_rate.rows:,} rows, {reorg_rate.per_second:,.0f} rows/s", flush=True)
+            reorg_rate = measure.reorg_rate(url, db, start.job_id, args.window, worker.proc.pid)
+            print(f"    {reorg_rate.rows:,} rows, {reorg_rate.per_second:,.0f} rows/s; cores: "
+                  f"{window_cpu.describe(reorg_rate.cpu, reorg_rate.seconds)}", flush=True)
             print("cancel", flush=True)
             cancel = measure.cancel_job(url, db, start.job_id, timeout=3600,
                                         old_values=args.old_values)
@@ -85,7 +87,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                   f"min {low:,} median {mid:,.0f} max {high:,}", flush=True)
         print(f"chunked SQL for {args.window:.0f} s", flush=True)
         chunked, keys = measure.chunked_sql_rate(url, args.window)
-        print(f"    {chunked.rows:,} rows, {chunked.per_second:,.0f} rows/s", flush=True)
+        print(f"    {chunked.rows:,} rows, {chunked.per_second:,.0f} rows/s; cores: "
+              f"{window_cpu.describe(chunked.cpu, chunked.seconds)}", flush=True)
         measure.put_back(url, keys, args.old_values)
     res = report.Results(stamp, args.rows, str(size), pg_version.split(" on ")[0],
                          "`--db` server" if args.db else server_kind(args.fast_server),

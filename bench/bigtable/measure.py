@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import statistics
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -22,6 +23,7 @@ from bench.dataplane.records import CHUNK_ROWS, SQL_CONNECTIONS, TABLE
 from bench.dataplane.reorg_cli import reorg
 from bench.dataplane.server import query_one
 from bench.dataplane.tracking import job_status, subtasks
+from bench.dataplane.window_cpu import WindowCpu
 from framework import control
 from framework.db import Database
 from framework.records import STEP_REVERT
@@ -53,6 +55,8 @@ class Evenness:
 class Rate:
     rows: int
     seconds: float
+    # CPU seconds by who used them over the window (bench.dataplane.window_cpu)
+    cpu: dict[str, float] = field(default_factory=dict)
 
     @property
     def per_second(self) -> float:
@@ -100,14 +104,17 @@ def start_job(url: str, db: Database, timeout: float) -> Start:
                  submit_seconds, str(event["detail"]))
 
 
-def reorg_rate(db: Database, job_id: int, window: float) -> Rate:
-    """Rows the job committed over ``window`` seconds from now."""
+def reorg_rate(url: str, db: Database, job_id: int, window: float, worker_pid: int) -> Rate:
+    """Rows the job committed over ``window`` seconds from now, and the CPU
+    the machine spent meanwhile (the worker's process tree as ``worker``)."""
+    cpu = WindowCpu(url, None, {"reorg worker": worker_pid})
     # Every step's rows (`rows_done` starts again with each range step).
     first = int(job_status(db, job_id)["rows_processed"])
+    cpu.start()
     began = time.perf_counter()
     time.sleep(window)
     last = int(job_status(db, job_id)["rows_processed"])
-    return Rate(last - first, time.perf_counter() - began)
+    return Rate(last - first, time.perf_counter() - began, cpu.stop())
 
 
 def cancel_job(url: str, db: Database, job_id: int, timeout: float,
@@ -214,12 +221,14 @@ def chunked_sql_rate(url: str, window: float) -> tuple[Rate, tuple[int, int]]:
             updated[0] += cur.rowcount
             reached[0] = max(reached[0], lo + CHUNK_ROWS)
 
+    cpu = WindowCpu(url, None, {"this benchmark": os.getpid()})
+    cpu.start()
     began = time.perf_counter()
     # A chunk is taken only while the window lasts.
     starts = itertools.takewhile(lambda _: time.perf_counter() < stop_at,
                                  range(first, int(high) + 1, CHUNK_ROWS))
     in_parallel(url, SQL_CONNECTIONS, starts, update, "chunked SQL")
-    return Rate(updated[0], time.perf_counter() - began), (first, reached[0])
+    return Rate(updated[0], time.perf_counter() - began, cpu.stop()), (first, reached[0])
 
 
 def put_back(url: str, keys: tuple[int, int], old_values: bool = False) -> None:

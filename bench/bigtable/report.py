@@ -11,6 +11,7 @@ from pathlib import Path
 
 from bench.bigtable.measure import Cancel, Evenness, Rate, Start
 from bench.dataplane.errors import BenchError
+from bench.dataplane.window_cpu import describe
 
 HEADING = "## 100M rows"
 MARKER = "<!-- Below: kept by hand"
@@ -57,6 +58,10 @@ def section(res: Results, heading: str) -> str:
          f"{reorg.rows:,} rows, {reorg.per_second:,.0f} rows/s"),
         (f"2-connection 10k-key chunked SQL, {res.window:.0f} s window",
          f"{chunked.rows:,} rows, {chunked.per_second:,.0f} rows/s"),
+        ("cores busy over reorg's window, by who",
+         describe(reorg.cpu, reorg.seconds)),
+        ("cores busy over chunked SQL's window, by who",
+         describe(chunked.cpu, chunked.seconds)),
         ("rows/s, reorg / chunked SQL (issue 25 target 4: ≥ 0.95)",
          f"{reorg.per_second / chunked.per_second:.2f}"),
         ("`reorg cancel` → job `cancelled`",

@@ -1,0 +1,99 @@
+"""Where a machine's CPU went over a time window, by who used it: the
+server's backends grouped by ``application_name`` (reorg's worker slots, its
+owner, a baseline's plain connections), the server's own processes
+(checkpointer, WAL writer, autovacuum...), the processes of given trees (a
+``reorg worker``), everything else, and idle.
+
+On a 2-core machine where the server's backends want both cores, every
+CPU-second a client spends is one the server does not get: a contender's
+rows/s over a window follows from this split, so the benchmark that
+compares two contenders prints it beside their rates.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+
+from bench.dataplane.proctree import process_tree, processes
+
+HZ = os.sysconf("SC_CLK_TCK")
+SERVER_PROCESSES = "server's own processes"  # checkpointer, walwriter, autovacuum...
+OTHER = "other processes"
+
+
+def _idle_ticks() -> int:
+    """Idle + iowait clock ticks of all CPUs since boot (/proc/stat)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    return int(fields[3]) + int(fields[4])
+
+
+def _backend_groups(url: str) -> dict[int, str]:
+    """Server pids by group: a client backend by its ``application_name``
+    with its numbers as ``N`` (``reorg-job-N-subtask-N-epoch-N``), or
+    ``client backend``; any other server process as SERVER_PROCESSES."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pid, backend_type, application_name FROM pg_stat_activity").fetchall()
+    groups = {}
+    for pid, backend_type, app in rows:
+        if backend_type == "client backend":
+            groups[int(pid)] = re.sub(r"\d+", "N", app or "") or "client backend"
+        else:
+            groups[int(pid)] = SERVER_PROCESSES
+    return groups
+
+
+@dataclass
+class Snapshot:
+    ticks: dict[int, int]  # pid -> utime + stime
+    idle: int
+    groups: dict[int, str] = field(default_factory=dict)
+
+
+class WindowCpu:
+    """``start()``, then ``stop()`` returns CPU seconds by group over the
+    window. ``trees``: named process trees (name -> root pid) counted as one
+    group each. The server's processes are told apart by ``url``'s
+    ``pg_stat_activity`` read at both ends (a backend that starts and ends
+    inside the window is counted under OTHER, or under its tree)."""
+
+    def __init__(self, url: str, server_pid: int | None, trees: dict[str, int]) -> None:
+        self.url, self.server_pid, self.trees = url, server_pid, trees
+        self._start: Snapshot | None = None
+
+    def _snapshot(self) -> Snapshot:
+        groups = _backend_groups(self.url)
+        table = processes()
+        for name, root in self.trees.items():
+            for pid in process_tree(root, table):
+                groups.setdefault(pid, name)
+        if self.server_pid is not None:
+            for pid in process_tree(self.server_pid, table):
+                groups.setdefault(pid, SERVER_PROCESSES)
+        return Snapshot({pid: p.cpu_ticks for pid, p in table.items()}, _idle_ticks(), groups)
+
+    def start(self) -> None:
+        self._start = self._snapshot()
+
+    def stop(self) -> dict[str, float]:
+        assert self._start is not None, "start() first"
+        first, last = self._start, self._snapshot()
+        groups = {**last.groups, **first.groups}
+        used: dict[str, float] = {}
+        for pid, ticks in last.ticks.items():
+            spent = ticks - first.ticks.get(pid, 0)
+            if spent > 0:
+                name = groups.get(pid, OTHER)
+                used[name] = used.get(name, 0.0) + spent / HZ
+        used["idle"] = (last.idle - first.idle) / HZ
+        return dict(sorted(used.items(), key=lambda kv: -kv[1]))
+
+
+def describe(used: dict[str, float], seconds: float) -> str:
+    """``group 1.23 cores, ...`` over a window of ``seconds``."""
+    return ", ".join(f"{name} {cpu / seconds:.2f}" for name, cpu in used.items() if cpu >= 0.005)
