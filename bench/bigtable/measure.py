@@ -106,8 +106,8 @@ def start_job(url: str, db: Database, timeout: float) -> Start:
 
 def reorg_rate(url: str, db: Database, job_id: int, window: float, worker_pid: int) -> Rate:
     """Rows the job committed over ``window`` seconds from now, and the CPU
-    the machine spent meanwhile (the worker's process tree as ``worker``)."""
-    cpu = WindowCpu(url, None, {"reorg worker": worker_pid})
+    the machine spent meanwhile (the worker's process tree as ``reorg worker``)."""
+    cpu = WindowCpu(url, {"reorg worker": worker_pid})
     # Every step's rows (`rows_done` starts again with each range step).
     first = int(job_status(db, job_id)["rows_processed"])
     cpu.start()
@@ -221,7 +221,7 @@ def chunked_sql_rate(url: str, window: float) -> tuple[Rate, tuple[int, int]]:
             updated[0] += cur.rowcount
             reached[0] = max(reached[0], lo + CHUNK_ROWS)
 
-    cpu = WindowCpu(url, None, {"this benchmark": os.getpid()})
+    cpu = WindowCpu(url, {"this benchmark": os.getpid()})
     cpu.start()
     began = time.perf_counter()
     # A chunk is taken only while the window lasts.

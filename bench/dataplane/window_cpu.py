@@ -62,8 +62,8 @@ class WindowCpu:
     ``pg_stat_activity`` read at both ends (a backend that starts and ends
     inside the window is counted under OTHER, or under its tree)."""
 
-    def __init__(self, url: str, server_pid: int | None, trees: dict[str, int]) -> None:
-        self.url, self.server_pid, self.trees = url, server_pid, trees
+    def __init__(self, url: str, trees: dict[str, int]) -> None:
+        self.url, self.trees = url, trees
         self._start: Snapshot | None = None
 
     def _snapshot(self) -> Snapshot:
@@ -72,9 +72,6 @@ class WindowCpu:
         for name, root in self.trees.items():
             for pid in process_tree(root, table):
                 groups.setdefault(pid, name)
-        if self.server_pid is not None:
-            for pid in process_tree(self.server_pid, table):
-                groups.setdefault(pid, SERVER_PROCESSES)
         return Snapshot({pid: p.cpu_ticks for pid, p in table.items()}, _idle_ticks(), groups)
 
     def start(self) -> None:
