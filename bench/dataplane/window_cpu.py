@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
@@ -52,7 +52,7 @@ def _backend_groups(url: str) -> dict[int, str]:
 class Snapshot:
     ticks: dict[int, int]  # pid -> utime + stime
     idle: int
-    groups: dict[int, str] = field(default_factory=dict)
+    groups: dict[int, str]  # pid -> group, for the pids it can tell
 
 
 class WindowCpu:
@@ -92,5 +92,6 @@ class WindowCpu:
 
 
 def describe(used: dict[str, float], seconds: float) -> str:
-    """``group 1.23 cores, ...`` over a window of ``seconds``."""
+    """``group 1.23, ...``: each group's CPU in cores (CPU seconds per second
+    of a window of ``seconds``), groups under 0.005 CPU-s left out."""
     return ", ".join(f"{name} {cpu / seconds:.2f}" for name, cpu in used.items() if cpu >= 0.005)
