@@ -19,6 +19,7 @@ class Proc:
     ppid: int
     cpu_ticks: int  # utime + stime
     start_ticks: int  # start time, clock ticks after boot
+    reaped_ticks: int = 0  # cutime + cstime: of its children that ended and it waited for
 
 
 def stat_fields(pid: int) -> list[str] | None:
@@ -37,7 +38,7 @@ def processes() -> dict[int, Proc]:
     for entry in os.listdir("/proc"):
         if entry.isdigit() and (fields := stat_fields(int(entry))) is not None:
             table[int(entry)] = Proc(int(fields[1]), int(fields[11]) + int(fields[12]),
-                                     int(fields[19]))
+                                     int(fields[19]), int(fields[13]) + int(fields[14]))
     return table
 
 

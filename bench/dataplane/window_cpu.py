@@ -2,7 +2,9 @@
 server's backends grouped by ``application_name`` (reorg's worker slots, its
 owner, a baseline's plain connections), the server's own processes
 (checkpointer, WAL writer, autovacuum...), the processes of given trees (a
-``reorg worker``), everything else, and idle.
+``reorg worker``), everything else, and idle. A process that ends inside
+the window is counted through the process that waited for it: a backend
+through the postmaster (ENDED_BACKENDS), a tree's child in its tree.
 
 On a 2-core machine where the server's backends want both cores, every
 CPU-second a client spends is one the server does not get: a contender's
@@ -24,6 +26,9 @@ from bench.dataplane.proctree import process_tree, processes
 HZ = os.sysconf("SC_CLK_TCK")
 SERVER_PROCESSES = "server's own processes"  # checkpointer, walwriter, autovacuum...
 OTHER = "other processes"
+# Backends (a baseline's own connections) that ended inside the window: the
+# postmaster's reaped CPU, less what those alive at the start had used by then.
+ENDED_BACKENDS = "backends that ended in the window"
 
 
 def _idle_ticks() -> int:
@@ -32,20 +37,22 @@ def _idle_ticks() -> int:
     return int(fields[3]) + int(fields[4])
 
 
-def _backend_groups(url: str) -> dict[int, str]:
+def _backend_groups(url: str) -> tuple[dict[int, str], int]:
     """Server pids by group: a client backend by its ``application_name``
     with its numbers as ``N`` (``reorg-job-N-subtask-N-epoch-N``), or
-    ``client backend``; any other server process as SERVER_PROCESSES."""
+    ``client backend``; any other server process as SERVER_PROCESSES. And
+    this session's backend pid (its parent is the postmaster)."""
     with psycopg.connect(url, autocommit=True) as conn:
         rows = conn.execute(
             "SELECT pid, backend_type, application_name FROM pg_stat_activity").fetchall()
+        (own,) = conn.execute("SELECT pg_backend_pid()").fetchone()  # type: ignore[misc]
     groups = {}
     for pid, backend_type, app in rows:
         if backend_type == "client backend":
             groups[int(pid)] = re.sub(r"\d+", "N", app or "") or "client backend"
         else:
             groups[int(pid)] = SERVER_PROCESSES
-    return groups
+    return groups, int(own)
 
 
 @dataclass
@@ -53,6 +60,9 @@ class Snapshot:
     ticks: dict[int, int]  # pid -> utime + stime
     idle: int
     groups: dict[int, str]  # pid -> group, for the pids it can tell
+    reaped: dict[int, int]  # pid -> CPU ticks of its children that ended (cutime + cstime)
+    parents: dict[int, int]  # pid -> ppid
+    postmaster: int
 
 
 class WindowCpu:
@@ -67,12 +77,16 @@ class WindowCpu:
         self._start: Snapshot | None = None
 
     def _snapshot(self) -> Snapshot:
-        groups = _backend_groups(self.url)
+        groups, own_backend = _backend_groups(self.url)
         table = processes()
         for name, root in self.trees.items():
             for pid in process_tree(root, table):
                 groups.setdefault(pid, name)
-        return Snapshot({pid: p.cpu_ticks for pid, p in table.items()}, _idle_ticks(), groups)
+        postmaster = table[own_backend].ppid if own_backend in table else 0
+        groups.setdefault(postmaster, SERVER_PROCESSES)
+        return Snapshot({pid: p.cpu_ticks for pid, p in table.items()}, _idle_ticks(), groups,
+                        {pid: p.reaped_ticks for pid, p in table.items()},
+                        {pid: p.ppid for pid, p in table.items()}, postmaster)
 
     def start(self) -> None:
         self._start = self._snapshot()
@@ -83,9 +97,18 @@ class WindowCpu:
         groups = {**last.groups, **first.groups}
         used: dict[str, float] = {}
         for pid, ticks in last.ticks.items():
+            name = groups.get(pid, OTHER)
+            # Its own CPU, and that of its children that ended inside the
+            # window less what they had used before it began.
             spent = ticks - first.ticks.get(pid, 0)
+            reaped = last.reaped[pid] - first.reaped.get(pid, 0) - sum(
+                first.ticks[child] for child, parent in first.parents.items()
+                if parent == pid and child not in last.ticks)
+            if pid == last.postmaster:
+                used[ENDED_BACKENDS] = used.get(ENDED_BACKENDS, 0.0) + max(reaped, 0) / HZ
+            else:
+                spent += reaped
             if spent > 0:
-                name = groups.get(pid, OTHER)
                 used[name] = used.get(name, 0.0) + spent / HZ
         used["idle"] = (last.idle - first.idle) / HZ
         return dict(sorted(used.items(), key=lambda kv: -kv[1]))
