@@ -58,6 +58,12 @@ class UpdateSql:
     # value is NULL, which needs no image (``_null_old_values``); else it
     # writes nothing and ``update`` with ``skip_written`` does the batch.
     only_null_old: bool = False
+    # ``only_null_old`` without the probe, on fixed bounds of a single unique
+    # integer key: the bare UPDATE of the rows whose old value is NULL. The
+    # range holds at most ``hi - lo`` rows whatever commits meanwhile, so a
+    # batch that wrote that many is done (``backfill.update_batch``); else
+    # ``skip_written`` does the rest. One read of the range, not two.
+    without_probe: bool = False
     # Overwrite mode: leave out rows this transaction already wrote (those of
     # an ``only_null_old`` statement before it in the batch).
     skip_written: bool = False
@@ -80,6 +86,10 @@ class UpdateSql:
             # Not referenced, still run to completion (PostgreSQL runs every
             # data-modifying CTE); no RETURNING, nothing to hold.
             ctes.append(f"reorg_written AS ({plain})")
+        elif self.without_probe:
+            assert self.only_null_old and not self.scanning, "on fixed bounds only"
+            # Its rows are the command tag's count (``written``).
+            return self._plain_update(f"{self._matching()} AND num_nulls({a}.{col}) = 1")
         elif self.only_null_old:
             ctes += self._null_old_values()
             returned += ["(SELECT seen FROM reorg_probe) AS seen",
@@ -127,9 +137,9 @@ class UpdateSql:
         its new version (EvalPlanQual) and is skipped, so ``written`` <
         ``seen`` and the image statement does it (``skip_written``). A NULL
         old value needs no image: the batch's record (range and xid) puts
-        NULL back (``BeforeImages.restore_range``). Without the image
-        statement's read of every old value and its join on ``ctid``, the
-        batch costs what chunked SQL's UPDATE does."""
+        NULL back (``BeforeImages.restore_range``). ``without_probe`` keeps
+        the re-check and drops the probe's read of the range (4 % of a
+        batch's CPU at 100M rows, docs/benchmarks.md)."""
         t, a, col = self.table, self.alias, quote(self.column)
         return [
             f"""reorg_probe AS (

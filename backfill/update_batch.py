@@ -16,8 +16,11 @@ Other keys (``framework.keys``) scan first (``batch_bounds.next_bound``).
 Overwriting a column keeps a before-image of every old value that is not
 NULL. A batch whose old values are all NULL needs none: it runs the bare
 UPDATE, guarded (``UpdateSql.only_null_old``), and the first old value falls
-back to the image statement for the batch's rows not yet written. After a
-batch that kept images the next one goes straight to the image statement
+back to the image statement for the batch's rows not yet written. On fixed
+bounds the guard is the bare UPDATE of the NULL rows alone, with no probe
+(``without_probe``): a range of a unique integer key holds at most
+``hi - lo`` rows, so a batch that wrote that many is done, and any other
+falls back the same way. After a batch that kept images the next one goes straight to the image statement
 (a column full of values would pay the guard's read on every batch), and
 back to the guard after one that kept none.
 """
@@ -61,19 +64,19 @@ def write_update_batch(ctx: SubtaskContext, conn: Connection,
         row = _write(ctx, conn, sql, bounds)
     else:
         upper = min(curr + n, end)  # the bound if on fixed bounds
-        sql = replace(sql_for(True), scanning=not _on_fixed_bounds(ctx, filtered),
-                      only_null_old=guarded)
+        fixed_bounds = _on_fixed_bounds(ctx, filtered)
+        sql = replace(sql_for(True), scanning=not fixed_bounds, only_null_old=guarded,
+                      without_probe=guarded and fixed_bounds)
         row = _write(ctx, conn, sql, {"lo": curr, "hi": upper, "end": end, "n": n})
         if sql.scanning:
             upper, scanned = int(row["hi"]), int(row["scanned"])
-        else:
-            scanned = int(row["seen"] if sql.images is not None else row["written"])
         bounds = {"lo": curr, "hi": upper}
-        ctx.batch_state[_SPARSE] = scanned < DENSE_SHARE * (upper - curr)
     if sql.images is not None:
+        fixed = replace(sql, scanning=False, only_null_old=False, without_probe=False)
+        if sql.without_probe:
+            row = _after_bare_guard(ctx, conn, fixed, int(row["written"]), upper - curr, bounds)
         ctx.batch_state[_KEPT] = row["kept"] > 0
-        fixed = replace(sql, scanning=False, only_null_old=False)
-        if guarded and row["written"] < row["seen"]:
+        if guarded and not sql.without_probe and row["written"] < row["seen"]:
             # Old values in the range (or rows changed under the guard): the
             # image statement for the rows the guard did not write.
             row = _write(ctx, conn, replace(fixed, skip_written=True), bounds)
@@ -81,11 +84,30 @@ def write_update_batch(ctx: SubtaskContext, conn: Connection,
             # Rows changed under the statement: locked, on fixed bounds now.
             with as_role(conn, run_as(job)):  # the user's SQL, their privileges only
                 conn.execute(text(fixed.update_locked()), bounds)
+    if job.key.arithmetic and end is not END:
+        if not sql.scanning:
+            scanned = int(row["seen"] if sql.images is not None else row["written"])
+        ctx.batch_state[_SPARSE] = scanned < DENSE_SHARE * (upper - curr)
     if after_write is not None:
         after_write(conn, curr, upper)
     if sql.batches:
         conn.execute(text(sql.record_batch()), {**bounds, "subtask": ctx.subtask_id})
     return Batch(upper, scanned)
+
+
+def _after_bare_guard(ctx: SubtaskContext, conn: Connection, fixed: UpdateSql, written: int,
+                      keys: int, bounds: dict[str, Key]) -> dict[str, Any]:
+    """After the guard without its probe (``UpdateSql.without_probe``) wrote
+    ``written`` rows of a range of a unique integer key that holds at most
+    ``keys`` rows: done if it wrote that many, else the image statement for
+    the rows it did not write (old values, rows changed under it; on keys
+    that hold no row it finds nothing). Returns ``seen``, ``written`` and
+    ``kept`` over both, as the image statement alone returns them."""
+    if written == keys:
+        return {"seen": written, "written": written, "kept": 0}
+    rest = _write(ctx, conn, replace(fixed, skip_written=True), bounds)
+    return {"seen": written + int(rest["seen"]), "written": written + int(rest["written"]),
+            "kept": int(rest["kept"])}
 
 
 def _on_fixed_bounds(ctx: SubtaskContext, filtered: bool) -> bool:

@@ -77,9 +77,15 @@ class SqlUpdate(JobType):
             lines = [f"prepare: ALTER TABLE {job.target_table} ADD COLUMN "
                      f"{quote(p['column'])} {p['column_type']}"]
         if p["overwrite"]:
-            guarded = replace(sql, only_null_old=True).update()
+            if job.key.arithmetic and not p.get("where"):
+                # backfill.update_batch: dense ranges of an integer key.
+                guarded = replace(sql, only_null_old=True, without_probe=True).update()
+                does = "writes the rows whose old value is NULL; the one below does the rest"
+            else:
+                guarded = replace(sql, only_null_old=True).update()
+                does = "writes only if every old value is NULL"
             lines.append(f"each batch{who}, keys [:lo, :hi), unless the last one kept images "
-                         f"(writes only if every old value is NULL): {guarded}")
+                         f"({does}): {guarded}")
             lines.append(f"each batch{who} with old values, keys [:lo, :hi) (rows the one "
                          f"above wrote left out): {sql.update()}")
         else:

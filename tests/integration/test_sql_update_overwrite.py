@@ -65,10 +65,12 @@ def test_a_row_changed_while_the_batch_statement_runs_is_computed_and_imaged_fro
 
 def _statements_run(captured: list[tuple[str, object]]):
     """A listener recording (kind, lo) of every batch statement the worker
-    sends: 'guard' (the bare UPDATE guarded by its probe), 'images' (the
-    statement keeping before-images), 'locked' (the locked fallback)."""
+    sends: 'guard' (the bare UPDATE of the rows whose old value is NULL, with
+    or without a probe first), 'images' (the statement keeping before-images),
+    'locked' (the locked fallback)."""
     def before(conn, cursor, statement, parameters, context, executemany):
-        kind = ("guard" if "reorg_probe" in statement else
+        bare_guard = statement.startswith("UPDATE") and "num_nulls(" in statement
+        kind = ("guard" if "reorg_probe" in statement or bare_guard else
                 "images" if "reorg_tid" in statement else
                 "locked" if "FOR UPDATE OF" in statement and "reorg_locked" in statement else None)
         if kind:
@@ -113,8 +115,8 @@ def test_a_batch_of_null_old_values_runs_the_guarded_bare_update_and_a_rollback_
 @pytest.mark.parametrize("outcome", ["succeeded", "reverted"])
 def test_a_null_old_value_an_application_sets_under_the_guard_is_computed_and_imaged_from_it(
         db, start_node, outcome):
-    """The guard's probe sees ROW's old value NULL; the application gives it a
-    value and commits while the guarded UPDATE waits for the row: the
+    """The guard's snapshot sees ROW's old value NULL; the application gives
+    it a value and commits while the guarded UPDATE waits for the row: the
     re-check skips it and the image statement does it from the application's
     version (DESIGN 9), keeping that value as its image (DESIGN 8)."""
     run(db, "CREATE TABLE g (id bigint PRIMARY KEY, v bigint)")
@@ -130,7 +132,7 @@ def test_a_null_old_value_an_application_sets_under_the_guard_is_computed_and_im
         start_node("n1", slots=1)
         wait_until(lambda: bool(run(
             db, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                "AND query LIKE '%reorg_probe%'").scalar()), 60, "the guard waiting on the row")
+                "AND query LIKE 'UPDATE %num_nulls(%'").scalar()), 60, "the guard waiting on the row")
         app_tx.commit()
     finally:
         app.close()
