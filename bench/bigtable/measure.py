@@ -21,7 +21,7 @@ from bench.dataplane.chunks import in_parallel
 from bench.dataplane.errors import BenchError
 from bench.dataplane.records import CHUNK_ROWS, SQL_CONNECTIONS, TABLE
 from bench.dataplane.reorg_cli import reorg
-from bench.dataplane.server import query_one
+from bench.dataplane.server import execute, query_one
 from bench.dataplane.tracking import job_status, subtasks
 from bench.dataplane.window_cpu import WindowCpu
 from framework import control
@@ -104,10 +104,23 @@ def start_job(url: str, db: Database, timeout: float) -> Start:
                  submit_seconds, str(event["detail"]))
 
 
+def fresh_checkpoint(url: str) -> None:
+    """A CHECKPOINT just before each contender's window, so both begin in the
+    same state: every page's first change in the window writes a full-page
+    image, and the next timed checkpoint (checkpoint_timeout, 5 min) falls
+    at the same place in both. Else a window that began long after the last
+    checkpoint wrote fewer images than one that began just after it (the
+    build's own CHECKPOINT is reorg's, as reorg goes first), and the two
+    rates differed by where the checkpoints fell (rounds 136k-212k rows/s)."""
+    execute(url, "CHECKPOINT")
+
+
 def reorg_rate(url: str, db: Database, job_id: int, window: float, worker_pid: int) -> Rate:
-    """Rows the job committed over ``window`` seconds from now, and the CPU
-    the machine spent meanwhile (the worker's process tree as ``reorg worker``)."""
+    """Rows the job committed over ``window`` seconds from a fresh checkpoint,
+    and the CPU the machine spent meanwhile (the worker's process tree as
+    ``reorg worker``)."""
     cpu = WindowCpu(url, {"reorg worker": worker_pid})
+    fresh_checkpoint(url)
     # Every step's rows (`rows_done` starts again with each range step).
     first = int(job_status(db, job_id)["rows_processed"])
     cpu.start()
@@ -222,6 +235,7 @@ def chunked_sql_rate(url: str, window: float) -> tuple[Rate, tuple[int, int]]:
             reached[0] = max(reached[0], lo + CHUNK_ROWS)
 
     cpu = WindowCpu(url, {"this benchmark": os.getpid()})
+    fresh_checkpoint(url)
     cpu.start()
     began = time.perf_counter()
     # A chunk is taken only while the window lasts.
@@ -238,5 +252,7 @@ def put_back(url: str, keys: tuple[int, int], old_values: bool = False) -> None:
         for lo in range(keys[0], keys[1], 1_000_000):
             conn.execute(f"UPDATE {TABLE} SET c = {was} WHERE id >= %s AND id < %s "  # type: ignore[arg-type]
                          f"AND c IS DISTINCT FROM {was}", (lo, min(lo + 1_000_000, keys[1])))
-        conn.execute(f"VACUUM {TABLE}")
+        # ANALYZE too: a VACUUM that skips all-visible pages extrapolates
+        # reltuples, and --reuse checks the row count by that estimate.
+        conn.execute(f"VACUUM (ANALYZE) {TABLE}")
 

@@ -85,7 +85,10 @@ Measured by `python -m bench.bigtable` ({res.stamp}) on `bench.items` of
 The rates come from equal time windows, not whole passes: a full pass over
 {res.rows:,} rows would take hours on this machine. reorg's window
 starts at the job's first ranges, chunked SQL's at the middle of the key
-space, so both update rows never updated before.
+space, so both update rows never updated before. Each window begins just
+after a `CHECKPOINT`, so both write a full-page image of each page they first
+change, and no timed checkpoint falls inside a window shorter than
+`checkpoint_timeout`.
 """
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench.dataplane.proctree import process_tree, processes
+from bench.dataplane.proctree import process_tree, processes, stat_fields
 
 HZ = os.sysconf("SC_CLK_TCK")
 SERVER_PROCESSES = "server's own processes"  # checkpointer, walwriter, autovacuum...
@@ -41,18 +41,21 @@ def _backend_groups(url: str) -> tuple[dict[int, str], int]:
     """Server pids by group: a client backend by its ``application_name``
     with its numbers as ``N`` (``reorg-job-N-subtask-N-epoch-N``), or
     ``client backend``; any other server process as SERVER_PROCESSES. And
-    this session's backend pid (its parent is the postmaster)."""
+    the postmaster's pid: the parent of this session's backend, read while
+    that backend is still there (0 where /proc does not show it)."""
     with psycopg.connect(url, autocommit=True) as conn:
         rows = conn.execute(
             "SELECT pid, backend_type, application_name FROM pg_stat_activity").fetchall()
         (own,) = conn.execute("SELECT pg_backend_pid()").fetchone()  # type: ignore[misc]
+        fields = stat_fields(int(own))
+    postmaster = int(fields[1]) if fields is not None else 0
     groups = {}
     for pid, backend_type, app in rows:
         if backend_type == "client backend":
             groups[int(pid)] = re.sub(r"\d+", "N", app or "") or "client backend"
         else:
             groups[int(pid)] = SERVER_PROCESSES
-    return groups, int(own)
+    return groups, postmaster
 
 
 @dataclass
@@ -77,12 +80,11 @@ class WindowCpu:
         self._start: Snapshot | None = None
 
     def _snapshot(self) -> Snapshot:
-        groups, own_backend = _backend_groups(self.url)
+        groups, postmaster = _backend_groups(self.url)
         table = processes()
         for name, root in self.trees.items():
             for pid in process_tree(root, table):
                 groups.setdefault(pid, name)
-        postmaster = table[own_backend].ppid if own_backend in table else 0
         groups.setdefault(postmaster, SERVER_PROCESSES)
         return Snapshot({pid: p.cpu_ticks for pid, p in table.items()}, _idle_ticks(), groups,
                         {pid: p.reaped_ticks for pid, p in table.items()},
