@@ -227,10 +227,13 @@ def chunked_sql_rate(url: str, window: float) -> tuple[Rate, tuple[int, int]]:
     reached = [first]
     stop_at = time.perf_counter() + window
 
+    backends: set[int] = set()
+
     def update(conn: psycopg.Connection[Any], lo: int) -> None:
         cur = conn.execute(f"UPDATE {TABLE} SET c = md5(b) WHERE id >= %s AND id < %s",
                            (lo, lo + CHUNK_ROWS))
         with lock:
+            backends.add(conn.info.backend_pid)
             updated[0] += cur.rowcount
             reached[0] = max(reached[0], lo + CHUNK_ROWS)
 
@@ -242,7 +245,12 @@ def chunked_sql_rate(url: str, window: float) -> tuple[Rate, tuple[int, int]]:
     starts = itertools.takewhile(lambda _: time.perf_counter() < stop_at,
                                  range(first, int(high) + 1, CHUNK_ROWS))
     in_parallel(url, SQL_CONNECTIONS, starts, update, "chunked SQL")
-    return Rate(updated[0], time.perf_counter() - began, cpu.stop()), (first, reached[0])
+    seconds = time.perf_counter() - began
+    # Its backends end with its connections: counted once the postmaster has
+    # reaped them (window_cpu.ENDED_BACKENDS), not while they exit.
+    wait_for("chunked SQL's backends gone",
+             lambda: not any(os.path.exists(f"/proc/{pid}") for pid in backends), 30)
+    return Rate(updated[0], seconds, cpu.stop()), (first, reached[0])
 
 
 def put_back(url: str, keys: tuple[int, int], old_values: bool = False) -> None:
