@@ -35,8 +35,10 @@ KINDS = [
     ("next-batch key scan", re.compile(r"SELECT max\(k\), count\(\*\)", re.S)),
     # The statement that finds its own bound (sparse keys: backfill.update_batch).
     ("update, bound scanned in it", re.compile(r"reorg_bound", re.S)),
-    # Old values all NULL: the bare UPDATE guarded by its probe (backfill.update_batch).
-    ("update, guarded (old values NULL)", re.compile(r"reorg_probe", re.S)),
+    # Old values all NULL: the bare UPDATE of the NULL rows, guarded by a probe
+    # or, on dense integer ranges, without one (backfill.update_batch).
+    ("update, guarded (old values NULL)",
+     re.compile(r"reorg_probe|^\s*UPDATE .*num_nulls\(", re.S)),
     ("update + before-images", re.compile(r"reorg_read", re.S)),
     ("locked fallback", re.compile(r"reorg_locked", re.S)),
     # add-column: the application's explicit NULLs put back (backfill.add_column.owned).
