@@ -138,8 +138,8 @@ class UpdateSql:
         ``seen`` and the image statement does it (``skip_written``). A NULL
         old value needs no image: the batch's record (range and xid) puts
         NULL back (``BeforeImages.restore_range``). ``without_probe`` keeps
-        the re-check and drops the probe's read of the range (4 % of a
-        batch's CPU at 100M rows, docs/benchmarks.md)."""
+        the re-check and drops the probe's second read of the range
+        (docs/benchmarks.md, "100M rows")."""
         t, a, col = self.table, self.alias, quote(self.column)
         return [
             f"""reorg_probe AS (

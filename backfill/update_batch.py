@@ -20,9 +20,10 @@ back to the image statement for the batch's rows not yet written. On fixed
 bounds the guard is the bare UPDATE of the NULL rows alone, with no probe
 (``without_probe``): a range of a unique integer key holds at most
 ``hi - lo`` rows, so a batch that wrote that many is done, and any other
-falls back the same way. After a batch that kept images the next one goes straight to the image statement
-(a column full of values would pay the guard's read on every batch), and
-back to the guard after one that kept none.
+falls back the same way. After a batch that kept images the next one goes
+straight to the image statement (a column full of values would pay the
+guard's read on every batch), and back to the guard after one that kept
+none.
 """
 
 from __future__ import annotations
