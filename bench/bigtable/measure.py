@@ -110,8 +110,8 @@ def fresh_checkpoint(url: str) -> None:
     image, and the next timed checkpoint (checkpoint_timeout, 5 min) falls
     at the same place in both. Else a window that began long after the last
     checkpoint wrote fewer images than one that began just after it (the
-    build's own CHECKPOINT is reorg's, as reorg goes first), and the two
-    rates differed by where the checkpoints fell (rounds 136k-212k rows/s)."""
+    build's own CHECKPOINT is reorg's, as reorg goes first): docs/benchmarks.md,
+    "100M rows"."""
     execute(url, "CHECKPOINT")
 
 
@@ -225,8 +225,6 @@ def chunked_sql_rate(url: str, window: float) -> tuple[Rate, tuple[int, int]]:
     lock = threading.Lock()
     updated = [0]
     reached = [first]
-    stop_at = time.perf_counter() + window
-
     backends: set[int] = set()
 
     def update(conn: psycopg.Connection[Any], lo: int) -> None:
@@ -241,16 +239,15 @@ def chunked_sql_rate(url: str, window: float) -> tuple[Rate, tuple[int, int]]:
     fresh_checkpoint(url)
     cpu.start()
     began = time.perf_counter()
-    # A chunk is taken only while the window lasts.
+    # A chunk is taken only while the window lasts (timed from after the
+    # CHECKPOINT, as reorg's window is).
+    stop_at = began + window
     starts = itertools.takewhile(lambda _: time.perf_counter() < stop_at,
                                  range(first, int(high) + 1, CHUNK_ROWS))
     in_parallel(url, SQL_CONNECTIONS, starts, update, "chunked SQL")
     seconds = time.perf_counter() - began
-    # Its backends end with its connections: counted once the postmaster has
-    # reaped them (window_cpu.ENDED_BACKENDS), not while they exit.
-    wait_for("chunked SQL's backends gone",
-             lambda: not any(os.path.exists(f"/proc/{pid}") for pid in backends), 30)
-    return Rate(updated[0], seconds, cpu.stop()), (first, reached[0])
+    # Its backends end with its connections.
+    return Rate(updated[0], seconds, cpu.stop(ended=backends)), (first, reached[0])
 
 
 def put_back(url: str, keys: tuple[int, int], old_values: bool = False) -> None:

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import os
 import re
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
 
+from bench.dataplane.errors import BenchError
 from bench.dataplane.proctree import process_tree, processes, stat_fields
 
 HZ = os.sysconf("SC_CLK_TCK")
@@ -72,8 +75,8 @@ class WindowCpu:
     """``start()``, then ``stop()`` returns CPU seconds by group over the
     window. ``trees``: named process trees (name -> root pid) counted as one
     group each. The server's processes are told apart by ``url``'s
-    ``pg_stat_activity`` read at both ends (a backend that starts and ends
-    inside the window is counted under OTHER, or under its tree)."""
+    ``pg_stat_activity`` read at both ends; a backend that ends inside the
+    window is counted under ENDED_BACKENDS."""
 
     def __init__(self, url: str, trees: dict[str, int]) -> None:
         self.url, self.trees = url, trees
@@ -93,19 +96,27 @@ class WindowCpu:
     def start(self) -> None:
         self._start = self._snapshot()
 
-    def stop(self) -> dict[str, float]:
+    def stop(self, ended: Iterable[int] = (), timeout: float = 30.0) -> dict[str, float]:
+        """``ended``: pids of backends that end as the window ends (a
+        baseline's connections, just closed), waited for until their parent
+        has reaped them: a process exiting while the last snapshot is read
+        would be counted nowhere."""
         assert self._start is not None, "start() first"
+        _wait_gone(ended, timeout)
         first, last = self._start, self._snapshot()
         groups = {**last.groups, **first.groups}
+        # What the children that ended inside the window had used before it
+        # began, by parent: not part of the parent's reaped CPU of the window.
+        before: dict[int, int] = {}
+        for child, parent in first.parents.items():
+            if child not in last.ticks:
+                before[parent] = before.get(parent, 0) + first.ticks[child]
         used: dict[str, float] = {}
         for pid, ticks in last.ticks.items():
             name = groups.get(pid, OTHER)
-            # Its own CPU, and that of its children that ended inside the
-            # window less what they had used before it began.
+            # Its own CPU, and that of its children that ended in the window.
             spent = ticks - first.ticks.get(pid, 0)
-            reaped = last.reaped[pid] - first.reaped.get(pid, 0) - sum(
-                first.ticks[child] for child, parent in first.parents.items()
-                if parent == pid and child not in last.ticks)
+            reaped = last.reaped[pid] - first.reaped.get(pid, 0) - before.get(pid, 0)
             if pid == last.postmaster:
                 used[ENDED_BACKENDS] = used.get(ENDED_BACKENDS, 0.0) + max(reaped, 0) / HZ
             else:
@@ -114,6 +125,15 @@ class WindowCpu:
                 used[name] = used.get(name, 0.0) + spent / HZ
         used["idle"] = (last.idle - first.idle) / HZ
         return dict(sorted(used.items(), key=lambda kv: -kv[1]))
+
+
+def _wait_gone(pids: Iterable[int], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    for pid in pids:
+        while os.path.exists(f"/proc/{pid}"):
+            if time.monotonic() > deadline:
+                raise BenchError(f"process {pid} still there {timeout:.0f} s after it ended")
+            time.sleep(0.01)
 
 
 def describe(used: dict[str, float], seconds: float) -> str:
