@@ -37,7 +37,7 @@ from sqlalchemy.engine import Connection
 
 from backfill.batch_bounds import next_bound
 from backfill.ranged_update import UpdateSql
-from framework.keys import END, Key
+from framework.keys import END, Key, KeySpec
 from framework.privileges import as_role, run_as
 from framework.subtask import Batch, SubtaskContext
 
@@ -58,7 +58,9 @@ def write_update_batch(ctx: SubtaskContext, conn: Connection,
     the write, on the batch's range, in its transaction."""
     job, curr, end, n = ctx.job, ctx.curr_key, ctx.end_key, ctx.job.batch_rows
     guarded = sql_for(True).images is not None and not ctx.batch_state.get(_KEPT)
-    if not (job.key.arithmetic and end is not END):
+    # A single integer key in a bounded range: bounds by arithmetic, no scan.
+    integer_range = job.key.arithmetic and end is not END
+    if not integer_range:
         upper, scanned = next_bound(conn, job.target_table, job.key, curr, end, n)
         sql = replace(sql_for(upper is not END), only_null_old=guarded)
         bounds = {"lo": job.key.bind(curr), "hi": job.key.bind(upper)}
@@ -85,7 +87,7 @@ def write_update_batch(ctx: SubtaskContext, conn: Connection,
             # Rows changed under the statement: locked, on fixed bounds now.
             with as_role(conn, run_as(job)):  # the user's SQL, their privileges only
                 conn.execute(text(fixed.update_locked()), bounds)
-    if job.key.arithmetic and end is not END:
+    if integer_range:
         if not sql.scanning:
             scanned = int(row["seen"] if sql.images is not None else row["written"])
         ctx.batch_state[_SPARSE] = scanned < DENSE_SHARE * (upper - curr)
@@ -111,10 +113,17 @@ def _after_bare_guard(ctx: SubtaskContext, conn: Connection, fixed: UpdateSql, w
             "kept": int(rest["kept"])}
 
 
+def fixed_bounds_possible(key: KeySpec, filtered: bool) -> bool:
+    """Whether a job's batches can run on fixed bounds ``[curr, curr + n)``
+    at all: a single integer key and no predicate (also what ``--dry-run``
+    shows the batches running)."""
+    return key.arithmetic and not filtered
+
+
 def _on_fixed_bounds(ctx: SubtaskContext, filtered: bool) -> bool:
-    """Whether the batch is ``[curr, curr + n)`` with no key scan: a single
-    integer key, a bounded range, no predicate, and the last range dense."""
-    return (ctx.job.key.arithmetic and ctx.end_key is not END and not filtered
+    """Whether the batch is ``[curr, curr + n)`` with no key scan: fixed
+    bounds possible, a bounded range, and the last range dense."""
+    return (fixed_bounds_possible(ctx.job.key, filtered) and ctx.end_key is not END
             and not ctx.batch_state.get(_SPARSE))
 
 

@@ -38,7 +38,7 @@ from backfill.tables import (
     relation_exists,
     set_ddl_lock_timeout,
 )
-from backfill.update_batch import write_update_batch
+from backfill.update_batch import fixed_bounds_possible, write_update_batch
 from framework import jobtype, privileges
 from framework.jobtype import JobType
 from framework.privileges import as_role, run_as
@@ -77,8 +77,7 @@ class SqlUpdate(JobType):
             lines = [f"prepare: ALTER TABLE {job.target_table} ADD COLUMN "
                      f"{quote(p['column'])} {p['column_type']}"]
         if p["overwrite"]:
-            if job.key.arithmetic and not p.get("where"):
-                # backfill.update_batch: dense ranges of an integer key.
+            if fixed_bounds_possible(job.key, filtered=bool(p.get("where"))):
                 guarded = replace(sql, only_null_old=True, without_probe=True).update()
                 does = "writes the rows whose old value is NULL; the one below does the rest"
             else:
