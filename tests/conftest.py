@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -163,6 +164,11 @@ def _first_variant(item: pytest.Item) -> bool:
     return callspec is None or not any(callspec.indices.values())
 
 
+# First: pytest-xdist's own hook of this name (its worker's, registered after
+# this file) reads the ``xdist_group`` markers into the test ids, and would
+# read them before they are added here: every test then goes to any process,
+# each of which builds its own Spark archive and session.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if config.getoption("--first-variant"):
         later = [item for item in items if not _first_variant(item)]
@@ -179,3 +185,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if (item.path.name.startswith(_ONE_AT_A_TIME) or item.get_closest_marker("spark")
                 or "spark" in getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.xdist_group(ONE_PROCESS))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # A pytest-xdist worker under --dist loadgroup schedules by the group in
+    # each test's id; a grouped test whose id lacks it would run beside the
+    # others (a second Spark archive and session, namespaces shared): stop.
+    config = session.config
+    if not hasattr(config, "workerinput") or not config.getvalue("loadgroup"):
+        return
+    ungrouped = [item.nodeid for item in session.items
+                 if item.get_closest_marker("xdist_group") and "@" not in item.nodeid]
+    if ungrouped:
+        message = (f"{len(ungrouped)} tests lost their xdist group (first: {ungrouped[0]}): "
+                   "conftest's marks came after pytest-xdist read them")
+        print(message, file=sys.__stderr__)  # the controller shows an internal error only
+        raise pytest.UsageError(message)
