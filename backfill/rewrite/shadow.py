@@ -36,6 +36,7 @@ from backfill.rewrite import like as like_file
 from backfill.rewrite import names
 from backfill.rewrite.builds import Build
 from backfill.rewrite.qualified import qualified_names
+from backfill.schema.catalog import USER_ATTOPTIONS
 from backfill.schema.sql import run
 from backfill.tables import KEY_TYPES, inspect_table
 from framework.errors import InvalidParams, one_line
@@ -218,8 +219,8 @@ def _same_shape(conn: Connection, table: str, schema: str, shadow_name: str) -> 
     statements = [statement]
     # The default statistics target is NULL from PostgreSQL 17 on, -1 before
     # (attstattarget became nullable): nullif gives NULL for it on every major.
-    for column, target, attoptions in conn.execute(text("""
-            SELECT attname, nullif(attstattarget, -1), attoptions FROM pg_attribute
+    for column, target, attoptions in conn.execute(text(f"""
+            SELECT attname, nullif(attstattarget, -1), {USER_ATTOPTIONS} FROM pg_attribute
             WHERE attrelid = to_regclass(:t) AND attnum > 0 AND NOT attisdropped
               AND (attstattarget >= 0 OR attoptions IS NOT NULL)
             ORDER BY attnum"""), {"t": table}):

@@ -11,6 +11,14 @@ from dataclasses import dataclass
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
+# A column's options as its owner set them (ALTER COLUMN ... SET (...)), from
+# pg_attribute.attoptions. PostgreSQL 15.20 as Debian ships it also keeps a
+# stamp of the server's there, ``pg_attver=<the LSN of the column's last
+# definition>``, which SET ignores and every ALTER of the column renews: no
+# option to carry over or to compare.
+USER_ATTOPTIONS = ("ARRAY(SELECT o FROM unnest(attoptions) o "
+                   "WHERE NOT starts_with(o, 'pg_attver='))")
+
 
 @dataclass(frozen=True)
 class ColumnFacts:
@@ -197,8 +205,8 @@ def column_settings(conn: Connection, table: str, attnum: int) -> ColumnSettings
         ORDER BY 2, 1"""), {"t": table, "n": attnum}).all()
     # The default statistics target is NULL from PostgreSQL 17 on, -1 before
     # (attstattarget became nullable): nullif gives NULL for it on every major.
-    row = conn.execute(text("""
-        SELECT nullif(attstattarget, -1) AS attstattarget, coalesce(attoptions, '{}') AS options
+    row = conn.execute(text(f"""
+        SELECT nullif(attstattarget, -1) AS attstattarget, {USER_ATTOPTIONS} AS options
         FROM pg_attribute
         WHERE attrelid = to_regclass(:t) AND attnum = :n"""), {"t": table, "n": attnum}).one()
     return ColumnSettings(tuple(ColumnGrant(*g) for g in grants), row.attstattarget,

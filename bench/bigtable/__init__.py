@@ -22,6 +22,9 @@ Modules, one job each:
     build      the table, built fast (parallel INSERTs from generate_series, index after)
     measure    the measures above, through the `reorg` command and framework.control
     report     the "100M rows" section of docs/benchmarks.md, below the hand-kept marker
+    rewrite_copy  issue 24's 100M-row figures of ``rewrite`` (submit -> running, its
+               copy's rate against one ``INSERT ... SELECT``), on the same table:
+               ``python -m bench.bigtable.rewrite_copy``
 
 Server: a durable throwaway PostgreSQL (fsync, synchronous_commit and
 full_page_writes on, as in production: a commit waits for its WAL flush)

@@ -189,6 +189,25 @@ def test_bigtable_benchmark_runs_end_to_end_and_keeps_the_rest_of_the_doc(fresh_
 
 
 @pytest.mark.slow
+@pytest.mark.matrix  # a worker and three rounds of a whole benchmark, ~20 s
+def test_rewrite_copy_benchmark_runs_submits_copies_cancels_and_leaves_nothing(fresh_db,
+                                                                               tmp_path):
+    """``python -m bench.bigtable.rewrite_copy`` on 200,000 rows with 2-second
+    windows: each round's job runs, copies, is cancelled with nothing of it
+    left behind (the benchmark fails otherwise), and the floor copies as
+    many rows."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.bigtable.rewrite_copy", "--db", fresh_db, "--rows",
+         "200000", "--window", "2", "--rounds", "3"],
+        cwd=ROOT, env={**os.environ, "TMPDIR": str(tmp_path)}, capture_output=True, text=True,
+        timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.stdout.count("nothing left behind") == 3, done.stdout
+    assert done.stdout.count("    copy / floor ") == 3, done.stdout
+    assert "copy / floor per round: " in done.stdout and "median " in done.stdout
+
+
+@pytest.mark.slow
 def test_images_index_benchmark_runs_on_a_small_table(fresh_db):
     """``python -m bench.images_index`` on 20,000 rows: the figures that back
     the choice in backfill/before_images.py are there."""

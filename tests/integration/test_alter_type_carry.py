@@ -17,6 +17,7 @@ import psycopg
 import pytest
 from support import scalar, wait_state
 from support.app import App, table_as_oracle
+from support.db import ATTOPTIONS
 
 from framework.errors import InvalidParams
 from framework.submit import SubmitRequest, submit
@@ -125,7 +126,7 @@ def carried(url: str, schema: str) -> dict[str, Any]:
             "columns": q(f"""
                 SELECT attname, format_type(atttypid, atttypmod), attnotnull,
                        pg_get_expr(d.adbin, d.adrelid), col_description(attrelid, attnum),
-                       attstattarget, attoptions, attcollation::regcollation::text, attstorage,
+                       attstattarget, {ATTOPTIONS}, attcollation::regcollation::text, attstorage,
                        attcompression, attidentity, attgenerated, {acl.format('attacl')}
                 FROM pg_attribute a LEFT JOIN pg_attrdef d
                   ON d.adrelid = a.attrelid AND d.adnum = a.attnum

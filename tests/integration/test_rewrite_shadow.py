@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
-from support.db import execute
+from support.db import ATTOPTIONS, execute
 from support.rewrite import build_all, copy_all, differences, engine
 
 from backfill.rewrite import names, shadow
@@ -63,9 +63,9 @@ def facts(conn: sa.Connection, table: str, names_of: dict[str, str]) -> dict[str
         return sorted(tuple(rename(v) for v in row) for row in rows)
 
     return {
-        "columns": q("""
+        "columns": q(f"""
             SELECT attname, format_type(atttypid, atttypmod), attnotnull, attidentity,
-                   attgenerated, attstattarget, attoptions, attstorage, attcollation,
+                   attgenerated, attstattarget, {ATTOPTIONS}, attstorage, attcollation,
                    pg_get_expr(d.adbin, d.adrelid)
             FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid
                  AND d.adnum = a.attnum

@@ -20,6 +20,8 @@ from typing import Any
 
 import psycopg
 
+from support.db import ATTOPTIONS
+
 
 @dataclass(frozen=True)
 class AppKeys:
@@ -173,8 +175,8 @@ def column_catalog(url: str, table: str = "items") -> dict[str, Any]:
                                  "AND NOT tgisinternal")),
             "functions": sorted(q("SELECT proname FROM pg_proc WHERE proname LIKE 'alter_type_%%'")),
             # Privileges granted on a column, its statistics target and options.
-            "column_settings": sorted(q("""
-                SELECT attname, attstattarget, attoptions,
+            "column_settings": sorted(q(f"""
+                SELECT attname, attstattarget, {ATTOPTIONS},
                        (SELECT array_agg(grant_ ORDER BY grant_)
                         FROM (SELECT format('%%s:%%s:%%s:%%s', pg_get_userbyid(g.grantor),
                                             CASE WHEN g.grantee = 0 THEN 'PUBLIC'

@@ -52,6 +52,13 @@ def database_url(admin_url: str, dbname: str) -> str:
     return make_url(admin_url).set(database=dbname).render_as_string(hide_password=False)
 
 
+# pg_attribute.attoptions without the server's own stamp: PostgreSQL 15.20 as
+# Debian ships it keeps pg_attver=<the LSN of the column's last definition>
+# there, renewed by every ALTER of the column (a plain ALTER TYPE's too). What
+# the catalogue tests compare is what a user set.
+ATTOPTIONS = "ARRAY(SELECT o FROM unnest(attoptions) o WHERE NOT starts_with(o, 'pg_attver='))"
+
+
 def create_database(admin_url: str, name: str, *, template: str | None = None) -> str:
     """Create database ``name`` (optionally as a copy of ``template``); return its URL."""
     # FILE_COPY: a copy of the template's files, not every page through the

@@ -8,7 +8,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from support.db import execute
+from support.db import ATTOPTIONS, execute
 
 
 def make_everything(url: str) -> None:
@@ -140,7 +140,7 @@ def snapshot(conn: sa.Connection, table: str = "public.items") -> dict[str, Any]
             WHERE c.oid = to_regclass(:t)"""),
         "columns": q(f"""
             SELECT attname, format_type(atttypid, atttypmod), attnotnull, attidentity,
-                   attgenerated, attstattarget, attoptions, attstorage,
+                   attgenerated, attstattarget, {ATTOPTIONS}, attstorage,
                    pg_get_expr(d.adbin, d.adrelid), col_description(attrelid, attnum),
                    {_ACL.format('a.attacl')}
             FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid
