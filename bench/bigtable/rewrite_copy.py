@@ -38,6 +38,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import psycopg
+
 from backfill.rewrite import names
 from bench.bigtable import build, measure
 from bench.dataplane import window_cpu
@@ -88,6 +90,23 @@ def submit_rewrite(url: str, db: Database, timeout: float) -> tuple[int, float, 
     return job_id, wall, (event["at"] - created).total_seconds()
 
 
+def copy_rate(url: str, db: Database, job_id: int, window: float,
+              worker_pid: int) -> measure.Rate:
+    """``measure.reorg_rate`` over a window the job spends copying: it must
+    not leave the copy step within the window (rows_processed counts every
+    step's rows: a verify's too)."""
+    before = job_status(db, job_id)
+    copied = measure.reorg_rate(url, db, job_id, window, worker_pid)
+    after = job_status(db, job_id)
+    if after["state"] != "running" or after["step"] != before["step"]:
+        raise BenchError(f"job {job_id} left its copy step within the {window:.0f}-s window "
+                         f"({after['state']}, step {after['step']}): give more --rows or a "
+                         "shorter --window")
+    if not copied.rows:
+        raise BenchError(f"job {job_id} copied no row in {window:.0f} s; give a longer --window")
+    return copied
+
+
 def cancel_and_check(url: str, db: Database, job_id: int, timeout: float) -> float:
     """Seconds from `reorg cancel` to the job cancelled; raises if anything of
     the job is left: a relation named for it, a trigger on the table."""
@@ -123,9 +142,13 @@ def floor_rate(url: str, rows: int) -> measure.Rate:
     measure.fresh_checkpoint(url)
     cpu.start()
     began = time.perf_counter()
-    execute(url, f"INSERT INTO {FLOOR_TABLE} SELECT * FROM {TABLE} LIMIT {int(rows)}")
+    with psycopg.connect(url, autocommit=True) as conn:
+        backend = conn.info.backend_pid
+        conn.execute(f"INSERT INTO {FLOOR_TABLE} SELECT * FROM {TABLE} "  # type: ignore[arg-type]
+                     f"LIMIT {int(rows)}")
     seconds = time.perf_counter() - began
-    used = cpu.stop()
+    # Its backend ends with its connection: counted once reaped.
+    used = cpu.stop(ended={backend})
     execute(url, f"DROP TABLE {FLOOR_TABLE}")
     return measure.Rate(rows, seconds, used)
 
@@ -134,9 +157,7 @@ def one_round(url: str, db: Database, worker_pid: int, window: float) -> Round:
     job_id, wall, db_seconds = submit_rewrite(url, db, timeout=600)
     print(f"    job {job_id} running {wall:.2f} s after its submit "
           f"({db_seconds:.2f} s on the database clock)", flush=True)
-    copied = measure.reorg_rate(url, db, job_id, window, worker_pid)
-    if not copied.rows:
-        raise BenchError(f"job {job_id} copied no row in {window:.0f} s; give a longer --window")
+    copied = copy_rate(url, db, job_id, window, worker_pid)
     print(f"    copy: {copied.rows:,} rows, {copied.per_second:,.0f} rows/s; cores: "
           f"{window_cpu.describe(copied.cpu, copied.seconds)}", flush=True)
     cancel_seconds = cancel_and_check(url, db, job_id, timeout=600)

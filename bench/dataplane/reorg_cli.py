@@ -121,7 +121,7 @@ def wait_job(url: str, job_id: int) -> None:
 
 
 # Prints the archive's path ("" when disabled) and builds it if missing.
-_BUILD_ARCHIVE = """
+BUILD_ARCHIVE = """
 from backfill.spark import cds, session
 archive = session.cds_archive()
 print(archive or "")
@@ -133,7 +133,7 @@ def build_spark_archive() -> str:
     """Build the Spark class-data archive reorg's processes start from, before
     anything is timed: a worker would otherwise build it in the background
     during the first reorg run. Returns how the report should describe it."""
-    done = subprocess.run([sys.executable, "-c", _BUILD_ARCHIVE], cwd=REPO, env=clean_env(),
+    done = subprocess.run([sys.executable, "-c", BUILD_ARCHIVE], cwd=REPO, env=clean_env(),
                           capture_output=True, text=True)
     archive = done.stdout.strip()
     if not archive:

@@ -192,19 +192,53 @@ def test_bigtable_benchmark_runs_end_to_end_and_keeps_the_rest_of_the_doc(fresh_
 @pytest.mark.matrix  # a worker and three rounds of a whole benchmark, ~20 s
 def test_rewrite_copy_benchmark_runs_submits_copies_cancels_and_leaves_nothing(fresh_db,
                                                                                tmp_path):
-    """``python -m bench.bigtable.rewrite_copy`` on 200,000 rows with 2-second
+    """``python -m bench.bigtable.rewrite_copy`` on 3,000,000 rows with 1-second
     windows: each round's job runs, copies, is cancelled with nothing of it
     left behind (the benchmark fails otherwise), and the floor copies as
     many rows."""
     done = subprocess.run(
         [sys.executable, "-m", "bench.bigtable.rewrite_copy", "--db", fresh_db, "--rows",
-         "200000", "--window", "2", "--rounds", "3"],
+         "3000000", "--window", "1", "--rounds", "3"],
         cwd=ROOT, env={**os.environ, "TMPDIR": str(tmp_path)}, capture_output=True, text=True,
         timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert done.stdout.count("nothing left behind") == 3, done.stdout
     assert done.stdout.count("    copy / floor ") == 3, done.stdout
     assert "copy / floor per round: " in done.stdout and "median " in done.stdout
+
+
+@pytest.mark.matrix  # a few seconds, but a benchmark's figures, not a behaviour
+def test_split_benchmark_times_every_way_of_cutting_a_key_space(fresh_db):
+    """``python -m bench.split`` on 20,000 rows: each way of cutting is timed
+    and gives ranges; the samples' evenness is counted."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.split", "--db", fresh_db, "--rows", "20000",
+         "--repeats", "2"], cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for way in ("dense bigint: equal widths", "dense bigint: block sample",
+                "sparse bigint: block sample", "sparse bigint: exact, index walk",
+                "sparse bigint: exact, window function", "text key: keyset block sample",
+                "text key: exact, keyset index walk"):
+        assert f"| {way}" in done.stdout, done.stdout
+    assert done.stdout.count("x the median)") == 2, done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.matrix  # Spark jobs and two JVM starts: about two minutes
+@pytest.mark.spark
+def test_apart_benchmark_times_each_default_against_its_alternative(fresh_db):
+    """``python -m bench.apart`` on 20,000 rows, one round: every contender
+    runs to success and is in the table."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.apart", "--db", fresh_db, "--rows", "20000",
+         "--rounds", "1"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for label in ("copy job, 2 slots", "INSERT INTO ... SELECT *",
+                  "checksum in postgres, 1 subtask(s) at once",
+                  "checksum in spark, 2 subtask(s) at once", "backfill, 50,000-row subtasks",
+                  "backfill, 250,000-row subtasks", "Spark start, with the archive",
+                  "Spark first job, without"):
+        assert f"| {label} |" in done.stdout, done.stdout
 
 
 @pytest.mark.slow

@@ -1,0 +1,179 @@
+"""The figures behind four defaults, each against the alternative it was
+chosen over, on a durable server (docs/benchmarks.md, "Measured apart").
+
+    python -m bench.apart [--db URL] [--rows 1000000] [--rounds 3]
+
+On ``bench.items (id bigint primary key, a int, b text, c text)`` of
+``--rows`` rows, with one reorg node of 2 slots in this process (owner and
+workers; its SparkSession warm after a first job, as a running worker's
+is), every job submitted through ``framework.submit`` and timed from its
+submit to its end:
+
+    copy         `copy --create-target` of the table, against one
+                 ``INSERT INTO ... SELECT *`` into a table of the same shape
+                 (its primary key built as the rows go in, as the job's is)
+    checksum     `checksum` of the table against a copy with 149 rows changed,
+                 compared in PostgreSQL (``compare_in = "postgres"``, the
+                 default) and in Spark, with 1 and with 2 subtasks at once
+    per-subtask  `backfill c=md5(b)` with ranges of 50,000 and of 250,000 rows
+                 (``backfill/spark/sizing.py``'s ``ROWS_PER_SUBTASK``)
+    cds          a new process's SparkSession start and first Spark job, with
+                 the class-data archive (``backfill/spark/cds.py``) and without
+
+Every figure is the median of ``--rounds`` runs, contenders taking turns
+within each round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+from bench.dataplane.records import TABLE
+from bench.dataplane.reorg_cli import BUILD_ARCHIVE
+from bench.dataplane.server import (
+    add_fast_server,
+    build_table,
+    database,
+    execute,
+    query_one,
+    server_kind,
+)
+from bench.dataplane.tracking import node_in_process, run_to_success
+from framework.db import Database
+from framework.submit import SubmitRequest
+
+REPO = Path(__file__).resolve().parents[1]
+TWIN = "bench.items_twin"  # the checksum's other side
+COPIED = "bench.items_copied"  # the copy job's created target
+FLOOR = "bench.items_floor"  # the copy's floor's target
+CHANGED = 149  # rows of the twin that differ
+
+
+def copy_job(db: Database, url: str) -> float:
+    execute(url, f"DROP TABLE IF EXISTS {COPIED}")
+    return run_to_success(db, SubmitRequest("copy", {
+        "table": TABLE, "target": COPIED, "select": [], "create_target": True, "where": None}))
+
+
+def copy_floor(url: str) -> float:
+    execute(url, f"DROP TABLE IF EXISTS {FLOOR}",
+            f"CREATE TABLE {FLOOR} (LIKE {TABLE} INCLUDING DEFAULTS, PRIMARY KEY (id))")
+    began = time.perf_counter()
+    execute(url, f"INSERT INTO {FLOOR} SELECT * FROM {TABLE}")
+    return time.perf_counter() - began
+
+
+def make_twin(url: str, rows: int) -> None:
+    execute(url, f"DROP TABLE IF EXISTS {TWIN}",
+            f"CREATE TABLE {TWIN} (LIKE {TABLE} INCLUDING ALL)",
+            f"INSERT INTO {TWIN} SELECT * FROM {TABLE}",
+            f"UPDATE {TWIN} SET b = b || ' changed' WHERE id IN "
+            f"(SELECT g * {max(rows // CHANGED, 1)} FROM generate_series(1, {CHANGED}) g)",
+            f"VACUUM (ANALYZE) {TWIN}")
+
+
+def checksum_job(db: Database, compare_in: str, concurrency: int) -> float:
+    return run_to_success(db, SubmitRequest("checksum", {
+        "table": TABLE, "target": TWIN, "columns": None, "compare_in": compare_in},
+        concurrency=concurrency))
+
+
+def backfill_job(db: Database, url: str, rows_per_subtask: int) -> float:
+    execute(url, f"UPDATE {TABLE} SET c = NULL WHERE c IS NOT NULL", f"VACUUM {TABLE}")
+    return run_to_success(db, SubmitRequest("backfill", {
+        "table": TABLE, "set": "c=md5(b)", "where": None, "add_column": None, "udf": None},
+        rows_per_subtask=rows_per_subtask))
+
+
+# A new process: the session's start, then its first job, each timed.
+SESSION_START = """
+import json, time
+began = time.perf_counter()
+from backfill.spark.session import get_spark
+spark = get_spark()
+started = time.perf_counter()
+spark.range(1000).selectExpr("sum(id)").collect()
+print(json.dumps({"start": started - began, "first_job": time.perf_counter() - started}))
+"""
+
+
+def spark_start(archive_dir: str) -> dict[str, float]:
+    """``archive_dir``: REORG_SPARK_CDS for the process (``off``: no archive)."""
+    done = subprocess.run([sys.executable, "-c", SESSION_START], cwd=REPO, check=True,
+                          env={**os.environ, "REORG_SPARK_CDS": archive_dir},
+                          capture_output=True, text=True, timeout=600)
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def build_archive(directory: str) -> None:
+    """The archive a worker would build, in ``directory`` (REORG_SPARK_CDS)."""
+    subprocess.run([sys.executable, "-c", BUILD_ARCHIVE], cwd=REPO, check=True,
+                   env={**os.environ, "REORG_SPARK_CDS": directory}, capture_output=True,
+                   timeout=900)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.apart",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--db", help="postgresql:// URL; default: a durable throwaway server")
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    add_fast_server(parser)
+    args = parser.parse_args()
+    figures: dict[str, list[float]] = {}
+
+    def timed(label: str, run: Callable[[], float]) -> None:
+        seconds = run()
+        figures.setdefault(label, []).append(seconds)
+        print(f"    {label}: {seconds:.2f} s", flush=True)
+
+    with database(args.db, durable=not args.fast_server) as server:
+        url = server.url
+        where = "the --db server" if args.db else server_kind(args.fast_server)
+        print(f"{TABLE} of {args.rows:,} rows on {where}", flush=True)
+        build_table(url, args.rows)
+        execute(url, f"VACUUM (ANALYZE) {TABLE}")
+        make_twin(url, args.rows)
+        (version,) = query_one(url, "SELECT version()")
+        with node_in_process(url, slots=2) as db:
+            print("warm-up: a first Spark job", flush=True)
+            checksum_job(db, "spark", 2)
+            for n in range(1, args.rounds + 1):
+                print(f"round {n}", flush=True)
+                timed("copy job, 2 slots", lambda: copy_job(db, url))
+                timed("INSERT INTO ... SELECT *", lambda: copy_floor(url))
+                for compare_in in ("postgres", "spark"):
+                    for concurrency in (1, 2):
+                        timed(f"checksum in {compare_in}, {concurrency} subtask(s) at once",
+                              partial(checksum_job, db, compare_in, concurrency))
+                for per in (50_000, 250_000):
+                    timed(f"backfill, {per:,}-row subtasks", partial(backfill_job, db, url, per))
+        execute(url, f"DROP TABLE IF EXISTS {COPIED}", f"DROP TABLE IF EXISTS {FLOOR}")
+    with tempfile.TemporaryDirectory(prefix="reorg-bench-cds-") as archive_dir:
+        build_archive(archive_dir)
+        for _ in range(args.rounds):
+            for label, where_archive in (("with the archive", archive_dir), ("without", "off")):
+                took = spark_start(where_archive)
+                for part, seconds in took.items():
+                    figures.setdefault(f"Spark {part.replace('_', ' ')}, {label}", []).append(
+                        seconds)
+                print(f"    Spark {label}: start {took['start']:.2f} s, first job "
+                      f"{took['first_job']:.2f} s", flush=True)
+    print(f"\n{version.split(' on ')[0]}, {where}; {args.rows:,} rows, median of "
+          f"{args.rounds} rounds\n\n| | s |\n| --- | ---: |")
+    for label, runs in figures.items():
+        print(f"| {label} | {statistics.median(runs):.2f} |")
+
+
+if __name__ == "__main__":
+    main()
