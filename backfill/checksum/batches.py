@@ -20,8 +20,8 @@ collects the keys that differ. The two reads are two snapshots, so in the
 batch's transaction the found keys are compared again with the statement
 above (one snapshot) and only what it confirms is recorded.
 
-Why PostgreSQL by default (figures in docs/benchmarks.md, "checksum"):
-Spark is 2-4x slower: it needs every row PostgreSQL reads anyway, rendered
+Why PostgreSQL by default (docs/benchmarks.md, "Measured apart"): Spark
+is 5-7x slower: it needs every row PostgreSQL reads anyway, rendered
 and sent over JDBC, and then pays per batch for two JDBC scans and a shuffle
 join, where PostgreSQL compares in place. That is "much slower", so the
 default compares in PostgreSQL. Spark stays selectable (job parameter

@@ -25,7 +25,7 @@ Each batch lands its rows in one transaction with its fenced checkpoint
 (only if it still carries this job's marker comment); otherwise revert
 subtasks delete exactly the keys the job wrote, range by range. Advance drops the job's key list.
 
-Its cost against one ``INSERT INTO ... SELECT *``: docs/benchmarks.md, "copy".
+Its cost against one ``INSERT INTO ... SELECT *``: docs/benchmarks.md, "Measured apart".
 
 The copy reads SRC batch by batch: it is a snapshot per range, not a
 replication stream. Writes to SRC after their range was copied are not

@@ -1,9 +1,10 @@
 """Landing a batch's Spark output in PostgreSQL: Arrow to the driver, CSV,
 ``COPY`` into a temporary staging table inside the merge transaction.
 
-Faster than a Spark JDBC write into an unlogged table, needs no cleanup of
-staging rows, and ``toArrow`` beats ``collect`` (Python row objects) by far:
-figures in docs/benchmarks.md, "Landing a batch in PostgreSQL".
+It needs no cleanup of staging rows (a Spark JDBC write into an unlogged
+table would), and ``toArrow`` hands the driver columns where ``collect``
+builds a Python object per row. What each stage costs per batch:
+docs/benchmarks.md, "Where a ``backfill`` batch's time goes".
 
 A temporary table is private to the merge session and emptied at commit, so
 staging is isolated per (subtask, epoch, batch) by construction: a zombie's
