@@ -49,7 +49,7 @@ HOUSEKEEPING_SECONDS = 5.0
 # Ranges inserted per tick: a big split goes in a chunk a tick
 # (``steps.insert_split_chunk``) while workers already claim the first ones,
 # and the owner ticks again at once while a chunk remains (``TickResult.again``),
-# so no tick grows with the job (docs/benchmarks.md has the figures). The
+# so no tick grows with the job (docs/benchmarks.md, "Framework at scale"). The
 # revert step's ranges likewise.
 SPLIT_CHUNK = 2_000
 # Rows a revert range restores at most: neighbouring forward ranges that made

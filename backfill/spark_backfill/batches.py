@@ -158,7 +158,7 @@ class SubtaskRunner(RangePipeline):
 
     # One Spark job per 10 batches: a job's fixed cost (scheduling, plan, a
     # JDBC connection and query) was most of a 10,000-row batch's read, and
-    # 10 a read took a third less JVM CPU than 5 (docs/benchmarks.md, "Where
+    # 10 a read took 40 % less JVM CPU than 5 (docs/benchmarks.md, "Where
     # a backfill batch's time goes"). Writes a kill redoes stay one batch.
     batches_per_read = 10
 
