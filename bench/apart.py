@@ -26,7 +26,6 @@ within each round.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -41,12 +40,12 @@ from pathlib import Path
 from bench.dataplane.records import TABLE
 from bench.dataplane.reorg_cli import BUILD_ARCHIVE, reorg
 from bench.dataplane.server import (
-    add_fast_server,
     build_table,
     database,
     execute,
     query_one,
     server_kind,
+    tool_parser,
 )
 from bench.dataplane.tracking import node_in_process, run_to_success
 from framework.db import Database
@@ -126,12 +125,8 @@ def build_archive(directory: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.apart",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--db", help="postgresql:// URL; default: a durable throwaway server")
-    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser = tool_parser("bench.apart", __doc__, rows=1_000_000)
     parser.add_argument("--rounds", type=int, default=3)
-    add_fast_server(parser)
     args = parser.parse_args()
     figures: dict[str, list[float]] = {}
 

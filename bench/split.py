@@ -24,7 +24,6 @@ matters to it only through what else the server does.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from collections.abc import Callable
@@ -33,7 +32,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from bench.dataplane.server import add_fast_server, database, execute, server_kind
+from bench.dataplane.server import database, execute, server_kind, tool_parser
 from framework import keyset_split, splitting
 from framework.db import sqlalchemy_url
 from framework.keys import END, KeySpec
@@ -117,12 +116,8 @@ def measure(engine: sa.Engine, repeats: int) -> list[tuple[str, float, splitting
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.split",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--db", help="postgresql:// URL; default: a durable throwaway server")
-    parser.add_argument("--rows", type=int, default=2_000_000)
+    parser = tool_parser("bench.split", __doc__, rows=2_000_000)
     parser.add_argument("--repeats", type=int, default=5)
-    add_fast_server(parser)
     args = parser.parse_args()
     with database(args.db, durable=not args.fast_server) as server:
         print(f"building three tables of {args.rows:,} rows "
