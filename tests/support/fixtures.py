@@ -6,8 +6,11 @@ killed, and fault points disarmed around every test."""
 
 from __future__ import annotations
 
+import signal
 import tempfile
+import threading
 import uuid
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -32,6 +35,25 @@ def _faults_disarmed() -> Iterator[None]:
     yield
     faults.disarm_all()
     faults.disable_signals()
+
+
+@pytest.fixture(autouse=True)
+def _sigint_kept(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that leaves SIGINT ignored or blocked in the test process hands
+    that on to every process a later test starts (they then sleep through a
+    Ctrl-C): put it back, and name the test in a warning."""
+    yield
+    if threading.current_thread() is not threading.main_thread():
+        return
+    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if blocked:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    if ignored or blocked:
+        warnings.warn(f"{request.node.nodeid} left SIGINT "
+                      f"{'ignored' if ignored else 'blocked'}; put back", stacklevel=1)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -5,6 +5,7 @@ traceback (``status --watch``: quiet). The acceptance tests
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -61,6 +62,15 @@ def test_a_ctrl_c_of_status_watch_while_it_connects_is_quiet(
     assert capsys.readouterr().err == ""
 
 
+def _sigint_as_from_a_shell() -> None:
+    """In the child: SIGINT at its default and not blocked, as a shell starts
+    a command. Python installs its KeyboardInterrupt only over the default,
+    and a child inherits an ignored or blocked SIGINT from the test process
+    (a CI run once gave one: the script slept its 10 s through the signal)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 @pytest.mark.parametrize("name", ["reorg", "other"])
 def test_a_ctrl_c_while_reorg_starts_is_one_line_in_reorg_alone(tmp_path: Path, name: str) -> None:
     """The `reorg` script imports cli first: a Ctrl-C during the imports that
@@ -70,7 +80,7 @@ def test_a_ctrl_c_while_reorg_starts_is_one_line_in_reorg_alone(tmp_path: Path, 
     script.write_text("import os, signal, time\nimport cli\n"
                       "os.kill(os.getpid(), signal.SIGINT)\ntime.sleep(10)\n")
     ended = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                           timeout=60)
+                           timeout=60, preexec_fn=_sigint_as_from_a_shell)
     if name == "reorg":
         assert (ended.returncode, ended.stderr) == (130, "error: interrupted\n")
     else:
