@@ -82,11 +82,16 @@ def wait_for(what: str, check: Callable[[], bool], timeout: float) -> None:
         time.sleep(POLL_SECONDS)
 
 
-def start_job(url: str, db: Database, timeout: float) -> Start:
-    """`reorg submit sql-update --set c=md5(b)` at default settings, until the
-    job is running (the owner has split the key space and inserted the ranges)."""
+SQL_UPDATE = ("sql-update", "--table", TABLE, "--set", "c=md5(b)")
+
+
+def start_job(url: str, db: Database, timeout: float,
+              submitted: tuple[str, ...] = SQL_UPDATE) -> Start:
+    """`reorg submit` of ``submitted`` (default: `sql-update --set c=md5(b)`)
+    at default settings, until the job is running (the owner has split the
+    key space and inserted the ranges)."""
     launched = time.perf_counter()
-    done = reorg(url, "submit", "sql-update", "--table", TABLE, "--set", "c=md5(b)", "--json")
+    done = reorg(url, "submit", *submitted, "--json")
     submit_seconds = time.perf_counter() - launched
     job_id = int(json.loads(done.stdout)["id"])
 
@@ -132,18 +137,8 @@ def reorg_rate(url: str, db: Database, job_id: int, window: float, worker_pid: i
 
 def cancel_job(url: str, db: Database, job_id: int, timeout: float,
                old_values: bool = False) -> Cancel:
-    launched = time.perf_counter()
     with OwnerTransactions(url) as owner:
-        reorg(url, "cancel", str(job_id))
-
-        def ended() -> bool:
-            state = job_status(db, job_id)["state"]
-            if state in ("failed", "reverted", "succeeded"):
-                raise BenchError(f"job {job_id} ended {state}, not cancelled")
-            return bool(state == "cancelled")
-
-        wait_for(f"job {job_id} cancelled", ended, timeout)
-        seconds = time.perf_counter() - launched
+        seconds = cancel_and_wait(url, db, job_id, timeout)
     rows = subtasks(db, job_id)
     forward = [s for s in rows if s["step"] != STEP_REVERT]
     touched = [(int(s["start_key"]), int(s["curr_key"])) for s in forward
@@ -158,6 +153,22 @@ def cancel_job(url: str, db: Database, job_id: int, timeout: float,
             total, still = total + n, still + set_
     return Cancel(seconds, total, still, sum(1 for s in rows if s["step"] == STEP_REVERT),
                   owner.longest)
+
+
+def cancel_and_wait(url: str, db: Database, job_id: int, timeout: float) -> float:
+    """Seconds from launching `reorg cancel` to the job `cancelled`; raises
+    if it ends otherwise."""
+    launched = time.perf_counter()
+    reorg(url, "cancel", str(job_id))
+
+    def ended() -> bool:
+        state = job_status(db, job_id)["state"]
+        if state in ("failed", "reverted", "succeeded"):
+            raise BenchError(f"job {job_id} ended {state}, not cancelled")
+        return bool(state == "cancelled")
+
+    wait_for(f"job {job_id} cancelled", ended, timeout)
+    return time.perf_counter() - launched
 
 
 class OwnerTransactions:

@@ -28,7 +28,6 @@ both read it from memory; both write their WAL to a durable server.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -49,7 +48,6 @@ from bench.dataplane.reorg_cli import reorg
 from bench.dataplane.server import add_fast_server, database, execute, query_one, server_kind
 from bench.dataplane.tracking import job_status, system_tables
 from bench.dataplane.workers import running_worker
-from framework import control
 from framework.db import Database
 
 FLOOR_TABLE = "bench.copy_floor"
@@ -68,26 +66,6 @@ class Round:
     @property
     def ratio(self) -> float:
         return self.reorg.per_second / self.floor.per_second
-
-
-def submit_rewrite(url: str, db: Database, timeout: float) -> tuple[int, float, float]:
-    """The job's id, seconds from the submit to `running` by the benchmark's
-    clock and by the database's (created_at -> the running event)."""
-    launched = time.perf_counter()
-    done = reorg(url, "submit", "rewrite", "--table", TABLE, "--json")
-    job_id = int(json.loads(done.stdout)["id"])
-
-    def running() -> bool:
-        state = job_status(db, job_id)["state"]
-        if state not in ("queued", "running"):
-            raise BenchError(f"job {job_id} is {state}: {job_status(db, job_id)['error']}")
-        return bool(state == "running")
-
-    measure.wait_for(f"job {job_id} running", running, timeout)
-    wall = time.perf_counter() - launched
-    created = job_status(db, job_id)["created_at"]
-    event = next(e for e in control.events(db, job_id) if e["to_state"] == "running")
-    return job_id, wall, (event["at"] - created).total_seconds()
 
 
 def copy_rate(url: str, db: Database, job_id: int, window: float,
@@ -110,25 +88,14 @@ def copy_rate(url: str, db: Database, job_id: int, window: float,
 def cancel_and_check(url: str, db: Database, job_id: int, timeout: float) -> float:
     """Seconds from `reorg cancel` to the job cancelled; raises if anything of
     the job is left: a relation named for it, a trigger on the table."""
-    launched = time.perf_counter()
-    reorg(url, "cancel", str(job_id))
-
-    def cancelled() -> bool:
-        state = job_status(db, job_id)["state"]
-        if state in ("failed", "succeeded"):
-            raise BenchError(f"job {job_id} ended {state}, not cancelled")
-        return bool(state == "cancelled")
-
-    measure.wait_for(f"job {job_id} cancelled", cancelled, timeout)
-    seconds = time.perf_counter() - launched
-    (relations,) = query_one(url, "SELECT count(*) FROM pg_class WHERE starts_with(relname, %s)",
-                             (names.prefix(job_id),))
-    (work,) = query_one(url, "SELECT count(*) FROM pg_class WHERE starts_with(relname, %s)",
-                        (f"rewrite_{job_id}_",))
+    seconds = measure.cancel_and_wait(url, db, job_id, timeout)
+    (relations,) = query_one(url, "SELECT count(*) FROM pg_class WHERE starts_with(relname, %s) "
+                                  "OR starts_with(relname, %s)",
+                             (names.prefix(job_id), f"rewrite_{job_id}_"))
     (triggers,) = query_one(url, "SELECT count(*) FROM pg_trigger WHERE tgrelid = %s::regclass "
                                  "AND NOT tgisinternal", (TABLE,))
-    if relations or work or triggers:
-        raise BenchError(f"job {job_id} cancelled but left {relations + work} relations and "
+    if relations or triggers:
+        raise BenchError(f"job {job_id} cancelled but left {relations} relations and "
                          f"{triggers} triggers behind")
     return seconds
 
@@ -154,9 +121,10 @@ def floor_rate(url: str, rows: int) -> measure.Rate:
 
 
 def one_round(url: str, db: Database, worker_pid: int, window: float) -> Round:
-    job_id, wall, db_seconds = submit_rewrite(url, db, timeout=600)
-    print(f"    job {job_id} running {wall:.2f} s after its submit "
-          f"({db_seconds:.2f} s on the database clock)", flush=True)
+    start = measure.start_job(url, db, 600, ("rewrite", "--table", TABLE))
+    job_id = start.job_id
+    print(f"    job {job_id} running {start.wall_seconds:.2f} s after its submit "
+          f"({start.db_seconds:.2f} s on the database clock)", flush=True)
     copied = copy_rate(url, db, job_id, window, worker_pid)
     print(f"    copy: {copied.rows:,} rows, {copied.per_second:,.0f} rows/s; cores: "
           f"{window_cpu.describe(copied.cpu, copied.seconds)}", flush=True)
@@ -165,7 +133,7 @@ def one_round(url: str, db: Database, worker_pid: int, window: float) -> Round:
     floor = floor_rate(url, copied.rows)
     print(f"    floor: {floor.rows:,} rows in {floor.seconds:.1f} s, {floor.per_second:,.0f} "
           f"rows/s; cores: {window_cpu.describe(floor.cpu, floor.seconds)}", flush=True)
-    return Round(wall, db_seconds, copied, floor, cancel_seconds)
+    return Round(start.wall_seconds, start.db_seconds, copied, floor, cancel_seconds)
 
 
 def summary(rounds: list[Round]) -> str:
