@@ -1,8 +1,10 @@
 """Helpers for the ``reorg`` acceptance tests (this module holds no tests).
 
 The tests run the
-installed ``reorg`` executable as a subprocess, always with ``--db``, and an
-environment cleared of ``REORG_*`` so nothing reaches the embedded default.
+installed ``reorg`` command in a process of its own, always with ``--db``,
+and an environment cleared of ``REORG_*`` so nothing reaches the embedded
+default: ``reorg()`` forks it from a warm process (``support.forkserver``),
+``Running`` starts it cold, as a terminal or a Ctrl-C needs.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
-from support import make_items, wait_until
+from support import forkserver, make_items, wait_until
 from support.processes import REORG, clean_env
 
 from framework.config import Settings
@@ -31,8 +33,7 @@ SYSTEM_SCHEMA = "reorg"
 def reorg(url: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """Run ``reorg --db URL ARGS...`` and return its result (never raises on exit code)."""
     assert REORG, "the `reorg` command is not installed; run `pip install -e .`"
-    return subprocess.run([REORG, "--db", url, *args], capture_output=True, text=True,
-                          timeout=timeout, env=clean_env(), stdin=subprocess.DEVNULL)
+    return forkserver.run([REORG, "--db", url, *args], env=clean_env(), timeout=timeout)
 
 
 class Running:
