@@ -29,6 +29,7 @@ for a signal).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import selectors
@@ -181,10 +182,8 @@ def _forked(server: _Server, argv: list[str], env: dict[str, str], timeout: floa
 
 
 def _kill(pid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, 9)
-    except ProcessLookupError:
-        pass
 
 
 def _text(chunks: list[bytes]) -> str:
