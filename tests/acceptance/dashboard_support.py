@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.support.ui import WebDriverWait
 from support.processes import REORG, clean_env
@@ -136,6 +137,20 @@ def texts_of(browser: webdriver.Chrome, css: str) -> list[str]:
     return list(browser.execute_script(
         "return [...document.querySelectorAll(arguments[0])].map(e => e.innerText.trim())",
         css))
+
+
+def click(browser: webdriver.Chrome, by: str, value: str, timeout: float = 30) -> None:
+    """A person's click on the element ``by``/``value`` selects. Found again
+    when the live page swapped it between finding and clicking (a stale
+    element), as a person would simply click the new one."""
+    def clicked(_: object) -> bool:
+        try:
+            browser.find_element(by, value).click()
+        except StaleElementReferenceException:
+            return False
+        return True
+
+    WebDriverWait(browser, timeout, poll_frequency=0.1).until(clicked, f"a click on {value}")
 
 
 def wait_for(browser: webdriver.Chrome, condition: Callable[[], object], timeout: float,

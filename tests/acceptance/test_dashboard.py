@@ -27,6 +27,7 @@ from dashboard_support import (
     Dashboard,
     assert_no_horizontal_overflow,
     chromium,
+    click,
     get_json,
     post,
     running_dashboard,
@@ -151,7 +152,7 @@ def _alter(browser: webdriver.Chrome, **fields: str) -> None:
         if name in fields:
             box.send_keys(fields[name])
     browser.execute_script("document.getElementById('message').textContent = ''")
-    browser.find_element(By.ID, "alter-submit").click()
+    click(browser, By.ID, "alter-submit")
 
 
 def _message(browser: webdriver.Chrome, what: str) -> str:
@@ -201,7 +202,7 @@ def test_live_progress_events_subtasks_pause_and_resume_with_the_token(
     screenshot(browser, "dashboard.png")
 
     # One job's page: its events and its subtasks, by state.
-    browser.find_element(By.CSS_SELECTOR, f"{row} a").click()
+    click(browser, By.CSS_SELECTOR, f"{row} a")
     wait_for(browser, lambda: "Events" in browser.page_source and text_of(browser, "#events"),
              30, "the job's page")
     events = text_of(browser, "#events")
@@ -214,11 +215,11 @@ def test_live_progress_events_subtasks_pause_and_resume_with_the_token(
 
     # No token, then a wrong one: refused on the page, nothing changed.
     before = _events(db, job)
-    browser.find_element(By.ID, "pause").click()
+    click(browser, By.ID, "pause")
     wait_for(browser, lambda: "enter the dashboard's token" in text_of(browser, "#message"),
              30, "the refusal of a missing token")
     browser.find_element(By.ID, "token").send_keys("not-the-token")
-    browser.find_element(By.ID, "pause").click()
+    click(browser, By.ID, "pause")
     wait_for(browser, lambda: "wrong token" in text_of(browser, "#message"), 30,
              "the refusal of a wrong token")
     assert job_of(db, job)["state"] == "running" and _events(db, job) == before
@@ -228,7 +229,7 @@ def test_live_progress_events_subtasks_pause_and_resume_with_the_token(
     token = browser.find_element(By.ID, "token")
     token.clear()
     token.send_keys(TOKEN)
-    browser.find_element(By.ID, "pause").click()
+    click(browser, By.ID, "pause")
     wait_for(browser, lambda: "pause requested" in text_of(browser, "#message"), 30,
              "the pause accepted")
     workers.gates.release("worker.after_claim")  # the held slot sees the pause and lets go
@@ -241,7 +242,7 @@ def test_live_progress_events_subtasks_pause_and_resume_with_the_token(
     screenshot(browser, "dashboard-job.png")
 
     # Resume: the job runs to its end, and the page follows it there.
-    browser.find_element(By.ID, "resume").click()
+    click(browser, By.ID, "resume")
     wait_for(browser, lambda: "resume requested" in text_of(browser, "#message"), 30,
              "the resume accepted")
     wait_for(browser, lambda: text_of(browser, "#summary .state") == "succeeded", 60,
@@ -337,7 +338,7 @@ def test_a_job_of_100000_subtasks_pages_fast(
     assert all(rate == pytest.approx(10 / 0.072, rel=0.01) for _, rate in bars[:-1]), bars
     assert 0 < bars[-1][1] <= 10 / 0.072 + 0.1
     assert len(texts_of(browser, "#subtasks tbody tr")) == 50
-    browser.find_element(By.ID, "next-page").click()
+    click(browser, By.ID, "next-page")
     wait_for(browser, lambda: "after=1.49" in browser.current_url, 30, "the second page")
     assert texts_of(browser, "#subtasks tbody tr td:nth-child(2)") == [
         str(n) for n in range(50, 100)]
@@ -348,7 +349,7 @@ def test_a_job_of_100000_subtasks_pages_fast(
     states = texts_of(browser, "#subtasks tbody .state")
     assert states == ["succeeded"] * 9 + ["pending"] * 41
     # Filtered by state: only the pending ones, from the first of them.
-    browser.find_element(By.LINK_TEXT, "pending").click()
+    click(browser, By.LINK_TEXT, "pending")
     wait_for(browser, lambda: "state=pending" in browser.current_url, 30, "the filter")
     assert texts_of(browser, "#subtasks tbody tr td:nth-child(2)")[:2] == ["50000", "50001"]
     assert set(texts_of(browser, "#subtasks tbody .state")) == {"pending"}
@@ -434,7 +435,7 @@ def test_retry_and_alter_from_the_job_page(
     # resumes from its checkpoint to its end.
     execute(db, "UPDATE items SET a = 1 WHERE id = 1500")
     browser.execute_script("document.getElementById('message').textContent = ''")
-    browser.find_element(By.ID, "retry").click()
+    click(browser, By.ID, "retry")
     assert _message(browser, "the retry accepted") == (
         f"job {job}: 1 failed subtasks re-queued; resuming")
     wait_for(browser, lambda: text_of(browser, "#summary .state") == "succeeded", 60,
@@ -451,7 +452,7 @@ def test_retry_and_alter_from_the_job_page(
             _alter(browser, batch_rows="300")
         else:
             browser.execute_script("document.getElementById('message').textContent = ''")
-            browser.find_element(By.ID, "retry").click()
+            click(browser, By.ID, "retry")
         assert _message(browser, f"the refused {button}") == expected
     assert _job_row(db, job) == before
 
