@@ -5,6 +5,8 @@
   ``TERMINAL`` (from framework.states).
 - ``support.fill``: ``test-fill``, the job type the framework's tests run.
 - ``support.processes``: ``reorg worker`` processes (``Workers``).
+- ``support.forkserver``: ``reorg`` commands and workers forked from a warm
+  process, not started cold.
 - ``support.fixtures``, ``support.spark``: pytest plugins (named in
   tests/conftest.py): migrated databases, settings, nodes, workers, gates;
   the SparkSession, fake leases and ``JobKind`` for the Spark data plane.

@@ -1,22 +1,24 @@
-"""``reorg`` commands forked from one warm process instead of started cold.
+"""``reorg`` commands and workers forked from a warm process instead of
+started cold.
 
 A ``reorg`` process spends most of its CPU importing typer, rich, SQLAlchemy
-and psycopg (0.4-0.9 CPU-s a command); the suite runs hundreds of them on two
-cores. Here one server process per test process imports them once, then
+and psycopg (0.4-0.9 CPU-s a command, 1 CPU-s a worker); the suite runs
+hundreds of them on two cores. Here a server process imports them once, then
 forks a child per command. The child is still a process of its own: its own
-stdin (``/dev/null``), stdout and stderr (pipes to the test), environment,
-working directory, exit code, and interpreter shutdown (threads joined,
-``atexit`` run); it runs ``cli.main.main`` as the installed script does.
+stdin (``/dev/null``), stdout and stderr (pipes or a log file of the test),
+environment, working directory, signals, exit code, and interpreter shutdown
+(threads joined, ``atexit`` run); it runs ``cli.main.main`` as the installed
+``reorg`` script, or ``python -m cli.main``, does.
 
 What a fork does not reproduce, so the tests of it start real processes
-(``subprocess`` with the installed ``reorg``): what a command imports
-(``test_command_imports``), a Ctrl-C during start-up (``test_cli_interrupts``),
-terminals and signals (``cli_support.Running``), and anything read at
-interpreter start (``PYTHON*`` variables: a command whose environment has
-other ones than the server's runs as a real process). ``TESTS_FORK_COMMANDS=0``
+(``subprocess``): what a command imports (``test_command_imports``), a
+Ctrl-C during start-up (``test_cli_interrupts``), terminals and signals to a
+command's process group (``cli_support.Running``), and what Python reads when
+it starts: the ``PYTHON*`` variables, so there is one server per set of them
+(a worker's PYTHONPATH has the tests' job types). ``TESTS_FORK_COMMANDS=0``
 runs every command as a real process.
 
-The server is started on first use and ends with the test process: it reads
+A server is started on first use and ends with the test process: it reads
 its stdin, a pipe from the test process, and exits at EOF.
 
 Protocol, over a ``SOCK_SEQPACKET`` Unix socket, a connection per command:
@@ -32,6 +34,7 @@ import atexit
 import contextlib
 import json
 import os
+import select
 import selectors
 import socket
 import subprocess
@@ -50,17 +53,18 @@ _MAX_REQUEST = 1 << 20
 
 
 class _Server:
-    def __init__(self, script: str, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str]) -> None:
         self.dir = tempfile.mkdtemp(prefix="reorg-forkserver-")
         self.path = os.path.join(self.dir, "socket")
         self.log = os.path.join(self.dir, "server.log")
-        self.startup = _startup_env(env)
+        # Nothing of one command's REORG_* (REORG_FAULTS arms fault points when
+        # framework.faults is imported) may reach the others through the server.
+        env = {k: v for k, v in env.items() if not k.startswith("REORG_")}
         with open(self.log, "wb") as log:
             # Its own session: a signal to the test's process group is not for it.
             self.proc = subprocess.Popen(
-                [sys.executable, __file__, self.path, str(Path(script).parent)],
-                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log, env=env,
-                start_new_session=True)
+                [sys.executable, __file__, self.path], stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL, stderr=log, env=env, start_new_session=True)
         atexit.register(self.stop)
 
     def wait_ready(self, timeout: float = 60) -> bool:
@@ -73,6 +77,15 @@ class _Server:
             time.sleep(0.02)
         return False
 
+    def send(self, argv: list[str], env: dict[str, str], cwd: str,
+             fds: list[int]) -> socket.socket:
+        """The request of one command; the connection its pid and exit code come on."""
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        conn.connect(self.path)
+        request = json.dumps({"argv": argv, "env": env, "cwd": cwd}).encode()
+        socket.send_fds(conn, [request], fds)
+        return conn
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             assert self.proc.stdin is not None
@@ -84,106 +97,134 @@ class _Server:
                 self.proc.wait()
 
 
-_server: _Server | None = None
-_server_failed = False
+# One server per start-up environment (the ``PYTHON*`` variables: a worker's
+# PYTHONPATH has the tests' job types, a user's command's has not).
+_servers: dict[frozenset[tuple[str, str]], _Server | None] = {}
 _lock = threading.Lock()
 
 
-def _startup_env(env: dict[str, str]) -> dict[str, str]:
+def _startup_env(env: dict[str, str]) -> frozenset[tuple[str, str]]:
     """What Python reads from the environment when it starts."""
-    return {k: v for k, v in env.items() if k.startswith("PYTHON")}
+    return frozenset((k, v) for k, v in env.items() if k.startswith("PYTHON"))
 
 
-def _server_for(script: str, env: dict[str, str]) -> _Server | None:
-    global _server, _server_failed
+def _server_for(argv: list[str], env: dict[str, str]) -> _Server | None:
+    """The server that can fork ``argv`` (``reorg ...`` or ``python -m
+    cli.main ...``), or None: run it as a real process."""
+    if not ENABLED or not (os.path.basename(argv[0]) == "reorg"
+                           or argv[:3] == [sys.executable, "-m", "cli.main"]):
+        return None
+    key = _startup_env(env)
     with _lock:
-        if _server is None and not _server_failed:
-            server = _Server(script, env)
-            if server.wait_ready():
-                _server = server
-            else:
-                _server_failed = True
+        if key not in _servers:
+            server: _Server | None = _Server(env)
+            assert server is not None
+            if not server.wait_ready():
                 server.stop()
                 sys.stderr.write(f"forkserver did not start; real processes from now on:\n"
                                  f"{Path(server.log).read_text(errors='replace')}\n")
-        return _server
+                server = None
+            _servers[key] = server
+        return _servers[key]
 
 
-def server_pid() -> int | None:
-    """The server's pid, once one runs."""
-    return _server.proc.pid if _server is not None else None
+def server_pids() -> list[int]:
+    """The pids of the servers running."""
+    return [s.proc.pid for s in _servers.values() if s is not None]
 
 
 def run(argv: list[str], *, env: dict[str, str], timeout: float,
         cwd: str | None = None) -> subprocess.CompletedProcess[str]:
     """``subprocess.run(argv, capture_output=True, text=True, stdin=DEVNULL,
-    env=env, timeout=timeout)``, where ``argv[0]`` is the installed ``reorg``."""
-    server = _server_for(argv[0], env) if ENABLED else None
-    if server is None or _startup_env(env) != server.startup:
+    env=env, timeout=timeout, cwd=cwd)``, forked when it can be."""
+    server = _server_for(argv, env)
+    if server is None:
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env,
                               cwd=cwd, stdin=subprocess.DEVNULL)
-    return _forked(server, argv, env, timeout, cwd or os.getcwd())
-
-
-def _forked(server: _Server, argv: list[str], env: dict[str, str], timeout: float,
-            cwd: str) -> subprocess.CompletedProcess[str]:
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
-        conn.connect(server.path)
-        request = json.dumps({"argv": argv, "env": env, "cwd": cwd}).encode()
-        socket.send_fds(conn, [request], [out_w, err_w])
+        conn = server.send(argv, env, cwd or os.getcwd(), [out_w, err_w])
     finally:
         os.close(out_w)
         os.close(err_w)
     chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
-    pid: int | None = None
-    code: int | None = None
+    process = Forked(argv, conn)
     selector = selectors.DefaultSelector()
     for fd in chunks:
         selector.register(fd, selectors.EVENT_READ)
-    selector.register(conn, selectors.EVENT_READ)
     deadline = time.monotonic() + timeout
     try:
-        while len(selector.get_map()) > 0:
+        while selector.get_map():
             left = deadline - time.monotonic()
             if left <= 0:
-                if pid is not None:
-                    _kill(pid)
+                process.kill()
                 raise subprocess.TimeoutExpired(argv, timeout, b"".join(chunks[out_r]),
                                                 b"".join(chunks[err_r]))
             for key, _ in selector.select(left):
-                if key.fileobj is conn:
-                    message = conn.recv(256).decode()
-                    if not message:  # the handler died: a defect of this module
-                        raise RuntimeError(f"forkserver gave no exit code for {argv[1:]}; "
-                                           f"see {server.log}")
-                    word, value = message.split()
-                    if word == "pid":
-                        pid = int(value)
-                    else:
-                        code = int(value)
-                        selector.unregister(conn)
+                data = os.read(key.fd, 65536)
+                if data:
+                    chunks[key.fd].append(data)
                 else:
-                    fd = key.fd
-                    data = os.read(fd, 65536)
-                    if data:
-                        chunks[fd].append(data)
-                    else:
-                        selector.unregister(fd)
+                    selector.unregister(key.fd)
+        code = process.wait(max(deadline - time.monotonic(), 0))
     finally:
         selector.close()
-        conn.close()
         os.close(out_r)
         os.close(err_r)
-    assert code is not None
     return subprocess.CompletedProcess(argv, code, _text(chunks[out_r]), _text(chunks[err_r]))
 
 
-def _kill(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, 9)
+def start(argv: list[str], *, env: dict[str, str], cwd: str, output: int) -> Forked | None:
+    """``argv`` forked, running: its stdout and stderr the file ``output``,
+    its stdin ``/dev/null``; None when it cannot be forked (start it yourself)."""
+    server = _server_for(argv, env)
+    if server is None:
+        return None
+    return Forked(argv, server.send(argv, env, cwd, [output, output]))
+
+
+class Forked:
+    """A forked command, as much of ``subprocess.Popen`` as the tests use:
+    ``pid``, ``poll``, ``wait``, ``kill``, ``returncode``. Its exit code comes
+    from its handler, the process that forked it and waits for it."""
+
+    def __init__(self, argv: list[str], conn: socket.socket) -> None:
+        self.args = argv
+        self._conn = conn
+        self.returncode: int | None = None
+        self.pid = int(self._message("pid", None))
+
+    def _message(self, word: str, timeout: float | None) -> str:
+        self._conn.settimeout(timeout)
+        try:
+            message = self._conn.recv(256).decode()
+        except TimeoutError:
+            raise subprocess.TimeoutExpired(self.args, timeout or 0) from None
+        if not message:  # the handler died: a defect of this module
+            raise RuntimeError(f"forkserver: no {word} for {self.args[1:]}")
+        said, value = message.split()
+        assert said == word, message
+        return value
+
+    def poll(self) -> int | None:
+        if self.returncode is None and select.select([self._conn], [], [], 0)[0]:
+            self.wait()
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self.returncode = int(self._message("exit", timeout))
+            self._conn.close()
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(9)
 
 
 def _text(chunks: list[bytes]) -> str:
@@ -194,12 +235,12 @@ def _text(chunks: list[bytes]) -> str:
 # -- the server's side -------------------------------------------------------------------
 
 
-def _serve(path: str, bindir: str) -> None:
+def _serve(path: str) -> None:
     import gc
     import importlib
 
-    # As the installed script: its directory first on the path, not this one's.
-    sys.path[0] = bindir
+    # Not this file's directory: the command's own first entry is set when it forks.
+    sys.path[0] = os.path.dirname(sys.executable)
     for module in _PRELOAD:
         importlib.import_module(module)
     # The imports' objects stay in the pages the children share.
@@ -264,13 +305,24 @@ def _command(request: dict[str, Any], fds: list[int]) -> None:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
-        sys.argv = request["argv"]
+        # The one module that reads the environment when it is imported: the
+        # fault points a test arms through REORG_FAULTS.
+        from framework import faults
+
+        faults.load_from_env()
         import importlib
 
-        importlib.invalidate_caches()  # distributions installed since the server started
-        from cli.main import main
+        import cli.main
 
-        main()
+        argv = request["argv"]
+        if os.path.basename(argv[0]) == "reorg":
+            # The installed script: its directory first on the path.
+            sys.argv, sys.path[0] = argv, os.path.dirname(argv[0])
+        else:
+            # python -m cli.main ...: the module's file as argv[0], the directory first.
+            sys.argv, sys.path[0] = [cli.main.__file__, *argv[3:]], request["cwd"]
+        importlib.invalidate_caches()  # distributions installed since the server started
+        cli.main.main()
     except SystemExit as exit:
         code = _exit_code(exit.code)
     except BaseException:
@@ -317,6 +369,11 @@ _PRELOAD = (
     "framework.db",
     "framework.submit",
     "framework.store",
+    "cli.worker",
+    "framework.node",
+    "framework.worker",
+    "framework.owner",
+    "backfill.sql_update.job",
     "sqlalchemy",
     "sqlalchemy.dialects.postgresql.psycopg",
     "psycopg",
@@ -326,4 +383,4 @@ _PRELOAD = (
 
 
 if __name__ == "__main__":
-    _serve(sys.argv[1], sys.argv[2])
+    _serve(sys.argv[1])

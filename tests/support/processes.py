@@ -2,7 +2,9 @@
 (``python -m cli.main worker`` configured through ``REORG_*``, with short
 leases, optional fault points and the test job types) or as a user would
 (``start_cli``: the installed ``reorg`` command, options only, an environment
-cleared of ``REORG_*``); their logs kept, and always killed at teardown."""
+cleared of ``REORG_*``); their logs kept, and always killed at teardown.
+Each is forked from a warm process (``support.forkserver``) where it can be:
+a process of its own all the same, killed, stopped and waited on by pid."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from framework.faults import Gates
+from support import forkserver
 
 
 def _installed_reorg() -> str | None:
@@ -50,7 +53,7 @@ def clean_env(**extra: str) -> dict[str, str]:
 @dataclass
 class WorkerProcess:
     node_id: str
-    proc: subprocess.Popen[bytes]
+    proc: subprocess.Popen[bytes] | forkserver.Forked
     log_path: Path
 
     @property
@@ -107,8 +110,10 @@ class Workers:
     def _spawn(self, node_id: str, argv: list[str], env: dict[str, str]) -> WorkerProcess:
         fd, path = tempfile.mkstemp(prefix=f"reorg-{node_id}-", suffix=".log")
         with os.fdopen(fd, "wb") as log:
-            proc = subprocess.Popen(argv, env=env, cwd=TESTS.parent, stdin=subprocess.DEVNULL,
-                                    stdout=log, stderr=subprocess.STDOUT)
+            forked = forkserver.start(argv, env=env, cwd=str(TESTS.parent), output=log.fileno())
+            proc = forked or subprocess.Popen(argv, env=env, cwd=TESTS.parent,
+                                              stdin=subprocess.DEVNULL, stdout=log,
+                                              stderr=subprocess.STDOUT)
         worker = WorkerProcess(node_id, proc, Path(path))
         self.started.append(worker)
         return worker
