@@ -37,16 +37,34 @@ def _faults_disarmed() -> Iterator[None]:
     faults.disable_signals()
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # A test process started in the background by a non-interactive shell
+    # (`bash .ci/run &`) inherits SIGINT ignored, and would hand that on to
+    # every process its tests start (they would then sleep through a Ctrl-C).
+    # Started from a terminal it has the default: the tests get that alike.
+    if (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) == signal.SIG_IGN):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _sigint_state() -> tuple[bool, bool]:
+    """Whether SIGINT is ignored, and whether it is blocked, in this thread."""
+    return (signal.getsignal(signal.SIGINT) == signal.SIG_IGN,
+            signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []))
+
+
 @pytest.fixture(autouse=True)
 def _sigint_kept(request: pytest.FixtureRequest) -> Iterator[None]:
     """A test that leaves SIGINT ignored or blocked in the test process hands
     that on to every process a later test starts (they then sleep through a
     Ctrl-C): put it back, and name the test in a warning."""
+    main = threading.current_thread() is threading.main_thread()
+    before = _sigint_state() if main else (False, False)
     yield
-    if threading.current_thread() is not threading.main_thread():
+    if not main:
         return
-    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
-    blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    (was_ignored, was_blocked), (is_ignored, is_blocked) = before, _sigint_state()
+    ignored, blocked = is_ignored and not was_ignored, is_blocked and not was_blocked
     if ignored:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     if blocked:
