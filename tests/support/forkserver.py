@@ -36,6 +36,7 @@ import json
 import os
 import select
 import selectors
+import shutil
 import socket
 import subprocess
 import sys
@@ -95,6 +96,7 @@ class _Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 # One server per start-up environment (the ``PYTHON*`` variables: a worker's
@@ -117,14 +119,14 @@ def _server_for(argv: list[str], env: dict[str, str]) -> _Server | None:
     key = _startup_env(env)
     with _lock:
         if key not in _servers:
-            server: _Server | None = _Server(env)
-            assert server is not None
-            if not server.wait_ready():
-                server.stop()
+            server = _Server(env)
+            if server.wait_ready():
+                _servers[key] = server
+            else:
                 sys.stderr.write(f"forkserver did not start; real processes from now on:\n"
                                  f"{Path(server.log).read_text(errors='replace')}\n")
-                server = None
-            _servers[key] = server
+                server.stop()
+                _servers[key] = None
         return _servers[key]
 
 
