@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-from support import rows, scalar, wait_state
+from support import rows, scalar, wait_history, wait_state
 
 from framework import faults
 from framework.submit import SubmitRequest, submit
@@ -71,6 +71,8 @@ def test_a_plain_alter_table_by_someone_else_between_batches_does_not_fail_the_j
     _succeeded(db, job_id)
     assert _column_types(db) == {"id": "bigint", "b": "character varying(200)", "n": "integer"}
     assert rows(db.engine, "SELECT id, b, n FROM o ORDER BY id") == before
-    # Nothing failed on the way: no attempt was spent on the shape change.
+    # Nothing failed on the way: no attempt was spent on the shape change
+    # (read once the subtasks are in the history, or it would count none).
+    wait_history(db, job_id)
     assert scalar(db.engine, "SELECT count(*) FROM reorg.background_subtask_history "
                              "WHERE job_id = :j AND attempts > 1", j=job_id) == 0
