@@ -42,8 +42,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # (`bash .ci/run &`) inherits SIGINT ignored, and would hand that on to
     # every process its tests start (they would then sleep through a Ctrl-C).
     # Started from a terminal it has the default: the tests get that alike.
-    if (threading.current_thread() is threading.main_thread()
-            and signal.getsignal(signal.SIGINT) == signal.SIG_IGN):
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 

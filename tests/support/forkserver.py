@@ -157,19 +157,23 @@ def run(argv: list[str], *, env: dict[str, str], timeout: float,
         selector.register(fd, selectors.EVENT_READ)
     deadline = time.monotonic() + timeout
     try:
-        while selector.get_map():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                process.kill()
-                raise subprocess.TimeoutExpired(argv, timeout, b"".join(chunks[out_r]),
-                                                b"".join(chunks[err_r]))
-            for key, _ in selector.select(left):
-                data = os.read(key.fd, 65536)
-                if data:
-                    chunks[key.fd].append(data)
-                else:
-                    selector.unregister(key.fd)
-        code = process.wait(max(deadline - time.monotonic(), 0))
+        try:
+            while selector.get_map():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise subprocess.TimeoutExpired(argv, timeout)
+                for key, _ in selector.select(left):
+                    data = os.read(key.fd, 65536)
+                    if data:
+                        chunks[key.fd].append(data)
+                    else:
+                        selector.unregister(key.fd)
+            # Its output ended; its exit code may still be on the way.
+            code = process.wait(max(deadline - time.monotonic(), 0.01))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise subprocess.TimeoutExpired(argv, timeout, b"".join(chunks[out_r]),
+                                            b"".join(chunks[err_r])) from None
     finally:
         selector.close()
         os.close(out_r)
@@ -221,7 +225,9 @@ class Forked:
         return self.returncode
 
     def send_signal(self, sig: int) -> None:
-        if self.returncode is None:
+        # Its handler reaps it at once (no zombie holds the pid, as Popen's
+        # does): once its exit code has come, the pid may be another's.
+        if self.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, sig)
 
