@@ -19,6 +19,11 @@ submit to its end:
                  (``backfill/spark/sizing.py``'s ``ROWS_PER_SUBTASK``)
     cds          a new process's SparkSession start and first Spark job, with
                  the class-data archive (``backfill/spark/cds.py``) and without
+    jit          the same, with the archive, as a command's dry-run session
+                 starts (``session.SHORT_LIVED_JVM``: no C2) against a worker's;
+                 with the JVM's CPU seconds
+
+``--spark-start-only`` runs the last two alone (no database).
 
 Every figure is the median of ``--rounds`` runs, contenders taking turns
 within each round.
@@ -26,6 +31,7 @@ within each round.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
@@ -97,21 +103,40 @@ def backfill_job(db: Database, url: str, rows_per_subtask: int) -> float:
     return took
 
 
-# A new process: the session's start, then its first job, each timed.
+# A new process: the session's start, then its first job, each timed, and
+# the CPU its JVM (the process's descendants) used by then. argv[1]: "worker"
+# (get_spark) or "command" (get_validation_spark, as a submit's dry run).
 SESSION_START = """
-import json, time
+import json, os, sys, time
 began = time.perf_counter()
-from backfill.spark.session import get_spark
-spark = get_spark()
+from backfill.spark import session
+spark = session.get_spark() if sys.argv[1] == "worker" else session.get_validation_spark()
 started = time.perf_counter()
 spark.range(1000).selectExpr("sum(id)").collect()
-print(json.dumps({"start": started - began, "first_job": time.perf_counter() - started}))
+first_job = time.perf_counter() - started
+
+def descendants(pid):
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[1] == str(pid):
+            found += [fields] + descendants(int(entry))
+    return found
+
+ticks = os.sysconf("SC_CLK_TCK")
+jvm_cpu = sum(int(f[11]) + int(f[12]) for f in descendants(os.getpid())) / ticks
+print(json.dumps({"start": started - began, "first_job": first_job, "JVM CPU": jvm_cpu}))
 """
 
 
-def spark_start(archive_dir: str) -> dict[str, float]:
-    """``archive_dir``: REORG_SPARK_CDS for the process (``off``: no archive)."""
-    done = subprocess.run([sys.executable, "-c", SESSION_START], cwd=REPO, check=True,
+def spark_start(archive_dir: str, process: str = "worker") -> dict[str, float]:
+    """``archive_dir``: REORG_SPARK_CDS for the process (``off``: no archive);
+    ``process``: whose session, "worker" or "command"."""
+    done = subprocess.run([sys.executable, "-c", SESSION_START, process], cwd=REPO, check=True,
                           env={**os.environ, "REORG_SPARK_CDS": archive_dir},
                           capture_output=True, text=True, timeout=600)
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
@@ -127,7 +152,20 @@ def build_archive(directory: str) -> None:
 def main() -> None:
     parser = tool_parser("bench.apart", __doc__, rows=1_000_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--spark-start-only", action="store_true",
+                        help="only the Spark session starts (cds, jit); no database")
     args = parser.parse_args()
+    figures: dict[str, list[float]] = {}
+    if not args.spark_start_only:
+        figures = jobs(args)
+    figures |= spark_starts(args.rounds)
+    print(f"\nmedian of {args.rounds} rounds\n\n| | s |\n| --- | ---: |")
+    for label, runs in figures.items():
+        print(f"| {label} | {statistics.median(runs):.2f} |")
+
+
+def jobs(args: argparse.Namespace) -> dict[str, list[float]]:
+    """copy, checksum and per-subtask: each job and its alternative, in turns."""
     figures: dict[str, list[float]] = {}
 
     def timed(label: str, run: Callable[[], float]) -> None:
@@ -158,20 +196,25 @@ def main() -> None:
                 for per in (50_000, 250_000):
                     timed(f"backfill, {per:,}-row subtasks", partial(backfill_job, db, url, per))
         execute(url, f"DROP TABLE IF EXISTS {COPIED}", f"DROP TABLE IF EXISTS {FLOOR}")
+    print(f"jobs on {version.split(' on ')[0]}, {where}", flush=True)
+    return figures
+
+
+def spark_starts(rounds: int) -> dict[str, list[float]]:
+    """cds and jit: a new process's session, in turns within each round."""
+    figures: dict[str, list[float]] = {}
+    contenders = (("worker, with the archive", "worker", True), ("worker, without", "worker", False),
+                  ("command, with the archive", "command", True))
     with tempfile.TemporaryDirectory(prefix="reorg-bench-cds-") as archive_dir:
         build_archive(archive_dir)
-        for _ in range(args.rounds):
-            for label, where_archive in (("with the archive", archive_dir), ("without", "off")):
-                took = spark_start(where_archive)
-                for part, seconds in took.items():
-                    figures.setdefault(f"Spark {part.replace('_', ' ')}, {label}", []).append(
-                        seconds)
+        for _ in range(rounds):
+            for label, process, with_archive in contenders:
+                took = spark_start(archive_dir if with_archive else "off", process)
+                for part, value in took.items():
+                    figures.setdefault(f"Spark {part.replace('_', ' ')}, {label}", []).append(value)
                 print(f"    Spark {label}: start {took['start']:.2f} s, first job "
-                      f"{took['first_job']:.2f} s", flush=True)
-    print(f"\n{version.split(' on ')[0]}, {where}; {args.rows:,} rows, median of "
-          f"{args.rounds} rounds\n\n| | s |\n| --- | ---: |")
-    for label, runs in figures.items():
-        print(f"| {label} | {statistics.median(runs):.2f} |")
+                      f"{took['first_job']:.2f} s, JVM CPU {took['JVM CPU']:.2f} s", flush=True)
+    return figures
 
 
 if __name__ == "__main__":

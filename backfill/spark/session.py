@@ -189,11 +189,20 @@ def build_conf(settings: SparkSettings, driver: JdbcDriver, log4j_file: str,
     return conf
 
 
+# A session a command starts for one dry run (``reorg submit`` of a Spark job
+# type) lives for seconds. C2, the JIT's optimising tier, compiles code such a
+# JVM never runs long enough to repay it: without C2 that JVM takes half the
+# CPU and starts sooner (docs/benchmarks.md, "Measured apart"). A worker's
+# session runs batches for hours and keeps C2.
+SHORT_LIVED_JVM = "-XX:TieredStopAtLevel=1"
+
 _lock = threading.Lock()
 # Set only in cds's training child: dump the classes to this path at exit.
 DUMP_ARCHIVE: str | None = None
 _settings: SparkSettings | None = None
 _spark: SparkSession | None = None
+# Set when the session is a command's, for one dry run: see SHORT_LIVED_JVM.
+_short_lived = False
 _stop_hooks: list[Callable[[], None]] = []
 
 
@@ -296,9 +305,12 @@ def get_validation_spark() -> SparkSession:
     else one started locally even where workers use a cluster. The checks
     analyse expressions and dry-run a few rows; they must not queue for a
     cluster's executors, or need the CLI's host to be reachable from them."""
-    global _settings
+    global _settings, _short_lived
     with _lock:
         if _spark is None:
+            # Nobody configured Spark in this process (a worker does, before
+            # its node starts): it is a command, whose session ends with it.
+            _short_lived = _settings is None
             _settings = validation_settings(_settings or settings_from_env())
     return get_spark()
 
@@ -335,6 +347,8 @@ def _start(settings: SparkSettings) -> SparkSession:
     else:
         archive = cds_archive(settings)
         jvm_options = cds.use_options(archive)
+    if _short_lived:
+        jvm_options = f"{SHORT_LIVED_JVM} {jvm_options}".strip()
     try:
         return _launch(settings, driver, jvm_options)
     except _JvmDidNotStart:

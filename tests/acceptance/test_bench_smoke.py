@@ -236,8 +236,8 @@ def test_apart_benchmark_times_each_default_against_its_alternative(fresh_db):
     for label in ("copy job, 2 slots", "INSERT INTO ... SELECT *",
                   "checksum in postgres, 1 subtask(s) at once",
                   "checksum in spark, 2 subtask(s) at once", "backfill, 50,000-row subtasks",
-                  "backfill, 250,000-row subtasks", "Spark start, with the archive",
-                  "Spark first job, without"):
+                  "backfill, 250,000-row subtasks", "Spark start, worker, with the archive",
+                  "Spark first job, worker, without", "Spark JVM CPU, command, with the archive"):
         assert f"| {label} |" in done.stdout, done.stdout
 
 

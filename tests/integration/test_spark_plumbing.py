@@ -85,6 +85,26 @@ def test_submit_validates_on_a_local_session_even_for_a_cluster():
     assert validation_settings(local) is local
 
 
+@pytest.mark.parametrize("process, short_lived", [("command", True), ("worker", False)])
+def test_only_a_commands_dry_run_session_starts_without_the_optimising_jit(
+        monkeypatch, process, short_lived):
+    """``reorg submit``'s session lives for one dry run: no C2 (half the JVM's
+    CPU). A worker configures Spark before its node starts; its session, even
+    when a submit-time check starts it, runs batches for hours and keeps C2."""
+    from backfill.spark import session
+
+    launched: list[str] = []
+    monkeypatch.setattr(session, "_spark", None)
+    monkeypatch.setattr(session, "_settings", None)
+    monkeypatch.setattr(session, "_short_lived", False)
+    monkeypatch.setattr(session, "_launch", lambda settings, driver, options: launched.append(options))
+    if process == "worker":
+        session.configure(SparkSettings("local[2]"))
+    session.get_validation_spark()
+    assert len(launched) == 1
+    assert (session.SHORT_LIVED_JVM in launched[0].split()) is short_lived, launched
+
+
 def test_a_child_process_gets_the_same_spark_settings():
     """The class-data archive's training child must start Spark as its worker
     does (options included), or the archive would not fit the worker's JVM."""
