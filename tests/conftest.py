@@ -81,6 +81,7 @@ _MEMORY_ROOM = 4 << 30  # bytes free: the largest tests' tables and WAL, three s
 
 
 def server_data_root() -> str:
+    """Where the session's server keeps its data directory."""
     chosen = os.environ.get("TESTS_PG_DIR")
     if chosen:
         return chosen
@@ -91,7 +92,6 @@ def server_data_root() -> str:
     except OSError:
         return "/tmp"
     return str(_MEMORY_DIR) if tmpfs and room.f_bavail * room.f_frsize >= _MEMORY_ROOM else "/tmp"
-
 
 
 def _use_docker() -> bool:
