@@ -138,6 +138,13 @@ class JobType(ABC):
 
     # --- executor: every worker's side ---------------------------------------
 
+    def warm_before_step(self, job: Job, step: int) -> bool:
+        """Whether the owner runs ``warm_up(job)`` in its own process before
+        ``job`` enters ``step`` (whose ``enter_step`` needs it, e.g. Spark):
+        off its tick (``framework.warming``), the step entered at a tick
+        after the warm-up ended."""
+        return False
+
     def warm_up(self, job: Job | None) -> None:
         """Per-process start-up (Spark's), before a process's first forward
         subtask of the type; idempotent. ``job`` None: at worker start."""

@@ -422,6 +422,9 @@ class Owner:
         following = None if last else declared[job.step]
         # The next range step's split, outside the fenced transaction (``_split``).
         plan = self._split(job) if following is not None and following.ranges else None
+        if (following is not None and kind.warm_before_step(job, job.step + 1)
+                and not self._warming.ready(kind, job)):
+            return None  # e.g. Spark starting: other jobs go on, this one next tick
         with self._fenced(term) as conn:
             # Re-read in this transaction: the decision and the advance must
             # rest on the same committed state (DESIGN 7).

@@ -18,6 +18,11 @@ Foundations, each usable on a connection alone (no worker, no owner):
 - ``swap``       the swap and revert transactions, rollback and cleanup
                  statements; ``reverse``: the --keep-old reverse capture
 - ``qualified``  catalogue definitions read with schema-qualified names
+- ``spark_rows`` ``--engine spark``: the rows the copy and the replays write,
+                 their --set column computed on Spark (the backfill data
+                 plane, ``backfill.spark``)
 
-Imports nothing of another job type and nothing of Spark.
+Imports nothing of another job type, and nothing of Spark but in
+``spark_rows`` (imported by the others only inside the functions that
+run a job on Spark).
 """

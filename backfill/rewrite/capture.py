@@ -43,6 +43,7 @@ began, so the shadow can be brought to T's current rows (DESIGN 14).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
@@ -52,6 +53,9 @@ from backfill.rewrite.shadow import Plan
 from backfill.schema.sql import run
 from framework.keys import KeySpec, decode
 from framework.privileges import as_role
+
+if TYPE_CHECKING:
+    from backfill.rewrite.spark_rows import SparkSet
 
 # Locks a replay takes at most, and log rows (see the module): the keys go
 # into the replay's statements as literals.
@@ -64,6 +68,7 @@ class Capture:
     plan: Plan
     work_schema: str
     user_role: str | None = None  # who the replay's copy of a row runs as; None: the session
+    spark: SparkSet | None = None  # --engine spark: the column Spark computes (``spark_rows``)
 
     @property
     def log(self) -> str:
@@ -115,7 +120,7 @@ class Capture:
     # -- replay -------------------------------------------------------------------
 
     def replay(self, conn: Connection, limit: int, lo: int | None = None,
-               hi: int | None = None) -> int:
+               hi: int | None = None, lock_timeout: str | None = None) -> int:
         """Take up to ``limit`` log rows (at most ``REPLAY_MAX_ROWS``; seq in
         ``[lo, hi)`` when given), oldest first, and bring the shadow's rows
         of their keys to T's; in the caller's transaction. Returns the log
@@ -129,7 +134,7 @@ class Capture:
                     FOR UPDATE SKIP LOCKED)
                 RETURNING {self.log_key.order_by()})
             SELECT count(*) OVER (), {self.log_key.read()} FROM taken"""),
-            {"lo": lo, "hi": hi, "n": min(limit, REPLAY_MAX_ROWS)}).all()
+            {"lo": lo, "hi": hi, "n": self.replay_rows(limit)}).all()
         if not taken:
             return 0
         keys = sorted({row[1] for row in taken})
@@ -140,24 +145,48 @@ class Capture:
                 SELECT DISTINCT abs(hashtext(k) % :buckets) AS b
                 FROM unnest(CAST(:keys AS text[])) k ORDER BY 1) ordered"""),
             {"job": self.plan.job_id, "keys": keys, "buckets": REPLAY_LOCK_BUCKETS})
-        self._rewrite(conn, keys)
+        self._rewrite(conn, keys, lock_timeout)
         return int(taken[0][0])
 
-    def replay_all(self, conn: Connection, limit: int = 10_000) -> int:
+    def replay_rows(self, limit: int) -> int:
+        """Log rows one replay takes: ``limit``, at most ``REPLAY_MAX_ROWS``.
+        On Spark, always that many: a replay there costs a Spark job and a
+        JDBC read whatever its rows (~0.3 s), and rounds of a batch (100 in
+        the tests) fell behind an application writing in one session."""
+        return REPLAY_MAX_ROWS if self.spark is not None else min(limit, REPLAY_MAX_ROWS)
+
+    def replay_all(self, conn: Connection, limit: int = 10_000,
+                   lock_timeout: str | None = None) -> int:
         """Replay until the log is empty (under the swap's lock: nothing is
         written meanwhile). Returns the log rows taken."""
         total = 0
-        while done := self.replay(conn, limit):
+        while done := self.replay(conn, limit, lock_timeout=lock_timeout):
             total += done
         return total
 
-    def _rewrite(self, conn: Connection, stored: list[str]) -> None:
+    def _rewrite(self, conn: Connection, stored: list[str], lock_timeout: str | None) -> None:
         """The shadow's rows of these keys (stored jsonb texts) made T's."""
         p = self.plan
         match = p.key.among_literal([decode(k) for k in stored])
         with as_role(conn, self.user_role):
             run(conn, f"DELETE FROM {p.shadow} WHERE {match}")
-            run(conn, p.insert_into(p.shadow, p.select(match)))
+            self.insert_rows(conn, match, lock_timeout=lock_timeout)
+
+    def insert_rows(self, conn: Connection, where: str, order_by: str = "",
+                    lock_timeout: str | None = None) -> int:
+        """T's rows matching ``where`` (SQL over T's columns) written into the
+        shadow through the copy's column mapping, in the caller's transaction
+        and role; the rows written. With ``--engine spark`` its column is
+        computed by Spark (``spark_rows``; ``lock_timeout`` bounds its reads'
+        lock waits)."""
+        if self.spark is not None:
+            from backfill.rewrite import spark_rows  # pulls in Spark's data plane
+
+            return spark_rows.fill(conn, self.plan, self.spark, self.user_role, where, order_by,
+                                   lock_timeout)
+        p = self.plan
+        statement = p.insert_into(p.shadow, p.select(where) + order_by)
+        return int(conn.connection.driver_connection.execute(statement).rowcount)  # type: ignore[union-attr]
 
     def backlog(self, conn: Connection) -> tuple[int, int | None]:
         """(log rows, oldest seq): what catch-up has left to replay."""

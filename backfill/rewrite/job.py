@@ -28,7 +28,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from backfill.rewrite import names, planning, stored, swap, work
+from backfill.rewrite import names, planning, spark_rows, stored, swap, work
 from backfill.rewrite.builds import Build
 from backfill.rewrite.shadow import Plan
 from backfill.rewrite.verify import verify_batch
@@ -79,8 +79,13 @@ class Rewrite(JobType):
 
     def validate(self, conn: Connection, params: dict[str, Any]) -> Target:
         p = planning.normalised(params)
+        if p["engine"] == "spark":
+            spark_rows.start_first(conn, p["table"])  # before the checks' transaction opens
         plan = planning.checked_plan(conn, p["table"], 0, p)
         planning.check_submitter(conn, plan)
+        spark_set = spark_rows.spark_set_of(p, plan)
+        if spark_set is not None:
+            spark_rows.check(conn, plan, spark_set)
         p["table"] = f"{plan.schema}.{plan.table_name}"
         return Target(plan.table, plan.copy_key.expr(), p, key=plan.copy_key)
 
@@ -124,6 +129,7 @@ class Rewrite(JobType):
         retryable): the owner tries again after a backoff, its note on the
         job naming who holds T; with --kill-blockers, that session is ended
         and the swap tried once more first."""
+        faults.hit("rewrite.before_swap")
         plan = _plan_on(conn, job)
         s = planning.swap_of(job, plan)
         keep = bool(job.params.get("keep_old_seconds"))
@@ -181,6 +187,16 @@ class Rewrite(JobType):
             return None
         return int(conn.execute(text(f"SELECT count(*) FROM (SELECT 1 FROM {log_table} "
                                      "LIMIT :cap) x"), {"cap": BACKLOG_CAP}).scalar_one())
+
+    def warm_before_step(self, job: Job, step: int) -> bool:
+        """--engine spark: the swap's last replay runs on the owner's Spark."""
+        return step == SWAPPED and job.params.get("engine") == "spark"
+
+    def warm_up(self, job: Job | None) -> None:
+        """Spark for a job on --engine spark (not at a worker's start: most
+        rewrites need none)."""
+        if job is not None and job.params.get("engine") == "spark":
+            spark_rows.warm_up()
 
     # --- executor ------------------------------------------------------------
 

@@ -28,6 +28,14 @@ def rewrite(
     set_: Annotated[list[str] | None, typer.Option(
         "--set", metavar="COLUMN=EXPR", help="A column's value in the new table, an expression "
                                              "of the old row; repeat for each column.")] = None,
+    engine: Annotated[str, typer.Option(
+        "--engine", metavar="sql|spark",
+        help="sql: each --set is SQL, computed by PostgreSQL in the copy; spark: one --set, a "
+             "Spark SQL expression computed by Spark (the backfill data plane) for each row "
+             "copied or replayed.")] = "sql",
+    udf: Annotated[str | None, typer.Option(
+        "--udf", metavar="MODULE:FUNCTION",
+        help="With --engine spark: a Python function the --set may call by its name.")] = None,
     keep_old: Annotated[str, typer.Option(
         "--keep-old", metavar="DURATION", help="Keep the old table in step after the swap for "
                                                "this long (e.g. 30m, 2h), so `reorg revert JOB` "
@@ -48,7 +56,8 @@ def rewrite(
     verified, then one short swap; the old table can be kept for `reorg revert`."""
     return {"table": table, "order_by": order_by, "alter": alter,
             "like": _read(like) if like is not None else None, "sets": list(set_ or []),
-            "keep_old": keep_old, "kill_blockers": kill_blockers, "verify": verify}
+            "keep_old": keep_old, "kill_blockers": kill_blockers, "verify": verify,
+            "engine": engine, "udf": udf}
 
 
 def _read(path: Path) -> str:

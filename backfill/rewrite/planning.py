@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from backfill.rewrite import names, reverse, shadow, stored, uncarried
+from backfill.rewrite import names, reverse, shadow, spark_rows, stored, uncarried
 from backfill.rewrite.capture import Capture
 from backfill.rewrite.shadow import Plan, Request
 from backfill.rewrite.swap import Swap, cleanup_statements, rollback_statements
@@ -40,10 +40,13 @@ def keep_old_seconds(value: Any) -> int:
 
 
 def request_of(params: dict[str, Any]) -> Request:
-    """The four forms, from the job's (normalised) params."""
+    """The four forms, from the job's (normalised) params. With --engine
+    spark, the --set is Spark's: its column is left out of the SQL copy."""
+    sets = tuple((c, e) for c, e in params.get("sets") or ())
+    on_spark = params.get("engine", "sql") == "spark"
     return Request(order_by=tuple(params.get("order_by") or ()), alter=params.get("alter"),
-                   like=params.get("like"),
-                   sets=tuple((c, e) for c, e in params.get("sets") or ()))
+                   like=params.get("like"), sets=() if on_spark else sets,
+                   computed=tuple(c for c, _ in sets) if on_spark else ())
 
 
 def normalised(params: dict[str, Any]) -> dict[str, Any]:
@@ -59,6 +62,19 @@ def normalised(params: dict[str, Any]) -> dict[str, Any]:
     if verify not in VERIFY_CHOICES:
         raise InvalidParams(f"--verify {verify!r}: give one of {', '.join(VERIFY_CHOICES)} "
                             "(full: every range compared before the swap)")
+    engine = params.get("engine") or "sql"
+    if engine not in spark_rows.ENGINES:
+        raise InvalidParams(f"--engine {engine!r}: give sql (the --set is SQL, computed by "
+                            "PostgreSQL) or spark (one --set, a Spark SQL expression)")
+    udf = (params.get("udf") or "").strip() or None
+    if engine == "spark" and len(sets) != 1:
+        raise InvalidParams("--engine spark computes one column on Spark: give exactly one "
+                            "--set COLUMN=EXPR (a Spark SQL expression of the row)")
+    if udf and engine != "spark":
+        raise InvalidParams("--udf is for --engine spark: add --engine spark, or leave out "
+                            "--udf and give the --set as SQL")
+    if udf:
+        spark_rows.check_udf(udf)
     alter = params.get("alter")
     if alter is not None and not alter.strip():
         raise InvalidParams("--alter is empty; give the actions of one ALTER TABLE, or leave "
@@ -67,7 +83,8 @@ def normalised(params: dict[str, Any]) -> dict[str, Any]:
             "like": params.get("like"), "sets": sets,
             "keep_old_seconds": keep_old_seconds(params.get("keep_old_seconds",
                                                             params.get("keep_old", 0))),
-            "kill_blockers": bool(params.get("kill_blockers")), "verify": verify}
+            "kill_blockers": bool(params.get("kill_blockers")), "verify": verify,
+            "engine": engine, "udf": udf}
 
 
 def checked_plan(conn: Connection, table: str, job_id: int, params: dict[str, Any]) -> Plan:
@@ -113,7 +130,8 @@ def check_submitter(conn: Connection, plan: Plan) -> None:
 
 
 def swap_of(job: Job, plan: Plan) -> Swap:
-    return Swap(plan, job.params["work_schema"], run_as(job))
+    return Swap(plan, job.params["work_schema"], run_as(job),
+                spark_rows.spark_set_of(job.params, plan))
 
 
 def capture_of(job: Job, plan: Plan) -> Capture:
@@ -151,8 +169,7 @@ def describe(conn: Connection, job: Job, plan: Plan) -> list[str]:
     lines.append("copy (write-reorg, by range, as the submitter; T's triggers do not fire):")
     k = plan.copy_key.expr()
     ordered = f" ORDER BY {plan.copy_key.order_by()}" if plan.order_by else ""
-    lines.append("  " + _one_line(plan.insert_into(
-        plan.shadow, plan.select(f"{k} >= lo AND {k} < hi") + ordered)))
+    lines.append("  " + _one_line(_insert(s, f"{k} >= lo AND {k} < hi", ordered)))
     lines.append("build (write-reorg, one subtask each):")
     for build in plan.builds:
         lines += [f"  {_one_line(st)}" for st in (*build.statements,
@@ -161,8 +178,7 @@ def describe(conn: Connection, job: Job, plan: Plan) -> list[str]:
     lines.append("catch-up (write-reorg): log rows taken oldest first, each key's shadow row "
                  "deleted and T's current row copied again, until less than a batch is left:")
     lines.append(f"  DELETE FROM {s.capture.log} ... RETURNING key; DELETE FROM {plan.shadow} "
-                 "WHERE key IN (...); " + _one_line(plan.insert_into(
-                     plan.shadow, plan.select("key IN (...)"))))
+                 "WHERE key IN (...); " + _one_line(_insert(s, "key IN (...)")))
     analyze = f"; one subtask first takes the statistics: ANALYZE {plan.shadow}"
     if job.params.get("verify", "full") == "off":
         lines.append("verify (write-reorg, by range): off (--verify off): nothing compared; "
@@ -206,6 +222,18 @@ def _carry_statements(conn: Connection, plan: Plan, s: Swap) -> list[str]:
         trial.rollback()
     return [*carried.statements, *(f"CREATE OR REPLACE VIEW {v.name} ..." for v in carried.views),
             *(f"after the commit: {st}" for st in carried.after_commit)]
+
+
+def _insert(s: Swap, where: str, order_by: str = "") -> str:
+    """The statement writing T's rows ``where`` into the shadow, as the job
+    runs it: with --engine spark, after Spark computed its column."""
+    plan = s.plan
+    if s.spark is None:
+        return plan.insert_into(plan.shadow, plan.select(where) + order_by)
+    read = (f"Spark reads SELECT *, xmin FROM {plan.table} WHERE {where} and computes "
+            f"{s.spark.column} = {s.spark.expr}"
+            + (f" (--udf {s.spark.udf})" if s.spark.udf else "") + "; COPY into stage; ")
+    return read + spark_rows.insert_statement(plan, s.spark, "stage", where, order_by)
 
 
 def _one_line(statement: str) -> str:

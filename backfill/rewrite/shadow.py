@@ -54,6 +54,9 @@ class Request:
     alter: str | None = None
     like: str | None = None  # the text of the --like file
     sets: tuple[tuple[str, str], ...] = ()  # (column, expression of T's row)
+    # Columns whose value the copy gets from elsewhere (``--engine spark``'s
+    # --set, computed on Spark): checked as a --set's, left out of ``columns``.
+    computed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -315,8 +318,9 @@ def _columns(shape: dict[str, _ShadowColumn], source: dict[str, str], key: KeySp
     """Each column of the new shape and its value from T's row; refused
     where a column cannot be filled or the key would not keep its values."""
     sets = dict(request.sets)
+    computed = set(request.computed)
     using = alter.using if alter else {}
-    for column in sets:
+    for column in [*sets, *computed]:
         if column not in shape:
             raise InvalidParams(f"--set {column}: the new shape has no column {column}; "
                                 f"its columns: {', '.join(shape)}")
@@ -328,15 +332,15 @@ def _columns(shape: dict[str, _ShadowColumn], source: dict[str, str], key: KeySp
             raise InvalidParams(
                 f"the new shape has no column {column} of the key {key.described()} of the "
                 "table; a rewrite finds each changed row by that key: keep the column")
-        if column in sets or column in using:
-            how = "--set" if column in sets else "--alter ... USING"
+        if column in sets or column in computed or column in using:
+            how = "--alter ... USING" if column in using else "--set"
             raise InvalidParams(
                 f"{how} changes column {column} of the key {key.described()}; a rewrite finds "
                 "each changed row by that key, whose values must stay (a type change without "
                 "USING keeps them)")
     columns: list[Column] = []
     for name, facts in shape.items():
-        if facts.generated:
+        if facts.generated or name in computed:
             continue
         if name in sets:
             value = embed(sets[name])
@@ -351,7 +355,7 @@ def _columns(shape: dict[str, _ShadowColumn], source: dict[str, str], key: KeySp
         else:
             continue  # a new column: its default, or its identity's next value
         columns.append(Column(name, value))
-    overriding = any(shape[c.name].identity == "a" for c in columns)
+    overriding = any(shape[c].identity == "a" for c in [*(c.name for c in columns), *computed])
     return columns, overriding
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
@@ -31,6 +32,9 @@ from backfill.rewrite.shadow import Plan
 from backfill.schema.sql import run
 from framework.errors import RetryableError, one_line
 from framework.keys import quote
+
+if TYPE_CHECKING:
+    from backfill.rewrite.spark_rows import SparkSet
 
 # Long enough to get in between application transactions, short enough
 # that the statements queued behind the swap's lock wait no longer.
@@ -51,6 +55,7 @@ class Swap:
     plan: Plan
     work_schema: str
     user_role: str | None = None  # who the last replay's copy of a row runs as (``Capture``)
+    spark: SparkSet | None = None  # --engine spark's column (``Capture``)
 
     @property
     def old(self) -> str:
@@ -60,7 +65,7 @@ class Swap:
 
     @property
     def capture(self) -> Capture:
-        return Capture(self.plan, self.work_schema, self.user_role)
+        return Capture(self.plan, self.work_schema, self.user_role, self.spark)
 
 
 def rollback_statements(s: Swap) -> list[str]:
@@ -87,9 +92,19 @@ def swap(conn: Connection, s: Swap, *, keep_old: bool,
     """In the caller's transaction; commit it, then run ``after_commit``."""
     p = s.plan
     tables, views_on = _related(conn, p.table)
+
+    def replay_on_spark() -> None:
+        # --engine spark: the last log rows' values are Spark's, whose reads of
+        # T an ACCESS EXCLUSIVE lock would keep out: first a lock that keeps
+        # out only writes, the replay, then the swap's own locks.
+        run(conn, f"LOCK TABLE {p.shadow} IN ACCESS EXCLUSIVE MODE")
+        run(conn, f"LOCK TABLE {p.table} IN EXCLUSIVE MODE")
+        s.capture.replay_all(conn, lock_timeout=lock_timeout)
+
     # The shadow before T: see _bounded.
     return _bounded(conn, [p.shadow, p.table, *tables], p.table, views_on, lock_timeout,
-                    "swap", lambda: _swap(conn, s, keep_old))
+                    "swap", lambda: _swap(conn, s, keep_old),
+                    first=replay_on_spark if s.spark is not None else None)
 
 
 def _swap(conn: Connection, s: Swap, keep_old: bool) -> carry.Carry:
@@ -191,7 +206,8 @@ def _apply(conn: Connection, carried: carry.Carry) -> None:
 
 
 def _bounded(conn: Connection, tables: list[str], table: str, views_on: list[str],
-             lock_timeout: str, what: str, body: Callable[[], carry.Carry]) -> carry.Carry:
+             lock_timeout: str, what: str, body: Callable[[], carry.Carry],
+             first: Callable[[], None] | None = None) -> carry.Carry:
     """``body`` under ACCESS EXCLUSIVE locks on ``tables``, in that order,
     every lock wait in it bounded by ``lock_timeout``; a wait that runs out
     (there, or on a view the carry replaces) raises SwapBlocked naming who
@@ -202,10 +218,13 @@ def _bounded(conn: Connection, tables: list[str], table: str, views_on: list[str
     for autovacuum waits until ``deadlock_timeout`` (1 s) cancels it: with
     T locked first, every application statement on T waited that second
     too (1.18 s, issue 24). (A TRUNCATE of T, which truncates the shadow,
-    meeting the swap is a deadlock PostgreSQL ends; the swap is retried.)"""
+    meeting the swap is a deadlock PostgreSQL ends; the swap is retried.)
+    ``first`` runs before those locks, under the same bounds."""
     run(conn, f"SET LOCAL lock_timeout = '{lock_timeout}'")
     try:
         with conn.begin_nested():
+            if first is not None:
+                first()
             for locked in tables:
                 run(conn, f"LOCK TABLE {locked} IN ACCESS EXCLUSIVE MODE")
             return body()

@@ -7,7 +7,8 @@ transaction (DESIGN 3), so a worker killed anywhere resumes from what was
 committed, on any host.
 
 - copy: one ``INSERT INTO shadow SELECT ... FROM T WHERE key in [lo, hi)``
-  a batch, as the submitter (it carries their ``--set``). T's triggers do
+  a batch, as the submitter (it carries their ``--set``; with ``--engine
+  spark`` the Spark column comes from a stage, ``spark_rows``). T's triggers do
   not fire; the shadow has no index yet. On a single integer key the batch
   is ``[curr, curr + n)`` with no key scan while the keys are dense, as
   ``backfill.update_batch`` does;
@@ -102,27 +103,27 @@ def copy_batch(ctx: SubtaskContext, conn: Connection, capture: Capture) -> Batch
     key, curr, end, n = plan.copy_key, ctx.curr_key, ctx.end_key, ctx.job.batch_rows
     if key.arithmetic and end is not END and not ctx.batch_state.get(_SPARSE):
         upper = min(curr + n, end)
-        rows = _copy(ctx, conn, copy_statement(capture, curr, upper))
+        rows = _copy(ctx, conn, capture, curr, upper)
         ctx.batch_state[_SPARSE] = rows < DENSE_SHARE * (upper - curr)
         return Batch(upper, rows)
     upper, rows = next_bound(conn, plan.table, key, curr, end, n)
-    _copy(ctx, conn, copy_statement(capture, curr, upper))
+    _copy(ctx, conn, capture, curr, upper)
     if key.arithmetic and upper is not END:
         ctx.batch_state[_SPARSE] = rows < DENSE_SHARE * (upper - curr)
     return Batch(upper, rows)
 
 
-def copy_statement(capture: Capture, lo: Key, hi: Key) -> str:
-    """The copy of ``[lo, hi)``. Ranged over --order-by columns, which an
-    application may change, a row can move from a range copied already into
-    one not copied yet; an update logs its key, so the copy leaves out the
-    keys in the log (the catch-up replays them): each key is copied once."""
+def copy_rows(capture: Capture, lo: Key, hi: Key) -> tuple[str, str]:
+    """The copy of ``[lo, hi)``: T's rows (SQL) and their order. Ranged over
+    --order-by columns, which an application may change, a row can move from
+    a range copied already into one not copied yet; an update logs its key,
+    so the copy leaves out the keys in the log (the catch-up replays them):
+    each key is copied once."""
     plan = capture.plan
     if not plan.order_by:
-        return plan.insert(lo, hi)
-    return plan.insert_into(plan.shadow, plan.select(
-        f"{plan.copy_key.between(lo, hi)} AND NOT {logged(capture, plan.table)}")
-        + f" ORDER BY {plan.copy_key.order_by()}")
+        return plan.copy_key.between(lo, hi), ""
+    return (f"{plan.copy_key.between(lo, hi)} AND NOT {logged(capture, plan.table)}",
+            f" ORDER BY {plan.copy_key.order_by()}")
 
 
 def logged(capture: Capture, row: str) -> str:
@@ -132,11 +133,11 @@ def logged(capture: Capture, row: str) -> str:
     return f"EXISTS (SELECT 1 FROM {capture.log} l WHERE {match})"
 
 
-def _copy(ctx: SubtaskContext, conn: Connection, statement: str) -> int:
-    """The statement as the submitter (the user's --set); the rows it wrote."""
+def _copy(ctx: SubtaskContext, conn: Connection, capture: Capture, lo: Key, hi: Key) -> int:
+    """The batch's rows, as the submitter (the user's --set); the rows written."""
+    where, order_by = copy_rows(capture, lo, hi)
     with as_role(conn, run_as(ctx.job)):
-        cursor = conn.connection.driver_connection.execute(statement)  # type: ignore[union-attr]
-        return int(cursor.rowcount)
+        return capture.insert_rows(conn, where, order_by)
 
 
 # --- build -----------------------------------------------------------------------
@@ -232,7 +233,9 @@ def analyze_once(ctx: SubtaskContext, plan: Plan) -> None:
 
 def catch_up(ctx: SubtaskContext, capture: Capture) -> None:
     """Replay rounds until the log is small (see the module)."""
-    left_at_most = min(ctx.job.batch_rows, CATCH_UP_LEFT)
+    # On Spark a round costs a Spark job whatever its rows (~0.3-1 s), so
+    # does the swap's last replay: the log need not shrink below CATCH_UP_LEFT.
+    left_at_most = CATCH_UP_LEFT if capture.spark else min(ctx.job.batch_rows, CATCH_UP_LEFT)
     while True:
         ctx.raise_if_stopped()
         faults.hit("rewrite.before_replay")

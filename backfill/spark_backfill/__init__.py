@@ -2,8 +2,9 @@
 an optional Python UDF), range by range on Spark.
 
 ``job``: submit-time checks and owner steps; ``batches``: a subtask's batches
-on the shared batch loop (``backfill.spark.pipeline``); ``transform``: the
-per-row expression; ``merge``: the SQL of the fenced merge and of rollback.
+on the shared batch loop (``backfill.spark.pipeline``), each row's value by
+``backfill.spark.transform``; ``merge``: the SQL of the fenced merge and of
+rollback.
 
 Never imports another job type's package, or ``cli``; starts no Spark at
 import time.

@@ -28,8 +28,8 @@ from backfill.spark.jdbc import jdbc_target, read_base, read_query
 from backfill.spark.keyset_read import read_listed_keys, text_columns
 from backfill.spark.pipeline import Batch, BatchStat, RangePipeline, key_between
 from backfill.spark.session import on_session_stop
+from backfill.spark.transform import Transform
 from backfill.spark_backfill.merge import MergeSql
-from backfill.spark_backfill.transform import Transform
 from framework import faults
 from framework.errors import RetryableError
 from framework.keys import END, KeySpec, decode

@@ -55,8 +55,8 @@ def merge_sql(job: Job) -> MergeSql:
 
 
 def spec_of(job: Job) -> Any:
+    from backfill.spark.transform import Transform
     from backfill.spark_backfill.batches import BackfillSpec
-    from backfill.spark_backfill.transform import Transform
 
     p = job.params
     return BackfillSpec(
@@ -86,7 +86,7 @@ class BackfillJobType(JobType):
         if where:
             check_where(conn, table, where)
         if udf:
-            from backfill.spark_backfill.transform import UdfError, load_udf
+            from backfill.spark.transform import UdfError, load_udf
 
             try:
                 load_udf(udf)
@@ -129,7 +129,7 @@ class BackfillJobType(JobType):
         from backfill.spark.jdbc import jdbc_target, read_query, schema_probe
         from backfill.spark.keyset_read import text_columns
         from backfill.spark.session import get_validation_spark
-        from backfill.spark_backfill.transform import Transform
+        from backfill.spark.transform import Transform
 
         spark = get_validation_spark()
         jdbc = jdbc_target(conn.engine.url, role)  # the sample is read as the submitter

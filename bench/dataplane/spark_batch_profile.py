@@ -77,8 +77,8 @@ class StageClock:
 
         from backfill.spark import landing
         from backfill.spark.pipeline import RangePipeline
+        from backfill.spark.transform import Transform
         from backfill.spark_backfill import batches
-        from backfill.spark_backfill.transform import Transform
 
         def in_batch() -> bool:
             return threading.current_thread().name.startswith(("slot-", "read-"))

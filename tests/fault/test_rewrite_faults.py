@@ -1,7 +1,8 @@
 """``rewrite`` under faults, with real ``reorg worker`` processes and an
 application writing the whole time (support.rewrite.KeyApp, which also
 updates keys, deletes and re-inserts them): a worker killed (-9) in the
-copy resumes its range from ``curr_key`` on another worker; an owner killed
+copy resumes its range from ``curr_key`` on another worker (in the matrix
+also with ``--engine spark``, its column computed by Spark); an owner killed
 (as kill -9) inside the swap's transaction leaves T as it was (the swap
 happened or not) and its heir swaps once; in the matrix, a worker killed in
 the build and in the catch-up. Each time T ends equal to the oracle with
@@ -57,14 +58,21 @@ def _finished(db, settings, app: KeyApp, job_id: int, key) -> None:
     assert _leftovers(db) == 0
 
 
-@pytest.mark.parametrize("key", [BIGINT, pytest.param(COMPOSITE, marks=pytest.mark.matrix)],
-                         ids=["integer", "composite"])
+# --engine spark: c computed by Spark in the copy and the replays, as the
+# user's trigger computes it on every write (table_as_oracle checks c = length(b)).
+ON_SPARK = {"sets": ["c=length(b)"], "engine": "spark"}
+
+
+@pytest.mark.parametrize(("key", "params"), [
+    (BIGINT, {}), pytest.param(COMPOSITE, {}, marks=pytest.mark.matrix),
+    pytest.param(BIGINT, ON_SPARK, marks=[pytest.mark.spark, pytest.mark.matrix])],
+    ids=["integer", "composite", "spark"])
 def test_kill_9_of_a_worker_mid_copy_resumes_its_range_from_curr_key(db, settings, workers,
-                                                                      gates, key):
+                                                                      gates, key, params):
     url = settings.database_url
     make_table(url, key, ROWS)
     app = _started_app(url, key)
-    job_id = submit(db, _rewrite()).job_id
+    job_id = submit(db, _rewrite(**params)).job_id
     # Its third batch committed, the victim stops there: caught mid-range.
     victim = workers.start("victim", slots=1, faults="worker.after_batch=block@3",
                            REORG_JOB_TYPES=JOB_TYPES)

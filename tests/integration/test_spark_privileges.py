@@ -21,9 +21,9 @@ from backfill.copy.job import CopyJobType
 from backfill.copy.job import spec_of as copy_spec_of
 from backfill.spark.expression_guard import check_spark_expression
 from backfill.spark.failures import first_line
+from backfill.spark.transform import udf_module_allowed
 from backfill.spark_backfill.batches import SubtaskRunner
 from backfill.spark_backfill.job import BackfillJobType, spec_of
-from backfill.spark_backfill.transform import udf_module_allowed
 from framework.errors import InvalidParams
 from framework.privileges import RUN_AS
 

@@ -43,7 +43,9 @@ RULES = [
     ("backfill.schema", JOB_TYPES, None, None),
     ("backfill.spark", JOB_TYPES, None, None),
     # The rewrite engine (issue 24), a job type's foundations: PostgreSQL alone.
-    ("backfill.rewrite", (*JOB_TYPES, "backfill.spark", "pyspark"), None, None),
+    ("backfill.rewrite", JOB_TYPES, None, None),
+    # ... Spark's data plane only for --engine spark, in one module.
+    ("backfill.rewrite", ("backfill.spark", "pyspark"), "backfill.rewrite.spark_rows", None),
     ("backfill.sql_update", ("backfill.spark", "pyspark"), None, None),
     ("backfill.add_index", ("backfill.spark", "pyspark"), None, None),
     ("backfill.add_column", ("backfill.spark", "pyspark"), None, None),
