@@ -33,6 +33,8 @@ began, so the shadow can be brought to T's current rows (DESIGN 14).
 - The rows a replay writes into the shadow are computed by the copy's
   column mapping, which may hold the user's SQL (``--set``): that statement
   runs as ``user_role`` (the job's submitter, ``framework.privileges``).
+  With ``--engine spark`` its column comes from Spark (``insert_rows``,
+  ``spark_rows``), and a replay takes ``REPLAY_MAX_ROWS`` log rows.
   A replay must not overlap the copy of its keys' range: the copy step ends
   before catch-up begins (a key replayed before its range is copied would be
   copied again).

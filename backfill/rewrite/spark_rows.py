@@ -172,6 +172,15 @@ def computed(conn: Connection, plan: Plan, spark_set: SparkSet, role: str | None
     return transform.output(frame, plan.key, target).toArrow()
 
 
+def may_retry(exc: BaseException) -> bool:
+    """Whether a failure of Spark's part of a replay may pass if tried
+    again: a lost connection or executor, or a read that waited out its
+    lock_timeout (the swap's: a lock queued on T behind the swap's)."""
+    from backfill.spark.failures import transient
+
+    return transient(exc) or "canceling statement due to lock timeout" in str(exc)
+
+
 def spark_type(spark: SparkSession, conn: Connection, pg_type: str) -> DataType:
     """Spark's type of PostgreSQL's ``pg_type`` as its JDBC source maps it
     (a probe of no table: it takes no lock, so it runs under the swap's)."""

@@ -3,7 +3,8 @@ owner's, under a bounded ``lock_timeout`` (DESIGN 12, 15).
 
 ``swap``: lock T and the shadow (ACCESS EXCLUSIVE; a timeout raises
 ``SwapBlocked`` naming who holds T, and nothing changed), replay the last
-log rows, check again what ``uncarried`` refuses and that every build is
+log rows (with ``--engine spark`` first, under a lock on T that lets
+Spark's reads in: ``spark_rows``), check again what ``uncarried`` refuses and that every build is
 there, drop the capture triggers, rename T's indexes away (recorded, for a
 revert), T to ``reorg_<job>_old_<T>`` and the shadow to T, its indexes to
 their final names, carry everything over (``carry``), and with
@@ -97,9 +98,17 @@ def swap(conn: Connection, s: Swap, *, keep_old: bool,
         # --engine spark: the last log rows' values are Spark's, whose reads of
         # T an ACCESS EXCLUSIVE lock would keep out: first a lock that keeps
         # out only writes, the replay, then the swap's own locks.
+        from backfill.rewrite import spark_rows
+
         run(conn, f"LOCK TABLE {p.shadow} IN ACCESS EXCLUSIVE MODE")
         run(conn, f"LOCK TABLE {p.table} IN EXCLUSIVE MODE")
-        s.capture.replay_all(conn, lock_timeout=lock_timeout)
+        try:
+            s.capture.replay_all(conn, lock_timeout=lock_timeout)
+        except Exception as exc:
+            if getattr(exc, "orig", None) is not None or not spark_rows.may_retry(exc):
+                raise  # PostgreSQL's own (a lock: _bounded's), or one a retry would meet again
+            raise SwapBlocked(f"the swap's last replay on Spark failed, nothing changed; "
+                              f"retrying: {one_line(exc)}") from None
 
     # The shadow before T: see _bounded.
     return _bounded(conn, [p.shadow, p.table, *tables], p.table, views_on, lock_timeout,

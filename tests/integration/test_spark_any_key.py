@@ -1,4 +1,5 @@
-"""The Spark job types (``backfill``, ``copy``, ``checksum``) on tables keyed
+"""The Spark job types (``backfill``, ``copy``, ``checksum``, and ``rewrite
+--engine spark``) on tables keyed
 by anything but one integer column (framework.keys): text, uuid, numeric, a
 timestamp, several columns, a unique NOT NULL index. Batches are keyset pages
 read by Spark in explicit predicates (backfill.spark.keyset_read); each test
@@ -17,6 +18,7 @@ from backfill.checksum.cli import describe
 from backfill.checksum.job import register as register_checksum
 from backfill.checksum.report import report
 from backfill.copy.job import register as register_copy
+from backfill.rewrite.job import register as register_rewrite
 from backfill.spark_backfill.job import register as register_backfill
 from framework import control, faults
 from framework.errors import InvalidParams
@@ -36,6 +38,7 @@ def _registered():
     register_backfill()
     register_copy()
     register_checksum()
+    register_rewrite()
 
 
 def rows_of(db, table: str) -> list[tuple]:
@@ -62,6 +65,20 @@ def test_backfill_sets_every_row_once_on_any_key(spark, db, start_node, kind):
     assert run(db, "SELECT count(*) FROM t WHERE c IS DISTINCT FROM 'v' || v").scalar_one() == 0
     assert_every_range_done_once(db, job_id, 3_000)
     assert run(db, "SELECT to_regclass(:t)", t=f"reorg.backfill_{job_id}_images").scalar() is None
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS)
+def test_a_rewrite_on_spark_computes_its_column_for_every_row_on_any_key(spark, db, start_node,
+                                                                         kind):
+    make_table(db, kind, 3_000)
+    job_id = submit(db, SubmitRequest("rewrite", {
+        "table": "t", "alter": "ADD COLUMN c text", "sets": ["c=concat('v', v)"],
+        "engine": "spark"}, rows_per_subtask=1_000, batch_rows=300)).job_id
+    start_node("n1", slots=2)
+    job = wait_state(db, job_id, TERMINAL, 180)
+    assert job["state"] == "succeeded", job
+    assert run(db, "SELECT count(*), count(*) FILTER (WHERE c IS DISTINCT FROM 'v' || v) "
+                   "FROM t").one() == (3_000, 0)
 
 
 def test_a_retried_backfill_subtask_on_a_text_key_resumes_at_its_checkpoint(spark, db,
