@@ -20,7 +20,9 @@ during the floors, on a durable throwaway server (``--db`` for another):
   statement, no application: the floor), ``reorg submit sql-update --set
   "filler = md5(aid::text)"`` (batch by batch in place, each old value kept
   for a cancel) and ``reorg submit rewrite --set "filler=md5(aid::text)"``
-  (a copy computing the column; the old table is the way back).
+  (a copy computing the column; the old table is the way back), and the
+  same with ``--engine spark`` (Spark computes the column of each batch:
+  the price of the Spark data plane against SQL on the same change).
 
 reorg runs on one in-process node of 2 slots, default knobs. Contenders
 take turns round after round; medians printed, with each one's ratio to
@@ -40,6 +42,7 @@ from bench.dataplane.server import database
 from bench.rewrite import ALTER, Contender, Result, median, offline, run
 
 SET = "filler = md5(aid::text)"
+SPARK_SET = "md5(CAST(aid AS string))"  # the same value, computed by Spark
 FORMS = ("alter", "set")
 
 
@@ -65,7 +68,9 @@ def contenders(forms: list[str]) -> list[tuple[str, Contender, bool]]:
              offline(f"UPDATE pgbench_accounts SET {SET}"), False),
             (f"reorg sql-update --set \"{SET}\"", reorg_job("sql-update", set=SET), True),
             (f"reorg rewrite --set \"{SET.replace(' = ', '=')}\"",
-             reorg_job("rewrite", sets=[SET.replace(" = ", "=")]), True)]
+             reorg_job("rewrite", sets=[SET.replace(" = ", "=")]), True),
+            (f"reorg rewrite --engine spark --set \"filler={SPARK_SET}\"",
+             reorg_job("rewrite", sets=[f"filler={SPARK_SET}"], engine="spark"), True)]
     return chosen
 
 

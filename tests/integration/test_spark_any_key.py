@@ -73,7 +73,7 @@ def test_a_rewrite_on_spark_computes_its_column_for_every_row_on_any_key(spark, 
     make_table(db, kind, 3_000)
     job_id = submit(db, SubmitRequest("rewrite", {
         "table": "t", "alter": "ADD COLUMN c text", "sets": ["c=concat('v', v)"],
-        "engine": "spark"}, rows_per_subtask=1_000, batch_rows=300)).job_id
+        "engine": "spark"}, rows_per_subtask=1_500, batch_rows=750)).job_id
     start_node("n1", slots=2)
     job = wait_state(db, job_id, TERMINAL, 180)
     assert job["state"] == "succeeded", job
