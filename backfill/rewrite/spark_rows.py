@@ -120,15 +120,26 @@ def fill(conn: Connection, plan: Plan, spark_set: SparkSet, role: str | None, wh
     rows = computed(conn, plan, spark_set, role, where, lock_timeout)
     raw = conn.connection.driver_connection
     key, pg_type = plan.key, spark_set.pg_type
-    stage = quote(landing.staging_name(pg_type, key))
-    conn.exec_driver_sql(landing.create_staging_sql(pg_type, key))
-    conn.exec_driver_sql(f"TRUNCATE {stage}")  # an earlier fill of this transaction's rows
+    name = stage_name(pg_type, key.types, role)
+    conn.exec_driver_sql(landing.create_staging_sql(pg_type, key, name))
+    conn.exec_driver_sql(f"TRUNCATE {quote(name)}")  # rows of an earlier fill, same transaction
     if not rows.num_rows:
         return 0
     staged = [*landing.stage_key_columns(key), "ver", "new"]
-    landing.copy_in(raw, pg_type, staged, landing.to_csv(rows), key)
-    cursor = raw.execute(insert_statement(plan, spark_set, stage, where, order_by))  # type: ignore[union-attr]
-    return int(cursor.rowcount)
+    landing.copy_in(raw, pg_type, staged, landing.to_csv(rows), key, name)
+    statement = insert_statement(plan, spark_set, quote(name), where, order_by)
+    return int(raw.execute(statement).rowcount)  # type: ignore[union-attr]
+
+
+def stage_name(pg_type: str, key_types: tuple[str, ...] | list[str], role: str | None) -> str:
+    """The session's temporary stage for a column type, a key and a role:
+    it runs as the submitter (the caller's role), who owns the stage it
+    made, so another submitter's job on the same pooled session needs its
+    own (and ``backfill``'s, made by the worker's role, is not this one)."""
+    import hashlib
+
+    shape = "|".join([pg_type, *key_types, role or ""])
+    return "reorg_rewrite_stage_" + hashlib.md5(shape.encode(), usedforsecurity=False).hexdigest()[:12]
 
 
 def insert_statement(plan: Plan, spark_set: SparkSet, stage: str, where: str,

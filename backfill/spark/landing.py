@@ -37,12 +37,13 @@ def stage_key_columns(key: KeySpec) -> list[str]:
     return list(key.work_key().columns)
 
 
-def create_staging_sql(column_type: str, key: KeySpec) -> str:
+def create_staging_sql(column_type: str, key: KeySpec, name: str | None = None) -> str:
+    """``name``: another than ``staging_name``'s (e.g. one per role)."""
     # ver is xid so the merge compares xmin = ver without a cast per row. The
     # key is staged in its own types, parsed by COPY from its text.
     staged = key.work_key()
     keys = ", ".join(f"{c} {t}" for c, t in zip(staged.columns, staged.types, strict=True))
-    return (f"CREATE TEMP TABLE IF NOT EXISTS {quote(staging_name(column_type, key))} "
+    return (f"CREATE TEMP TABLE IF NOT EXISTS {quote(name or staging_name(column_type, key))} "
             f"({keys}, ver xid, new {column_type}) ON COMMIT DELETE ROWS")
 
 
@@ -56,11 +57,11 @@ def to_csv(table: pa.Table) -> bytes:
 
 
 def copy_in(raw_conn: Any, column_type: str, columns: list[str], data: bytes,
-            key: KeySpec) -> None:
-    """COPY ``data`` into the staging table on psycopg connection ``raw_conn``
-    (the merge transaction's own connection)."""
+            key: KeySpec, name: str | None = None) -> None:
+    """COPY ``data`` into the staging table (``name``, else ``staging_name``'s)
+    on psycopg connection ``raw_conn`` (the merge transaction's own connection)."""
     cols = ", ".join(columns)
-    stage = quote(staging_name(column_type, key))
+    stage = quote(name or staging_name(column_type, key))
     with raw_conn.cursor() as cur, cur.copy(
             f"COPY {stage} ({cols}) FROM STDIN (FORMAT csv)") as copy:
         copy.write(data)

@@ -2,8 +2,8 @@
 Python function, which PostgreSQL could not run) for every row the copy,
 the catch-up's replays and the swap's last replay write, with an
 application writing throughout and its oracle, on an integer key and a
-composite text key; bad input refused in one line; the dry run shows
-Spark's part."""
+composite text key (matrix); bad input refused in one line; the dry run
+shows Spark's part."""
 
 from __future__ import annotations
 
@@ -108,3 +108,4 @@ def test_a_dry_run_shows_what_spark_computes(spark, db, settings):
             "and computes d = reverse_text(b) (--udf support.spark:reverse_text)") in text, text
     assert 'AND "public"."items".xmin = s."__reorg_s_ver"' in text
     assert rows(db, "SELECT id FROM {s}.jobs") == [] and leftovers(url) == []
+
