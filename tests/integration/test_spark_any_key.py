@@ -70,15 +70,26 @@ def test_backfill_sets_every_row_once_on_any_key(spark, db, start_node, kind):
 @pytest.mark.parametrize("kind", ALL_KINDS)
 def test_a_rewrite_on_spark_computes_its_column_for_every_row_on_any_key(spark, db, start_node,
                                                                          kind):
+    """Rows written during the copy are replayed on Spark by the catch-up,
+    rows written just before the swap by its last replay: each row's c is
+    its own v's."""
     make_table(db, kind, 3_000)
+    faults.arm("worker.after_batch", "block")
+    faults.arm("rewrite.before_swap", "block")
     job_id = submit(db, SubmitRequest("rewrite", {
         "table": "t", "alter": "ADD COLUMN c text", "sets": ["c=concat('v', v)"],
         "engine": "spark"}, rows_per_subtask=1_500, batch_rows=750)).job_id
     start_node("n1", slots=2)
+    faults.wait_blocked("worker.after_batch", 90)
+    run(db, "UPDATE t SET v = v + 100000 WHERE v % 10 = 0")
+    faults.release("worker.after_batch")
+    faults.wait_blocked("rewrite.before_swap", 120)
+    run(db, "UPDATE t SET v = v + 100000 WHERE v % 10 = 5")
+    faults.release("rewrite.before_swap")
     job = wait_state(db, job_id, TERMINAL, 180)
     assert job["state"] == "succeeded", job
-    assert run(db, "SELECT count(*), count(*) FILTER (WHERE c IS DISTINCT FROM 'v' || v) "
-                   "FROM t").one() == (3_000, 0)
+    assert run(db, "SELECT count(*), count(*) FILTER (WHERE c IS DISTINCT FROM 'v' || v), "
+                   "count(*) FILTER (WHERE v > 100000) FROM t").one() == (3_000, 0, 600)
 
 
 def test_a_retried_backfill_subtask_on_a_text_key_resumes_at_its_checkpoint(spark, db,
