@@ -125,8 +125,7 @@ def fill(conn: Connection, plan: Plan, spark_set: SparkSet, role: str | None, wh
     conn.exec_driver_sql(f"TRUNCATE {quote(name)}")  # rows of an earlier fill, same transaction
     if not rows.num_rows:
         return 0
-    staged = [*landing.stage_key_columns(key), "ver", "new"]
-    landing.copy_in(raw, pg_type, staged, landing.to_csv(rows), key, name)
+    landing.copy_in(raw, pg_type, landing.stage_columns(key), landing.to_csv(rows), key, name)
     statement = insert_statement(plan, spark_set, quote(name), where, order_by)
     return int(raw.execute(statement).rowcount)  # type: ignore[union-attr]
 
@@ -150,7 +149,7 @@ def insert_statement(plan: Plan, spark_set: SparkSet, stage: str, where: str,
     from backfill.spark import landing
 
     staged = landing.stage_key_columns(plan.key)
-    renamed = ", ".join(f"{c} AS {quote(_STAGED + c)}" for c in [*staged, "ver", "new"])
+    renamed = ", ".join(f"{c} AS {quote(_STAGED + c)}" for c in landing.stage_columns(plan.key))
     match = " AND ".join(f"{plan.table}.{quote(c)} = s.{quote(_STAGED + k)}"
                          for c, k in zip(plan.key.columns, staged, strict=True))
     columns = ", ".join([*(quote(c.name) for c in plan.columns), quote(spark_set.column)])
@@ -217,46 +216,25 @@ def check(conn: Connection, plan: Plan, spark_set: SparkSet) -> None:
     """At submit (Spark started before the checks' transaction): the
     expression analysed on T's columns as Spark reads them, its type
     against the column's, then computed on sample rows and landed in a
-    stage, rolled back. InvalidParams, one line, otherwise."""
-    from backfill.spark import compat, landing
-    from backfill.spark.expression_guard import check_spark_expression
-    from backfill.spark.failures import first_line
+    stage, rolled back (``backfill.spark.validation.check_on_sample``).
+    InvalidParams, one line, otherwise."""
+    from backfill.spark import compat
     from backfill.spark.jdbc import jdbc_target, read_query
     from backfill.spark.keyset_read import text_columns
     from backfill.spark.quiet import quiet_analysis_errors
     from backfill.spark.session import get_validation_spark
-    from backfill.spark.validation import DRY_RUN_ROWS, dry_run
+    from backfill.spark.validation import DRY_RUN_ROWS, check_on_sample
 
     spark = get_validation_spark()
     jdbc = jdbc_target(conn.engine.url)  # at submit: the submitter's own connection
-    display = f"{plan.schema}.{plan.table_name}"
-    shown = f"--set {spark_set.column}={spark_set.expr}"
     target = spark_type(spark, conn, spark_set.pg_type)
     if not compat.landable(target):
         raise InvalidParams(f"--engine spark cannot write column {spark_set.column} "
                             f"({spark_set.pg_type}) yet; leave out --engine spark and give "
                             "the --set as SQL")
-    check_spark_expression(spark, spark_set.expr, "--set")
     sample = spark.read.jdbc(jdbc.url, read_query(plan.table, None, limit=DRY_RUN_ROWS,
                                                   columns=text_columns(plan.key)),
                              properties=jdbc.read_props())
-    transform = spark_set.transform
     with quiet_analysis_errors():
-        try:
-            transform.register(spark, target)
-            result = sample.selectExpr(spark_set.expr).schema[0].dataType
-        except Exception as exc:
-            raise InvalidParams(f"{shown} is not a Spark SQL expression over {display}: "
-                                f"{first_line(exc)}") from None
-        if not compat.can_land(result, target):
-            raise InvalidParams(
-                f"{shown} yields {result.simpleString()} but {spark_set.column} is "
-                f"{spark_set.pg_type}; wrap it in CAST(... AS {target.simpleString()})")
-        with dry_run(shown, display, None):
-            rows = transform.output(sample, plan.key, target).toArrow()
-            with conn.begin_nested() as savepoint:
-                conn.exec_driver_sql(landing.create_staging_sql(spark_set.pg_type, plan.key))
-                landing.copy_in(conn.connection.driver_connection, spark_set.pg_type,
-                                [*landing.stage_key_columns(plan.key), "ver", "new"],
-                                landing.to_csv(rows), plan.key)
-                savepoint.rollback()
+        check_on_sample(conn, sample, spark_set.transform, target, spark_set.pg_type, plan.key,
+                        f"{plan.schema}.{plan.table_name}", None)

@@ -37,6 +37,12 @@ def stage_key_columns(key: KeySpec) -> list[str]:
     return list(key.work_key().columns)
 
 
+def stage_columns(key: KeySpec) -> list[str]:
+    """Every column of a stage, in its order: the key's, the row version
+    read (``ver``), the computed value (``new``)."""
+    return [*stage_key_columns(key), "ver", "new"]
+
+
 def create_staging_sql(column_type: str, key: KeySpec, name: str | None = None) -> str:
     """``name``: another than ``staging_name``'s (e.g. one per role)."""
     # ver is xid so the merge compares xmin = ver without a cast per row. The

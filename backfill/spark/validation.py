@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from sqlalchemy.engine import Connection
 
@@ -23,6 +24,13 @@ from backfill.spark.failures import first_line, from_postgres, lost_connection
 from backfill.tables import FIX_WHERE, inspect_table
 from framework.db import DatabaseUnreachable
 from framework.errors import InvalidParams
+from framework.keys import KeySpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import DataType
+
+    from backfill.spark.transform import Transform
 
 DRY_RUN_ROWS = 100  # sample rows a submit computes and lands (rolled back) to check the input
 
@@ -59,3 +67,35 @@ def dry_run(shown: str, display: str, where: str | None) -> Iterator[None]:
         raise InvalidParams(
             f"{shown} fails on sample rows of {display}: {first_line(exc)}; "
             "fix the expression") from None
+
+
+def check_on_sample(conn: Connection, sample: DataFrame, transform: Transform, target: DataType,
+                    column_type: str, key: KeySpec, display: str, where: str | None) -> None:
+    """``transform``'s expression analysed on ``sample`` (rows of ``display``
+    as the subtasks read them, keyed by ``key``), its type against the
+    column's (``target``, PostgreSQL's ``column_type``), then computed on the
+    sample and landed in a stage inside a savepoint rolled back on ``conn``.
+    InvalidParams, one line naming ``--set``, otherwise."""
+    from backfill.spark import compat, landing
+    from backfill.spark.expression_guard import check_spark_expression
+
+    column, expr = transform.column, transform.expr
+    shown = f"--set {column}={expr}"
+    check_spark_expression(sample.sparkSession, expr, "--set")
+    try:
+        transform.register(sample.sparkSession, target)
+        result = sample.selectExpr(expr).schema[0].dataType
+    except Exception as exc:
+        raise InvalidParams(
+            f"{shown} is not a Spark SQL expression over {display}: {first_line(exc)}") from None
+    if not compat.can_land(result, target):
+        raise InvalidParams(
+            f"{shown} yields {result.simpleString()} but {column} is {column_type}; "
+            f"wrap it in CAST(... AS {target.simpleString()})")
+    with dry_run(shown, display, where):
+        rows = transform.output(sample, key, target).toArrow()
+        with conn.begin_nested() as savepoint:
+            conn.exec_driver_sql(landing.create_staging_sql(column_type, key))
+            landing.copy_in(conn.connection.driver_connection, column_type,
+                            landing.stage_columns(key), landing.to_csv(rows), key)
+            savepoint.rollback()

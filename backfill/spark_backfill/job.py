@@ -26,10 +26,8 @@ from sqlalchemy.engine import Connection
 from backfill import assignment
 from backfill.expressions import optional_expression
 from backfill.restore import index_before_restoring, restore_in_batches
-from backfill.spark.expression_guard import check_spark_expression
-from backfill.spark.failures import first_line
 from backfill.spark.sizing import ROWS_PER_SUBTASK
-from backfill.spark.validation import DRY_RUN_ROWS, dry_run, start_spark_first
+from backfill.spark.validation import DRY_RUN_ROWS, check_on_sample, start_spark_first
 from backfill.spark.warmup import start_worker_spark
 from backfill.spark_backfill.merge import MergeSql
 from backfill.tables import (
@@ -125,7 +123,7 @@ class BackfillJobType(JobType):
         """Analyse EXPR on the table's schema (no rows read for it), check its
         type against the column, then dry-run it on a few rows and land them in
         a temporary table inside a savepoint that is rolled back."""
-        from backfill.spark import compat, landing
+        from backfill.spark import compat
         from backfill.spark.jdbc import jdbc_target, read_query, schema_probe
         from backfill.spark.keyset_read import text_columns
         from backfill.spark.session import get_validation_spark
@@ -149,33 +147,12 @@ class BackfillJobType(JobType):
             sample = sample.withColumn(column, F.lit(None).cast(target))
         else:
             target = sample.schema[column].dataType
-        shown = f"--set {column}={expr}"
         if not compat.landable(target):
             raise InvalidParams(
                 f"column {column} is {column_type}, which backfill cannot write yet; "
                 "use sql-update for array, binary and composite columns")
-        transform = Transform(column, expr, udf)
-        check_spark_expression(spark, expr, "--set")
-        try:
-            transform.register(spark, target)
-            result = sample.selectExpr(expr).schema[0].dataType
-        except Exception as exc:
-            raise InvalidParams(
-                f"{shown} is not a Spark SQL expression over {table.display}: "
-                f"{first_line(exc)}") from None
-        if not compat.can_land(result, target):
-            raise InvalidParams(
-                f"{shown} yields {result.simpleString()} but {column} is {column_type}; "
-                f"wrap it in CAST(... AS {target.simpleString()})")
-        with dry_run(shown, table.display, where):
-            rows = transform.output(sample, keys, target).toArrow()
-            with conn.begin_nested() as savepoint:
-                raw = conn.connection.driver_connection
-                conn.exec_driver_sql(landing.create_staging_sql(column_type, keys))
-                landing.copy_in(raw, column_type,
-                                [*landing.stage_key_columns(keys), "ver", "new"],
-                                landing.to_csv(rows), keys)
-                savepoint.rollback()
+        check_on_sample(conn, sample, Transform(column, expr, udf), target, column_type, keys,
+                        table.display, where)
 
     # --- owner steps --------------------------------------------------------
 

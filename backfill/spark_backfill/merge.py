@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from backfill.before_images import BeforeImages
-from backfill.spark.landing import stage_key_columns, staging_name
+from backfill.spark.landing import stage_columns, staging_name
 from backfill.tables import quote
 from framework.keys import KeySpec
 
@@ -40,7 +40,7 @@ class MergeSql:
     def stage_columns(self) -> list[str]:
         """What Spark computes, in the staging table's order: the key, the
         row version read, the new value; never the old value."""
-        return [*stage_key_columns(self.keys), "ver", "new"]
+        return stage_columns(self.keys)
 
     @property
     def _staged_key(self) -> KeySpec:
