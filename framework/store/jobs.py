@@ -314,7 +314,16 @@ def discard_rejected(db: Database, conn: Connection, job_id: int) -> bool:
     """Delete a job whose input was rejected, with its events: its submit
     failed, so it leaves no trace (DESIGN 11). Only such a job (never
     prepared: step 0, no subtasks); the owner may be reverting it meanwhile,
-    which then finds it gone."""
+    which then finds it gone.
+
+    The job's row is locked first, in a statement of its own: an event the
+    owner adds (its move to reverting) commits before the lock is granted,
+    so the delete's own snapshot, taken after, sees it and deletes it too;
+    one added later waits for the lock (its key check), then finds the job
+    gone. In one statement, the events taken were those of its snapshot,
+    and an event committed meanwhile failed the job's delete on the foreign
+    key (the submit's "database error", once in a CI rehearsal)."""
+    conn.execute(db.sql("SELECT 1 FROM {s}.jobs WHERE id = :id FOR UPDATE"), {"id": job_id})
     return conn.execute(
         db.sql("""
             WITH gone AS (
