@@ -83,6 +83,7 @@ POINTS: tuple[str, ...] = (
     "rewrite.before_verify",      # rewrite: a verify subtask about to check its first batch
     "rewrite.in_analyze",         # rewrite: a verify subtask ANALYZEd the shadow, not committed
     "rewrite.before_swap",        # rewrite: the owner about to lock T for the swap
+    "rewrite.swap_spark_locked",  # rewrite --engine spark: T locked against writes, Spark not yet reading
     "rewrite.in_swap",            # rewrite: T swapped, the owner's transaction still open
     "throttle.held",              # health gate: a slot holds a job's next batch (unhealthy)
     "spark.before_apply",         # Spark pipeline: batch read and computed, not yet applied

@@ -108,6 +108,12 @@ def spark_set_of(params: dict[str, Any], plan: Plan) -> SparkSet | None:
     return SparkSet(column, expr, dict(plan.shape)[column], params.get("udf"))
 
 
+def allow_idle(conn: Connection) -> None:
+    """The caller's transaction may sit idle while Spark computes (see the
+    module), up to ``SPARK_IDLE_LIMIT``."""
+    conn.exec_driver_sql(f"SET LOCAL idle_in_transaction_session_timeout = '{SPARK_IDLE_LIMIT}'")
+
+
 def fill(conn: Connection, plan: Plan, spark_set: SparkSet, role: str | None, where: str,
          order_by: str = "", lock_timeout: str | None = None) -> int:
     """Write T's rows matching ``where`` (SQL over T's columns) into the
@@ -116,7 +122,7 @@ def fill(conn: Connection, plan: Plan, spark_set: SparkSet, role: str | None, wh
     ``lock_timeout``: Spark's sessions wait no longer for a lock on T."""
     from backfill.spark import landing
 
-    conn.exec_driver_sql(f"SET LOCAL idle_in_transaction_session_timeout = '{SPARK_IDLE_LIMIT}'")
+    allow_idle(conn)
     rows = computed(conn, plan, spark_set, role, where, lock_timeout)
     raw = conn.connection.driver_connection
     key, pg_type = plan.key, spark_set.pg_type
@@ -172,7 +178,11 @@ def computed(conn: Connection, plan: Plan, spark_set: SparkSet, role: str | None
     jdbc = jdbc_target(conn.engine.url, role)
     props = jdbc.read_props()
     if lock_timeout:
-        props["sessionInitStatement"] += f"; SET lock_timeout = '{lock_timeout}'"
+        # A startup option, so every session of the read has it: the driver's
+        # schema query runs no sessionInitStatement, and waited with no bound
+        # behind a lock queued on T after the swap's (its owner's transaction
+        # idle meanwhile, the application's writes queued behind the swap).
+        props["options"] = f"{props.get('options', '')} -c lock_timeout={lock_timeout}".strip()
     frame = spark.read.jdbc(jdbc.url, read_query(plan.table, where,
                                                  columns=text_columns(plan.key)),
                             properties=props)
@@ -189,6 +199,13 @@ def may_retry(exc: BaseException) -> bool:
     from backfill.spark.failures import transient
 
     return transient(exc) or "canceling statement due to lock timeout" in str(exc)
+
+
+def why(exc: BaseException) -> str:
+    """What failed in Spark's part, in one line (its cause, not py4j's call)."""
+    from backfill.spark.failures import first_line
+
+    return first_line(exc)
 
 
 def spark_type(spark: SparkSession, conn: Connection, pg_type: str) -> DataType:

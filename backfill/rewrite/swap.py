@@ -31,6 +31,7 @@ from backfill.rewrite import carry, names, reverse, uncarried, views
 from backfill.rewrite.capture import Capture
 from backfill.rewrite.shadow import Plan
 from backfill.schema.sql import run
+from framework import faults
 from framework.errors import RetryableError, one_line
 from framework.keys import quote
 
@@ -100,15 +101,17 @@ def swap(conn: Connection, s: Swap, *, keep_old: bool,
         # out only writes, the replay, then the swap's own locks.
         from backfill.rewrite import spark_rows
 
+        spark_rows.allow_idle(conn)  # from here: the owner's transaction waits for Spark
         run(conn, f"LOCK TABLE {p.shadow} IN ACCESS EXCLUSIVE MODE")
         run(conn, f"LOCK TABLE {p.table} IN EXCLUSIVE MODE")
+        faults.hit("rewrite.swap_spark_locked")
         try:
             s.capture.replay_all(conn, lock_timeout=lock_timeout)
         except Exception as exc:
             if getattr(exc, "orig", None) is not None or not spark_rows.may_retry(exc):
                 raise  # PostgreSQL's own (a lock: _bounded's), or one a retry would meet again
             raise SwapBlocked(f"the swap's last replay on Spark failed, nothing changed; "
-                              f"retrying: {one_line(exc)}") from None
+                              f"retrying: {spark_rows.why(exc)}") from None
 
     # The shadow before T: see _bounded.
     return _bounded(conn, [p.shadow, p.table, *tables], p.table, views_on, lock_timeout,

@@ -2,18 +2,23 @@
 Python function, which PostgreSQL could not run) for every row the copy,
 the catch-up's replays and the swap's last replay write, with an
 application writing throughout and its oracle, on an integer key and a
-composite text key (matrix); bad input refused in one line; the dry run
-shows Spark's part."""
+composite text key (matrix); a cancel leaves T as it was; the swap's waits
+for its locks are bounded on Spark's path too (a lock queued behind the
+swap's, which Spark's reads would wait for; a writer's open transaction);
+bad input refused in one line; the dry run shows Spark's part."""
 
 from __future__ import annotations
 
+import threading
+
+import psycopg
 import pytest
-from support import execute, rows, scalar, wait_state
+from support import execute, job_of, rows, scalar, wait_state, wait_until
 from support.rewrite import BIGINT, COMPOSITE, KeyApp, make_table, table_as_oracle
-from test_rewrite_job import catalogue, leftovers, more_writes, step_rows
+from test_rewrite_job import HOLD, catalogue, leftovers, more_writes, oid, started_app, step_rows
 
 from backfill.rewrite.job import register
-from framework import faults
+from framework import control, faults
 from framework.errors import InvalidParams
 from framework.submit import SubmitRequest, submit
 
@@ -77,6 +82,109 @@ def test_spark_computes_the_set_of_every_row_copied_and_replayed(spark, db, sett
     assert step_rows(db, job_id, 3) > 0  # the catch-up replayed on Spark
     assert execute(url, "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
                         "WHERE attrelid = 'items'::regclass AND attname = 'a'") == [("bigint",)]
+    assert leftovers(url) == []
+
+
+# Copy in CI (a Spark batch committed, the next held); verify (a copy again
+# on Spark may run) and after the swap (the revert) in the matrix.
+@pytest.mark.parametrize("state", [
+    "copy", *(pytest.param(s, marks=pytest.mark.matrix) for s in ("verify", "swapped"))])
+def test_a_cancel_of_a_rewrite_on_spark_leaves_the_table_as_it_was(spark, db, settings,
+                                                                     start_node, state):
+    url = settings.database_url
+    make_table(url, BIGINT, ROWS)
+    before, table = catalogue(url), oid(url)
+    app = started_app(url, BIGINT)
+    if state in HOLD:
+        faults.arm(HOLD[state], "block")
+    job_id = submit(db, rewrite(**ON_SPARK, keep_old="1h")).job_id
+    start_node("n1", slots=2)
+    if state in HOLD:
+        faults.wait_blocked(HOLD[state], timeout=120)
+    else:
+        wait_until(lambda: job_of(db, job_id)["step"] == 5, 120, "the swap")
+        more_writes(app, 200)  # into the new table, kept in the old one
+    control.cancel(db, job_id)
+    if state in HOLD:
+        faults.release(HOLD[state])
+    done = wait_state(db, job_id, timeout=120)
+    app.stop(at_least_ops=50)
+    assert done["state"] == "cancelled", done["error"]
+    assert app.errors == []
+    assert table_as_oracle(url, BIGINT[0]) == app.oracle
+    assert oid(url) == table  # T itself, never replaced (or swapped back)
+    assert catalogue(url) == before
+    assert leftovers(url) == []
+
+
+def _held_by_a_writer(db, url: str, job_id: int) -> None:
+    """A writer's open transaction: the swap's lock against writes waits for
+    it, gives up after its lock_timeout and names it; committed, its write
+    goes to the new table by the swap's replay on Spark."""
+    with psycopg.connect(url, application_name="open-writer") as writer:
+        writer.execute("UPDATE items SET b = b || '-w' WHERE id = 7")
+        pid = writer.info.backend_pid
+        faults.release("rewrite.before_swap")
+        noted = wait_until(lambda: (job := job_of(db, job_id))["error"] and
+                           f"pid {pid}" in job["error"] and job, 60, "the writer named")
+        assert noted["state"] == "running" and noted["step"] == 4, noted
+        assert "application open-writer" in noted["error"], noted["error"]
+        assert "waited 2s (lock_timeout)" in noted["error"], noted["error"]
+
+
+def _held_by_a_queued_lock(db, url: str, job_id: int) -> None:
+    """A lock queued on T behind the swap's (a DDL's): Spark's reads, the
+    driver's schema query too, would wait behind it for ever (the owner
+    waits for Spark, Spark for the queued lock, the queued lock for the
+    owner: no deadlock PostgreSQL sees); they give up after the swap's
+    lock_timeout, the swap's try rolls back, the DDL has its lock."""
+    execute(url, "UPDATE items SET b = b || '-w' WHERE id = 7")  # for the last replay
+    faults.arm("rewrite.swap_spark_locked", "block")
+    faults.release("rewrite.before_swap")
+    faults.wait_blocked("rewrite.swap_spark_locked", timeout=60)
+    ddl = psycopg.connect(url, application_name="queued-ddl")
+    try:
+        locking = threading.Thread(target=ddl.execute, daemon=True,
+                                   args=("LOCK TABLE items IN ACCESS EXCLUSIVE MODE",))
+        locking.start()
+        wait_until(lambda: execute(url, "SELECT count(*) FROM pg_locks WHERE NOT granted AND "
+                                        "relation = 'items'::regclass AND mode = "
+                                        "'AccessExclusiveLock'")[0][0] == 1, 30, "the DDL queued")
+        faults.release("rewrite.swap_spark_locked")
+        noted = wait_until(lambda: (job := job_of(db, job_id))["error"] and
+                           "last replay on Spark failed" in job["error"] and job, 60,
+                           "Spark's read given up")
+        assert noted["state"] == "running" and noted["step"] == 4, noted
+        assert "canceling statement due to lock timeout" in noted["error"], noted["error"]
+        locking.join(30)  # the swap's try rolled back: the DDL has its lock
+        assert not locking.is_alive()
+    finally:
+        ddl.close()  # its transaction ends: the swap goes on
+
+
+# The queued lock in CI (the wait only Spark's path has); the writer, whose
+# wait is the SQL engine's too (test_rewrite_job), in the matrix.
+@pytest.mark.parametrize("blocker", [
+    "queued-lock", pytest.param("open-writer", marks=pytest.mark.matrix)])
+def test_the_swap_on_spark_waits_bounded_for_its_locks_and_goes_on(spark, db, settings,
+                                                                    start_node, blocker):
+    """The swap on Spark locks T against writes, replays on Spark, then
+    takes its own locks: each wait is bounded, retried, and ends in the swap."""
+    url = settings.database_url
+    make_table(url, BIGINT, 300)
+    faults.arm("rewrite.before_swap", "block")
+    job_id = submit(db, rewrite(**ON_SPARK)).job_id
+    start_node("n1", slots=2)
+    faults.wait_blocked("rewrite.before_swap", timeout=120)
+    if blocker == "open-writer":
+        _held_by_a_writer(db, url, job_id)
+    else:
+        _held_by_a_queued_lock(db, url, job_id)
+    done = wait_state(db, job_id, timeout=120)
+    assert done["state"] == "succeeded", done["error"]
+    assert done["error"] is None  # the note of the wait went with the success
+    assert scalar(db, "SELECT b FROM items WHERE id = 7").endswith("-w")  # replayed on Spark
+    assert not_reversed(url) == 0 and scalar(db, "SELECT count(*) FROM items") == 300
     assert leftovers(url) == []
 
 
