@@ -79,9 +79,18 @@ def is_retryable(exc: BaseException) -> bool:
     if sa is not None and isinstance(exc, sa.exc.DBAPIError):
         if exc.connection_invalidated or isinstance(exc, sa.exc.OperationalError):
             return True
-        sqlstate = getattr(exc.orig, "sqlstate", None) or ""
-        return sqlstate in _RETRYABLE_SQLSTATES or sqlstate.startswith("08")
+        return _transient_sqlstate(exc.orig)
+    # psycopg's own, from a statement run on the driver's connection (a copy's
+    # INSERT, a COPY into a stage): the same conditions, judged the same way.
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is not None and isinstance(exc, psycopg.Error):
+        return isinstance(exc, psycopg.OperationalError) or _transient_sqlstate(exc)
     return isinstance(exc, ConnectionError | TimeoutError)
+
+
+def _transient_sqlstate(error: BaseException | None) -> bool:
+    sqlstate = getattr(error, "sqlstate", None) or ""
+    return sqlstate in _RETRYABLE_SQLSTATES or sqlstate.startswith("08")
 
 
 def one_line(error: BaseException | str | None, *, limit: int | None = 500,

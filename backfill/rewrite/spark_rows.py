@@ -23,11 +23,13 @@ holds a value computed from a row version other than its own.
 The replay's own rows (``Capture.replay``) go through here too, on the
 workers that run the catch-up and the verify. The swap's last replay runs
 on the owner, under a lock that keeps writes out but lets Spark's reads in
-(``swap``: EXCLUSIVE on T before ACCESS EXCLUSIVE); Spark's sessions there
-give up after the swap's lock_timeout rather than queue behind another
-lock request. While Spark computes, the caller's transaction is idle: its
-idle limit is raised to ``SPARK_IDLE_LIMIT`` for that transaction (the
-workers' own is a third of a lease: seconds)."""
+(``swap``: EXCLUSIVE on T before ACCESS EXCLUSIVE). Spark's sessions give
+up on a lock after the caller's lock_timeout (the swap's, a worker's)
+rather than queue behind a lock request queued behind the caller's; that,
+a lost connection or a JVM that exited is retried (``failed``). While
+Spark computes, the caller's transaction is idle: its idle limit is raised
+to ``SPARK_IDLE_LIMIT`` for that transaction (the workers' own is a third
+of a lease: seconds)."""
 
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Connection
 
-from framework.errors import InvalidParams
+from framework.errors import InvalidParams, RetryableError
 from framework.keys import quote
 
 if TYPE_CHECKING:
@@ -53,6 +55,7 @@ if TYPE_CHECKING:
 
 ENGINES = ("sql", "spark")
 SPARK_IDLE_LIMIT = "30s"
+LOCK_TIMED_OUT = "canceling statement due to lock timeout"  # PostgreSQL's message
 _STAGED = "__reorg_s_"  # the stage's columns as the copy's join names them
 _types: dict[tuple[int, str], Any] = {}  # (session, PostgreSQL type) -> Spark type
 _types_lock = threading.Lock()
@@ -169,7 +172,10 @@ def insert_statement(plan: Plan, spark_set: SparkSet, stage: str, where: str,
 def computed(conn: Connection, plan: Plan, spark_set: SparkSet, role: str | None, where: str,
              lock_timeout: str | None = None) -> pa.Table:
     """T's rows matching ``where`` as the stage takes them (key, version
-    read, value), computed by Spark on the driver's session."""
+    read, value), computed by Spark on the driver's session. Its reads
+    wait for a lock on T no longer than ``lock_timeout``, by default the
+    caller's session's. A failure a retry may pass raises RetryableError
+    (``failed``)."""
     from backfill.spark import session
     from backfill.spark.jdbc import jdbc_target, read_query
     from backfill.spark.keyset_read import text_columns
@@ -177,35 +183,42 @@ def computed(conn: Connection, plan: Plan, spark_set: SparkSet, role: str | None
     spark = session.get_spark()
     jdbc = jdbc_target(conn.engine.url, role)
     props = jdbc.read_props()
-    if lock_timeout:
-        # A startup option, so every session of the read has it: the driver's
-        # schema query runs no sessionInitStatement, and waited with no bound
-        # behind a lock queued on T after the swap's (its owner's transaction
-        # idle meanwhile, the application's writes queued behind the swap).
-        props["options"] = f"{props.get('options', '')} -c lock_timeout={lock_timeout}".strip()
-    frame = spark.read.jdbc(jdbc.url, read_query(plan.table, where,
-                                                 columns=text_columns(plan.key)),
-                            properties=props)
-    target = spark_type(spark, conn, spark_set.pg_type)
-    transform = spark_set.transform
-    transform.register(spark, target)
-    return transform.output(frame, plan.key, target).toArrow()
+    bound = lock_timeout or str(conn.exec_driver_sql("SHOW lock_timeout").scalar())
+    if bound != "0":
+        # The caller's transaction may hold a lock on T (a verify's read, a
+        # key scan; the swap's), and a lock queued behind it (a DDL's) would
+        # hold Spark's reads for ever: the caller waits for Spark, Spark for
+        # the queued lock, that lock for the caller, a wait PostgreSQL cannot
+        # see. A startup option, so every session of the read has it: the
+        # driver's schema query runs no sessionInitStatement.
+        props["options"] = f"{props.get('options', '')} -c lock_timeout={bound}".strip()
+    try:
+        frame = spark.read.jdbc(jdbc.url, read_query(plan.table, where,
+                                                     columns=text_columns(plan.key)),
+                                properties=props)
+        target = spark_type(spark, conn, spark_set.pg_type)
+        transform = spark_set.transform
+        transform.register(spark, target)
+        return transform.output(frame, plan.key, target).toArrow()
+    except Exception as exc:
+        raise failed(exc, session.alive(spark)) from exc
 
 
-def may_retry(exc: BaseException) -> bool:
-    """Whether a failure of Spark's part of a replay may pass if tried
-    again: a lost connection or executor, or a read that waited out its
-    lock_timeout (the swap's: a lock queued on T behind the swap's)."""
-    from backfill.spark.failures import transient
+def failed(exc: Exception, jvm_alive: bool) -> Exception:
+    """Spark's part of a write failed: RetryableError where a retry may pass
+    (the subtask resumes from its checkpoint, the swap is tried again): a JVM
+    that exited, a lost connection or executor, a read that waited out its
+    lock_timeout. Else Spark's own error as SparkBatchError, whose text is
+    its cause in one line, not py4j's call and a Java stack."""
+    from backfill.spark.failures import SparkBatchError, first_line, is_spark, transient
 
-    return transient(exc) or "canceling statement due to lock timeout" in str(exc)
-
-
-def why(exc: BaseException) -> str:
-    """What failed in Spark's part, in one line (its cause, not py4j's call)."""
-    from backfill.spark.failures import first_line
-
-    return first_line(exc)
+    if not jvm_alive:
+        return RetryableError("Spark's JVM exited; tried again on a new session")
+    if transient(exc) or LOCK_TIMED_OUT in str(exc):
+        return RetryableError(f"Spark's read failed, tried again: {first_line(exc)}")
+    if is_spark(exc):
+        return SparkBatchError(first_line(exc))
+    return exc
 
 
 def spark_type(spark: SparkSession, conn: Connection, pg_type: str) -> DataType:

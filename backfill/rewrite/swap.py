@@ -107,11 +107,9 @@ def swap(conn: Connection, s: Swap, *, keep_old: bool,
         faults.hit("rewrite.swap_spark_locked")
         try:
             s.capture.replay_all(conn, lock_timeout=lock_timeout)
-        except Exception as exc:
-            if getattr(exc, "orig", None) is not None or not spark_rows.may_retry(exc):
-                raise  # PostgreSQL's own (a lock: _bounded's), or one a retry would meet again
+        except RetryableError as exc:  # Spark's (PostgreSQL's own lock waits: _bounded's)
             raise SwapBlocked(f"the swap's last replay on Spark failed, nothing changed; "
-                              f"retrying: {spark_rows.why(exc)}") from None
+                              f"retrying: {exc}") from None
 
     # The shadow before T: see _bounded.
     return _bounded(conn, [p.shadow, p.table, *tables], p.table, views_on, lock_timeout,

@@ -188,6 +188,35 @@ def test_the_swap_on_spark_waits_bounded_for_its_locks_and_goes_on(spark, db, se
     assert leftovers(url) == []
 
 
+def test_a_spark_read_held_up_by_a_lock_on_t_gives_up_and_is_retried(spark, db, settings,
+                                                                      start_node):
+    """A copy batch's Spark read of T waits no longer than the worker's
+    lock_timeout (a third of its lease): with a lock queued behind one the
+    batch's transaction holds, no bound would be a wait for ever that
+    PostgreSQL cannot see. Here a session holds T: the read gives up, the
+    subtask is retried from its checkpoint (not failed), and once T is free
+    the job succeeds."""
+    url = settings.database_url
+    make_table(url, BIGINT, ROWS)
+    faults.arm("worker.after_batch", "block")
+    job_id = submit(db, rewrite(**ON_SPARK)).job_id
+    start_node("n1", slots=2, retry_backoff_seconds=0.2)
+    faults.wait_blocked("worker.after_batch", timeout=120)
+    with psycopg.connect(url, application_name="holding-t") as holder:
+        holder.execute("LOCK TABLE items IN ACCESS EXCLUSIVE MODE")
+        faults.release("worker.after_batch")
+        retried = wait_until(lambda: scalar(
+            db, "SELECT error FROM {s}.background_subtask WHERE job_id = :j AND "
+                "error LIKE '%Spark''s read failed, tried again%' LIMIT 1", j=job_id),
+            60, "a Spark read given up and retried")
+        assert "canceling statement due to lock timeout" in retried, retried
+        assert job_of(db, job_id)["state"] == "running"
+    done = wait_state(db, job_id, timeout=120)
+    assert done["state"] == "succeeded", done["error"]
+    assert not_reversed(url) == 0 and scalar(db, "SELECT count(*) FROM items") == ROWS
+    assert leftovers(url) == []
+
+
 @pytest.mark.parametrize(("params", "says"), [
     ({"sets": ["b=upper(b)", "a=a+1"], "engine": "spark"},
      "--engine spark computes one column on Spark: give exactly one --set"),

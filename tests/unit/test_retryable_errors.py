@@ -1,5 +1,7 @@
 """Which driver errors a subtask retries (framework.errors.is_retryable):
-transient conditions yes, a bad expression or a constraint never."""
+transient conditions yes, a bad expression or a constraint never; the same
+whether SQLAlchemy hands the error on or psycopg raises it itself (a
+statement on the driver's connection: a copy's INSERT, a COPY)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,14 @@ def _wrapped(error: Exception) -> sa.exc.DBAPIError:
     return sa.exc.DBAPIError.instance("UPDATE items ...", {}, error, psycopg.Error)
 
 
+def _raw(error: Exception) -> Exception:
+    """As psycopg raises it on the driver's connection."""
+    return error
+
+
+RAISED = pytest.mark.parametrize("raised", [_wrapped, _raw], ids=["sqlalchemy", "psycopg"])
+
+
 @pytest.mark.parametrize("error", [
     pg.DiskFull("could not extend file \"base/1/2\": No space left on device"),
     pg.SerializationFailure("could not serialize access"),
@@ -28,8 +38,9 @@ def _wrapped(error: Exception) -> sa.exc.DBAPIError:
     # (tests/integration/test_table_shape_change.py).
     pg.FeatureNotSupported("cached plan must not change result type"),
 ])
-def test_transient_errors_are_retried(error):
-    assert is_retryable(_wrapped(error))
+@RAISED
+def test_transient_errors_are_retried(error, raised):
+    assert is_retryable(raised(error))
 
 
 @pytest.mark.parametrize("error", [
@@ -38,5 +49,6 @@ def test_transient_errors_are_retried(error):
     pg.UndefinedColumn("column \"x\" does not exist"),
     pg.FeatureNotSupported("cannot alter type of a column used by a view or rule"),
 ])
-def test_errors_of_the_job_itself_are_not(error):
-    assert not is_retryable(_wrapped(error))
+@RAISED
+def test_errors_of_the_job_itself_are_not(error, raised):
+    assert not is_retryable(raised(error))
