@@ -220,6 +220,32 @@ def test_a_cancel_in_each_state_leaves_the_table_as_it_was(db, settings, start_n
     assert leftovers(url) == []
 
 
+def test_a_copy_batch_held_up_by_a_lock_on_t_is_retried_not_failed(db, settings, start_node):
+    """A copy batch's INSERT (run on the driver's connection, whose errors
+    are psycopg's own) waits out the worker's lock_timeout behind a session
+    holding T: the subtask is retried from its checkpoint, and the job
+    succeeds once T is free. (It failed the job before is_retryable judged
+    psycopg's own errors.)"""
+    url = settings.database_url
+    make_table(url, BIGINT, ROWS)
+    faults.arm("worker.after_batch", "block")
+    job_id = submit(db, rewrite()).job_id
+    start_node("n1", slots=2, retry_backoff_seconds=0.2)
+    faults.wait_blocked("worker.after_batch")
+    with psycopg.connect(url, application_name="holding-t") as holder:
+        holder.execute("LOCK TABLE items IN ACCESS EXCLUSIVE MODE")
+        faults.release("worker.after_batch")
+        retried = wait_until(lambda: scalar(
+            db, "SELECT error FROM {s}.background_subtask WHERE job_id = :j AND step = 1 "
+                "AND error LIKE '%lock timeout%' LIMIT 1", j=job_id), 60, "a batch retried")
+        assert "canceling statement due to lock timeout" in retried, retried
+        assert job_of(db, job_id)["state"] == "running"
+    done = wait_state(db, job_id, timeout=60)
+    assert done["state"] == "succeeded", done["error"]
+    assert scalar(db, "SELECT count(*) FROM items") == ROWS
+    assert leftovers(url) == []
+
+
 # --- the swap --------------------------------------------------------------------------
 
 
