@@ -91,11 +91,14 @@ def report(scale: int, rounds: int, forms: list[str],
         ratio = f"{r.seconds / floor.seconds:.2f}x" if floor else "–"
         print(f"| {name} | {r.seconds:.2f} s | {ratio} | {app} | {r.wal_bytes / 2**20:.0f} MiB "
               f"| {r.size_after / 2**20:.0f} MiB |")
+    def named(prefix: str) -> str | None:
+        return next((n for n in med if n.startswith(prefix)), None)
+
     pairs = [("reorg alter-type --method column", "reorg alter-type --method rewrite"),
-             tuple(n for n in med if n.startswith(("reorg sql-update", "reorg rewrite")))]
-    for pair in pairs:
-        if len(pair) == 2 and all(n in med for n in pair):
-            first, second = pair
+             (named("reorg sql-update"), named("reorg rewrite --set")),
+             (named("reorg rewrite --set"), named("reorg rewrite --engine spark"))]
+    for first, second in pairs:
+        if first in med and second in med:
             print(f"\n{second}: {med[second].seconds / med[first].seconds:.2f}x the time of "
                   f"{first}")
 

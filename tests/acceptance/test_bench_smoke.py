@@ -304,7 +304,9 @@ def test_methods_benchmark_runs_every_contender(fresh_db):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     for name in ("| ALTER TABLE", "| reorg alter-type --method column |",
                  "| reorg alter-type --method rewrite |", "| UPDATE ... SET",
-                 "| reorg sql-update --set", "| reorg rewrite --set"):
+                 "| reorg sql-update --set", "| reorg rewrite --set",
+                 "| reorg rewrite --engine spark --set"):
         assert name in done.stdout, (name, done.stdout[-3000:])
     assert "the time of reorg alter-type --method column" in done.stdout
     assert "the time of reorg sql-update" in done.stdout
+    assert "the time of reorg rewrite --set" in done.stdout  # the Spark engine's against SQL's

@@ -194,23 +194,32 @@ HOLD = {"copy": "worker.after_batch", "build": "rewrite.before_build",
     pytest.param(s, marks=pytest.mark.matrix) if s in ("build", "catch-up") else s
     for s in [*HOLD, "swapped"]])
 def test_a_cancel_in_each_state_leaves_the_table_as_it_was(db, settings, start_node, state):
-    url = settings.database_url
+    cancelled_in(db, settings.database_url, start_node, state, rewrite(keep_old="1h"))
+
+
+def cancelled_in(db, url: str, start_node, state: str, request: SubmitRequest,
+                 timeout: float = 60) -> None:
+    """The job of ``request`` (with --keep-old) on T under an application,
+    cancelled in ``state`` (held at its point in HOLD, or after the swap
+    with writes into the new table): it ends cancelled with T exactly as
+    before (the same table, its catalogue, the oracle's rows) and nothing
+    of the job left."""
     make_table(url, BIGINT, ROWS)
     before, table = catalogue(url), oid(url)
     app = started_app(url, BIGINT)
     if state in HOLD:
         faults.arm(HOLD[state], "block")
-    job_id = submit(db, rewrite(keep_old="1h")).job_id
+    job_id = submit(db, request).job_id
     start_node("n1", slots=2)
     if state in HOLD:
-        faults.wait_blocked(HOLD[state], timeout=60)
+        faults.wait_blocked(HOLD[state], timeout=timeout)
     else:
-        wait_until(lambda: job_of(db, job_id)["step"] == 5, 60, "the swap")
+        wait_until(lambda: job_of(db, job_id)["step"] == 5, timeout, "the swap")
         more_writes(app, 200)  # into the new table, kept in the old one
     control.cancel(db, job_id)
     if state in HOLD:
         faults.release(HOLD[state])
-    done = wait_state(db, job_id, timeout=60)
+    done = wait_state(db, job_id, timeout=timeout)
     app.stop(at_least_ops=50)
     assert done["state"] == "cancelled", done["error"]
     assert app.errors == []
@@ -262,11 +271,7 @@ def test_a_long_transaction_holds_the_swap_up_until_it_ends_and_status_names_it(
         report.execute("SELECT count(*) FROM items")  # holds items until it ends
         pid = report.info.backend_pid
         faults.release("rewrite.before_verify")
-        noted = wait_until(lambda: (job := job_of(db, job_id))["error"] and
-                           f"pid {pid}" in job["error"] and job, 60, "the blocker named")
-        assert noted["state"] == "running" and noted["step"] == 4, noted
-        assert "application long-report" in noted["error"], noted["error"]
-        assert "waited 2s (lock_timeout)" in noted["error"], noted["error"]
+        named_as_blocker(db, job_id, pid, "long-report")
         more_writes(app, 50)  # the applications go on meanwhile
         assert job_of(db, job_id)["step"] == 4
     done = wait_state(db, job_id, timeout=90)
@@ -275,6 +280,16 @@ def test_a_long_transaction_holds_the_swap_up_until_it_ends_and_status_names_it(
     assert done["error"] is None  # the note of the wait went with the success
     assert app.errors == []
     assert table_as_oracle(url, BIGINT[0]) == app.oracle
+
+
+def named_as_blocker(db, job_id: int, pid: int, application: str) -> None:
+    """The swap waits for session ``pid``: the job, still running its
+    verify step, has a note naming it."""
+    noted = wait_until(lambda: (job := job_of(db, job_id))["error"] and
+                       f"pid {pid}" in job["error"] and job, 60, "the blocker named")
+    assert noted["state"] == "running" and noted["step"] == 4, noted
+    assert f"application {application}" in noted["error"], noted["error"]
+    assert "waited 2s (lock_timeout)" in noted["error"], noted["error"]
 
 
 def test_kill_blockers_ends_the_session_holding_the_swap_up(db, settings, start_node):

@@ -15,10 +15,10 @@ import psycopg
 import pytest
 from support import execute, job_of, rows, scalar, wait_state, wait_until
 from support.rewrite import BIGINT, COMPOSITE, KeyApp, make_table, table_as_oracle
-from test_rewrite_job import HOLD, catalogue, leftovers, more_writes, oid, started_app, step_rows
+from test_rewrite_job import cancelled_in, catalogue, leftovers, more_writes, named_as_blocker, step_rows
 
 from backfill.rewrite.job import register
-from framework import control, faults
+from framework import faults
 from framework.errors import InvalidParams
 from framework.submit import SubmitRequest, submit
 
@@ -91,30 +91,8 @@ def test_spark_computes_the_set_of_every_row_copied_and_replayed(spark, db, sett
     "copy", *(pytest.param(s, marks=pytest.mark.matrix) for s in ("verify", "swapped"))])
 def test_a_cancel_of_a_rewrite_on_spark_leaves_the_table_as_it_was(spark, db, settings,
                                                                      start_node, state):
-    url = settings.database_url
-    make_table(url, BIGINT, ROWS)
-    before, table = catalogue(url), oid(url)
-    app = started_app(url, BIGINT)
-    if state in HOLD:
-        faults.arm(HOLD[state], "block")
-    job_id = submit(db, rewrite(**ON_SPARK, keep_old="1h")).job_id
-    start_node("n1", slots=2)
-    if state in HOLD:
-        faults.wait_blocked(HOLD[state], timeout=120)
-    else:
-        wait_until(lambda: job_of(db, job_id)["step"] == 5, 120, "the swap")
-        more_writes(app, 200)  # into the new table, kept in the old one
-    control.cancel(db, job_id)
-    if state in HOLD:
-        faults.release(HOLD[state])
-    done = wait_state(db, job_id, timeout=120)
-    app.stop(at_least_ops=50)
-    assert done["state"] == "cancelled", done["error"]
-    assert app.errors == []
-    assert table_as_oracle(url, BIGINT[0]) == app.oracle
-    assert oid(url) == table  # T itself, never replaced (or swapped back)
-    assert catalogue(url) == before
-    assert leftovers(url) == []
+    cancelled_in(db, settings.database_url, start_node, state,
+                 rewrite(**ON_SPARK, keep_old="1h"), timeout=120)
 
 
 def _held_by_a_writer(db, url: str, job_id: int) -> None:
@@ -125,11 +103,7 @@ def _held_by_a_writer(db, url: str, job_id: int) -> None:
         writer.execute("UPDATE items SET b = b || '-w' WHERE id = 7")
         pid = writer.info.backend_pid
         faults.release("rewrite.before_swap")
-        noted = wait_until(lambda: (job := job_of(db, job_id))["error"] and
-                           f"pid {pid}" in job["error"] and job, 60, "the writer named")
-        assert noted["state"] == "running" and noted["step"] == 4, noted
-        assert "application open-writer" in noted["error"], noted["error"]
-        assert "waited 2s (lock_timeout)" in noted["error"], noted["error"]
+        named_as_blocker(db, job_id, pid, "open-writer")
 
 
 def _held_by_a_queued_lock(db, url: str, job_id: int) -> None:
