@@ -13,11 +13,12 @@ import threading
 
 import psycopg
 import pytest
-from support import execute, job_of, rows, scalar, wait_state, wait_until
+from support import execute, job_of, rows, scalar, wait_history, wait_state, wait_until
 from support.rewrite import BIGINT, COMPOSITE, KeyApp, make_table, table_as_oracle
 from test_rewrite_job import cancelled_in, catalogue, leftovers, more_writes, named_as_blocker, step_rows
 
 from backfill.rewrite.job import register
+from backfill.spark.jdbc import SPARK_APPLICATION_NAME
 from framework import faults
 from framework.errors import InvalidParams
 from framework.submit import SubmitRequest, submit
@@ -188,6 +189,41 @@ def test_a_spark_read_held_up_by_a_lock_on_t_gives_up_and_is_retried(spark, db, 
     done = wait_state(db, job_id, timeout=120)
     assert done["state"] == "succeeded", done["error"]
     assert not_reversed(url) == 0 and scalar(db, "SELECT count(*) FROM items") == ROWS
+    assert leftovers(url) == []
+
+
+# In the matrix: batches of a fetch and more, each read by a slow function (~10 s).
+@pytest.mark.matrix
+def test_a_spark_read_whose_connection_drops_is_retried_from_the_checkpoint(spark, db, settings,
+                                                                           start_node):
+    """The database drops Spark's connections between the fetches of a
+    batch's read (as a restart or a failover would): the subtask is retried
+    from its checkpoint, not failed; every row computed once."""
+    url = settings.database_url
+    make_table(url, BIGINT, 20_000)
+    job_id = submit(db, SubmitRequest(
+        "rewrite", {"table": "items", **ON_SPARK, "sets": ["d=slow_reverse_text(b)"],
+                    "udf": "support.spark:slow_reverse_text"},
+        batch_rows=15_000, rows_per_subtask=10_000)).job_id  # a read of two fetches
+    start_node("n1", slots=2, retry_backoff_seconds=0.2)
+    dropped = 0
+
+    def drop_spark_reads() -> bool:
+        nonlocal dropped
+        dropped += scalar(db, """
+            SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+            WHERE pid <> pg_backend_pid() AND datname = current_database()
+              AND application_name = :spark AND state = 'idle in transaction'
+              AND query LIKE '%__reorg_ver%'""", spark=SPARK_APPLICATION_NAME)
+        return dropped >= 2
+
+    wait_until(drop_spark_reads, 60, "two Spark reads caught between fetches", interval=0.05)
+    done = wait_state(db, job_id, timeout=120)
+    assert done["state"] == "succeeded", done["error"]
+    assert not_reversed(url) == 0 and scalar(db, "SELECT count(*) FROM items") == 20_000
+    wait_history(db, job_id)
+    assert scalar(db, "SELECT max(attempts) FROM {s}.background_subtask_history "
+                      "WHERE job_id = :j", j=job_id) >= 2
     assert leftovers(url) == []
 
 

@@ -242,6 +242,16 @@ def reverse_text(value: str | None) -> str | None:
     return None if value is None else value[::-1]
 
 
+def slow_reverse_text(value: str | None) -> str | None:
+    """``reverse_text`` taking a fifth of a millisecond a row: a read of
+    more rows than one fetch stays open, between its fetches, long enough
+    for a test to drop its connection."""
+    import time
+
+    time.sleep(0.0002)
+    return reverse_text(value)
+
+
 # -- fixtures ---------------------------------------------------------------------
 
 
