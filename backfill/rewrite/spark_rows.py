@@ -26,10 +26,10 @@ on the owner, under a lock that keeps writes out but lets Spark's reads in
 (``swap``: EXCLUSIVE on T before ACCESS EXCLUSIVE). Spark's sessions give
 up on a lock after the caller's lock_timeout (the swap's, a worker's)
 rather than queue behind a lock request queued behind the caller's; that,
-a lost connection or a JVM that exited is retried (``failed``). While
-Spark computes, the caller's transaction is idle: its idle limit is raised
-to ``SPARK_IDLE_LIMIT`` for that transaction (the workers' own is a third
-of a lease: seconds)."""
+a lost connection or a JVM that exited is retried
+(``failures.as_batch_error``). While Spark computes, the caller's
+transaction is idle: its idle limit is raised to ``SPARK_IDLE_LIMIT`` for
+that transaction (the workers' own is a third of a lease: seconds)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Connection
 
-from framework.errors import InvalidParams, RetryableError
+from framework.errors import InvalidParams
 from framework.keys import quote
 
 if TYPE_CHECKING:
@@ -55,7 +55,6 @@ if TYPE_CHECKING:
 
 ENGINES = ("sql", "spark")
 SPARK_IDLE_LIMIT = "30s"
-LOCK_TIMED_OUT = "canceling statement due to lock timeout"  # PostgreSQL's message
 _STAGED = "__reorg_s_"  # the stage's columns as the copy's join names them
 _types: dict[tuple[int, str], Any] = {}  # (session, PostgreSQL type) -> Spark type
 _types_lock = threading.Lock()
@@ -175,8 +174,8 @@ def computed(conn: Connection, plan: Plan, spark_set: SparkSet, role: str | None
     read, value), computed by Spark on the driver's session. Its reads
     wait for a lock on T no longer than ``lock_timeout``, by default the
     caller's session's. A failure a retry may pass raises RetryableError
-    (``failed``)."""
-    from backfill.spark import session
+    (``failures.as_batch_error``)."""
+    from backfill.spark import failures, session
     from backfill.spark.jdbc import jdbc_target, read_query
     from backfill.spark.keyset_read import text_columns
 
@@ -201,24 +200,7 @@ def computed(conn: Connection, plan: Plan, spark_set: SparkSet, role: str | None
         transform.register(spark, target)
         return transform.output(frame, plan.key, target).toArrow()
     except Exception as exc:
-        raise failed(exc, session.alive(spark)) from exc
-
-
-def failed(exc: Exception, jvm_alive: bool) -> Exception:
-    """Spark's part of a write failed: RetryableError where a retry may pass
-    (the subtask resumes from its checkpoint, the swap is tried again): a JVM
-    that exited, a lost connection or executor, a read that waited out its
-    lock_timeout. Else Spark's own error as SparkBatchError, whose text is
-    its cause in one line, not py4j's call and a Java stack."""
-    from backfill.spark.failures import SparkBatchError, first_line, is_spark, transient
-
-    if not jvm_alive:
-        return RetryableError("Spark's JVM exited; tried again on a new session")
-    if transient(exc) or LOCK_TIMED_OUT in str(exc):
-        return RetryableError(f"Spark's read failed, tried again: {first_line(exc)}")
-    if is_spark(exc):
-        return SparkBatchError(first_line(exc))
-    return exc
+        raise failures.as_batch_error(exc, session.alive(spark)) from exc
 
 
 def spark_type(spark: SparkSession, conn: Connection, pg_type: str) -> DataType:

@@ -36,6 +36,7 @@ _TRANSIENT_DB = (
     "ERROR: could not serialize access",  # 40001
     "ERROR: canceling statement due to conflict with recovery",  # 40001 on a standby
     "ERROR: deadlock detected",  # 40P01
+    "ERROR: canceling statement due to lock timeout",  # 55P03: a read waited out lock_timeout
     "Connection to ",  # "Connection to host:port refused."
     "The connection attempt failed",
     "An I/O error occurred while sending to the backend",
@@ -85,6 +86,25 @@ def transient(exc: BaseException) -> bool:
     if _TRANSIENT_SPARK.search(text):
         return True
     return any(message.startswith(_TRANSIENT_DB) for message in _PSQL.findall(text))
+
+
+def as_batch_error(exc: Exception, jvm_alive: bool) -> Exception:
+    """What a batch raises when its Spark part failed with ``exc``:
+    RetryableError where a retry may pass (the subtask resumes from its
+    checkpoint): a JVM that exited (``jvm_alive`` False: only a new session
+    can run the batch), a lost connection or executor, a read that waited
+    out its lock_timeout. Else Spark's own error as SparkBatchError, whose
+    text is its cause in one line, not py4j's call and a Java stack; any
+    other error as it is."""
+    from framework.errors import RetryableError
+
+    if not jvm_alive:
+        return RetryableError("Spark's JVM exited; tried again on a new session")
+    if transient(exc):
+        return RetryableError(f"Spark's read failed, tried again: {first_line(exc)}")
+    if is_spark(exc):
+        return SparkBatchError(first_line(exc))
+    return exc
 
 
 def lost_connection(exc: BaseException) -> bool:

@@ -40,7 +40,6 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
 from backfill.spark import failures, keyset_read, session, sizing
-from backfill.spark.failures import SparkBatchError
 from backfill.spark.jdbc import JdbcTarget, jdbc_target
 from backfill.spark.sizing import BatchSizer
 from framework import faults, subtask
@@ -217,17 +216,11 @@ class RangePipeline(ABC):
             except Exception as exc:
                 # A dead JVM, a dropped database connection or a lost executor:
                 # retried from the checkpoint, not failing (and rolling back) the job.
-                if self._spark is not None and not session.alive(self._spark):
-                    raise RetryableError("Spark's JVM exited during the batch; the subtask "
-                                         "will be retried on a new session") from exc
-                if failures.transient(exc):
-                    raise RetryableError(f"batch failed, will retry: {failures.first_line(exc)}"
-                                         ) from exc
-                # Spark's own text is a py4j call name and a Java stack trace;
-                # the subtask's error (`reorg status`) gets the line that matters.
-                if failures.is_spark(exc):
-                    raise SparkBatchError(failures.first_line(exc)) from exc
-                raise
+                raised = failures.as_batch_error(
+                    exc, self._spark is None or session.alive(self._spark))
+                if raised is exc:
+                    raise
+                raise raised from exc
 
     def _run(self) -> None:
         ctx = self.ctx

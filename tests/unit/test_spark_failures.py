@@ -7,7 +7,15 @@ from __future__ import annotations
 
 import pytest
 
-from backfill.spark.failures import first_line, from_postgres, lost_connection, transient
+from backfill.spark.failures import (
+    SparkBatchError,
+    as_batch_error,
+    first_line,
+    from_postgres,
+    lost_connection,
+    transient,
+)
+from framework.errors import RetryableError
 
 READ_KILLED = """An error occurred while calling o61.getResult.
 : org.apache.spark.SparkException: Exception thrown in awaitResult:
@@ -106,3 +114,40 @@ def test_a_dead_child_is_seen_dead_while_another_thread_polls_it():
         assert child.poll() is None  # what misled the check
         assert _exited(child)
     child.wait()
+
+
+# --- what a batch raises when its Spark part failed (pipeline, rewrite's Spark rows) ---
+
+SCHEMA_QUERY_TIMED_OUT = """An error occurred while calling o133.jdbc.
+: org.postgresql.util.PSQLException: ERROR: canceling statement due to lock timeout
+\tat org.postgresql.core.v3.QueryExecutorImpl.receiveErrorResponse(QueryExecutorImpl.java:2733)
+"""
+
+
+class Py4JJavaError(Exception):
+    """Stands for py4j's: ``is_spark`` knows Spark's errors by their module."""
+
+
+Py4JJavaError.__module__ = "py4j.protocol"
+
+
+@pytest.mark.parametrize(("text", "alive", "retried", "says"), [
+    (READ_KILLED, True, True,
+     "Spark's read failed, tried again: FATAL: terminating connection due to administrator "
+     "command"),
+    (SCHEMA_QUERY_TIMED_OUT, True, True,
+     "Spark's read failed, tried again: canceling statement due to lock timeout"),
+    (BAD_CAST, False, True, "Spark's JVM exited; tried again on a new session"),
+    (BAD_CAST, True, False, 'invalid input syntax for type integer: "x"'),
+])
+def test_a_failure_a_retry_may_pass_is_retried_and_any_other_says_its_cause(
+        text, alive, retried, says):
+    got = as_batch_error(Py4JJavaError(text), alive)
+    assert isinstance(got, RetryableError) == retried
+    assert isinstance(got, SparkBatchError) == (not retried)
+    assert str(got) == says
+
+
+def test_a_failure_not_of_spark_is_left_as_it_is():
+    error = ValueError("a bug")
+    assert as_batch_error(error, True) is error
